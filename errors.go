@@ -1,0 +1,97 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLimited is matched by every error that refuses a request because of a
+// limit or a pause. Use [errors.As] with a [*LimitError] for the details.
+var ErrLimited = errors.New("throttle: rate limited")
+
+// ErrInvalidPolicy is wrapped by every error that [Policy.Validate] returns.
+var ErrInvalidPolicy = errors.New("throttle: invalid policy")
+
+// ErrCostTooHigh is wrapped when a request costs more than a limit can
+// ever admit (more than Burst for GCRA, more than Rate otherwise).
+var ErrCostTooHigh = errors.New("throttle: cost exceeds what the limit can ever admit")
+
+// ErrNoRule is returned for a request that matches no rule when
+// [Policy.RefuseUnmatched] is set.
+var ErrNoRule = errors.New("throttle: no rule matches the request")
+
+// ErrMissingKey is wrapped when a [KeyFunc] finds no key in the request,
+// for example a [KeyFromContext] name that [WithKey] never set.
+var ErrMissingKey = errors.New("throttle: request has no value for the limit's key")
+
+// A LimitError reports that a request was not sent because of a limit or a
+// pause. It matches [ErrLimited] with [errors.Is]. It never holds a key,
+// since a key may be derived from a secret.
+type LimitError struct {
+	// Rule is the name of the matched rule.
+	Rule string
+
+	// Limit is the name of the limit that bound the decision; empty when a
+	// pause did (see Pause).
+	Limit string
+
+	// Pause is the pause key that bound the decision, if a pause did.
+	Pause string
+
+	// RetryAfter is how long after the decision the request could earliest
+	// succeed. It is zero when the request waited and was cancelled.
+	RetryAfter time.Duration
+
+	// Err is the underlying cause, if any: the context's error when a
+	// request gave up while waiting for its reservation.
+	Err error
+}
+
+// Error describes the refusal.
+func (e *LimitError) Error() string {
+	what := "limit " + e.Limit
+	if e.Limit == "" {
+		what = "pause " + e.Pause
+	}
+	msg := fmt.Sprintf("throttle: rule %s: %s", e.Rule, what)
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(": retry after %v", e.RetryAfter)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the underlying cause, such as the context's error.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// Is reports whether target is [ErrLimited].
+func (e *LimitError) Is(target error) bool { return target == ErrLimited }
+
+// A PolicyError reports one problem with a [Policy]: which rule, which
+// field, and what is wrong. It matches [ErrInvalidPolicy].
+type PolicyError struct {
+	// Rule is the name of the rule at fault, or its index as "#N" when it
+	// has no name; empty for policy-wide problems.
+	Rule string
+	// Field is the field at fault, e.g. "Path" or "Limits[1].Rate".
+	Field string
+	// Err says what is wrong.
+	Err error
+}
+
+// Error describes the problem.
+func (e *PolicyError) Error() string {
+	if e.Rule == "" {
+		return fmt.Sprintf("throttle: invalid policy: %s: %v", e.Field, e.Err)
+	}
+	return fmt.Sprintf("throttle: invalid policy: rule %s: %s: %v", e.Rule, e.Field, e.Err)
+}
+
+// Unwrap returns the underlying problem.
+func (e *PolicyError) Unwrap() error { return e.Err }
+
+// Is reports whether target is [ErrInvalidPolicy].
+func (e *PolicyError) Is(target error) bool { return target == ErrInvalidPolicy }

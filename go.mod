@@ -1,0 +1,3 @@
+module github.com/quotakit/throttle
+
+go 1.25.0
