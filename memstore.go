@@ -1,0 +1,440 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MemoryStore is the in-process [Store]: exact, safe for concurrent use,
+// and the default of [NewTransport] when no store is given. It implements
+// every [Algorithm] with the same semantics as the Redis store, but its
+// counters are private to the process: two instances of a service with a
+// MemoryStore each get the whole quota.
+//
+// Memory is bounded by the active keys: a key whose state no longer
+// matters (its window has passed, its GCRA time is behind the clock) is
+// dropped by a sweep that runs as decisions are made.
+type MemoryStore struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	buckets map[bucketID]*memBucket
+	pauses  map[pauseID]int64 // pause end, µs
+	seq     uint64            // reservation ids
+	sweepAt int               // len(buckets)+len(pauses) that triggers a sweep
+	ops     int               // decisions since the last sweep
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// A MemoryStoreOption configures a [MemoryStore].
+type MemoryStoreOption func(*MemoryStore)
+
+// WithStoreClock makes the store read the time from now instead of
+// [time.Now], for tests. A nil now leaves the default.
+func WithStoreClock(now func() time.Time) MemoryStoreOption {
+	return func(s *MemoryStore) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
+// NewMemoryStore returns an empty in-process store.
+func NewMemoryStore(opts ...MemoryStoreOption) *MemoryStore {
+	s := &MemoryStore{
+		now:     time.Now,
+		buckets: make(map[bucketID]*memBucket),
+		pauses:  make(map[pauseID]int64),
+		sweepAt: minSweep,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+type bucketID struct{ scope, name, key string }
+
+type pauseID struct{ scope, key string }
+
+// memBucket is the state of one counter. Which fields are used depends on
+// the algorithm.
+type memBucket struct {
+	alg     Algorithm
+	tat     int64      // GCRA: theoretical arrival time, µs
+	windows []window   // FixedWindow, SlidingWindow: counts by window, ascending
+	log     []logEntry // SlidingLog: admitted demands, ascending by time
+	expire  int64      // µs after which the state equals a fresh bucket
+}
+
+type window struct {
+	idx   int64 // window k covers [k*P, (k+1)*P)
+	count int64
+}
+
+type logEntry struct {
+	at   int64 // µs
+	cost int64
+}
+
+// params are a limit's numbers in store units.
+type params struct {
+	alg  Algorithm
+	p    int64 // period, µs
+	r    int64 // rate
+	b    int64 // GCRA burst
+	cost int64
+}
+
+func newParams(l Limit, cost int) params {
+	return params{alg: l.Algorithm, p: l.Per.Microseconds(), r: int64(l.Rate), b: int64(l.burst()), cost: int64(cost)}
+}
+
+// minSweep is the smallest number of entries at which sweeps run; between
+// sweeps the number of entries may at most double, or 1024 decisions pass.
+const (
+	minSweep    = 1024
+	sweepPeriod = 1024
+	maxFixpoint = 1000
+)
+
+// Take implements [Store.Take].
+func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("throttle: memory store: %w", err)
+	}
+	ps, err := checkDemand(d)
+	if err != nil {
+		return Decision{}, err
+	}
+	maxWait := max(d.MaxWait, 0).Microseconds()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixMicro()
+	s.maybeSweep(now)
+
+	t, pause := now, -1
+	for i, k := range d.Pauses {
+		if until := s.pauses[pauseID{d.Scope, k}]; until > t {
+			t, pause = until, i
+		}
+	}
+	bs := make([]*memBucket, len(d.Limits))
+	for i, l := range d.Limits {
+		if b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]; b != nil && b.alg == l.Limit.Algorithm {
+			b.prune(ps[i], now)
+			bs[i] = b
+		}
+	}
+
+	binding := -1
+	for iter := 0; ; iter++ {
+		if iter == maxFixpoint {
+			return Decision{}, fmt.Errorf("throttle: memory store: no common instant for %d limits after %d rounds", len(d.Limits), iter)
+		}
+		next, raiser := t, -1
+		for i, b := range bs {
+			if e := b.earliest(ps[i], t); e > next {
+				next, raiser = e, i
+			}
+		}
+		if raiser < 0 {
+			break
+		}
+		t, binding = next, raiser
+	}
+
+	if t-now > maxWait {
+		dec := Decision{Delay: micros(t - now), Limit: binding}
+		if binding < 0 && pause >= 0 {
+			dec.Pause = d.Pauses[pause]
+		}
+		return dec, nil
+	}
+
+	s.seq++
+	r := &Reservation{Demand: d, Marks: make([]int64, len(d.Limits)), ID: strconv.FormatUint(s.seq, 10)}
+	for i, l := range d.Limits {
+		b := bs[i]
+		if b == nil {
+			b = &memBucket{alg: l.Limit.Algorithm}
+			s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}] = b
+		}
+		r.Marks[i] = b.commit(ps[i], t)
+	}
+	s.ops++
+	return Decision{OK: true, Delay: micros(t - now), Limit: -1, Reservation: r}, nil
+}
+
+// Cancel implements [Store.Cancel].
+func (s *MemoryStore) Cancel(ctx context.Context, r *Reservation) error {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return fmt.Errorf("throttle: memory store: cancel: malformed reservation")
+	}
+	d := r.Demand
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixMicro()
+	for i, l := range d.Limits {
+		b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]
+		if b == nil || b.alg != l.Limit.Algorithm {
+			continue
+		}
+		p := newParams(l.Limit, d.Cost)
+		b.refund(p, r.Marks[i])
+		b.prune(p, now)
+	}
+	return nil
+}
+
+// Pause implements [Store.Pause].
+func (s *MemoryStore) Pause(ctx context.Context, scope, key string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until := s.now().UnixMicro() + ceilMicros(d)
+	id := pauseID{scope, key}
+	if until > s.pauses[id] {
+		s.pauses[id] = until
+	}
+	return nil
+}
+
+// Len returns the number of counters and pauses the store holds, including
+// expired ones not yet swept.
+func (s *MemoryStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.buckets) + len(s.pauses)
+}
+
+// maybeSweep drops expired state when enough decisions have passed or the
+// maps have doubled since the last sweep. Amortized O(1) per decision.
+func (s *MemoryStore) maybeSweep(now int64) {
+	n := len(s.buckets) + len(s.pauses)
+	if n < s.sweepAt && s.ops < sweepPeriod {
+		return
+	}
+	s.ops = 0
+	for id, b := range s.buckets {
+		if b.expire <= now {
+			delete(s.buckets, id)
+		}
+	}
+	for id, until := range s.pauses {
+		if until <= now {
+			delete(s.pauses, id)
+		}
+	}
+	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)))
+}
+
+// checkDemand rejects a demand no limit could ever grant and converts its
+// limits to store units.
+func checkDemand(d *Demand) ([]params, error) {
+	if d == nil {
+		return nil, fmt.Errorf("throttle: nil demand")
+	}
+	if d.Cost < 1 {
+		return nil, fmt.Errorf("throttle: demand cost must be at least 1, got %d", d.Cost)
+	}
+	ps := make([]params, len(d.Limits))
+	for i, b := range d.Limits {
+		if field, err := b.Limit.validate(); err != nil {
+			return nil, &PolicyError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
+		}
+		if c := b.Limit.capacity(); d.Cost > c {
+			return nil, fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, b.Limit.Name, c, d.Cost)
+		}
+		ps[i] = newParams(b.Limit, d.Cost)
+	}
+	return ps, nil
+}
+
+// earliest returns the earliest instant, not before t, at which the
+// bucket admits p.cost. A nil bucket is fresh.
+func (b *memBucket) earliest(p params, t int64) int64 {
+	if b == nil {
+		return t
+	}
+	switch p.alg {
+	case GCRA:
+		T := ceilDiv(p.p, p.r)
+		return max(t, b.tat+p.cost*T-p.b*T)
+	case FixedWindow:
+		for k := floorDiv(t, p.p); ; k++ {
+			if b.count(k)+p.cost <= p.r {
+				return max(t, k*p.p)
+			}
+		}
+	case SlidingLog:
+		t = max(t, b.lastAt())
+		i, _ := slices.BinarySearchFunc(b.log, t-p.p+1, func(e logEntry, at int64) int { return cmpInt(e.at, at) })
+		var sum int64
+		for _, e := range b.log[i:] {
+			sum += e.cost
+		}
+		for ; sum+p.cost > p.r; i++ {
+			t = max(t, b.log[i].at+p.p)
+			sum -= b.log[i].cost
+		}
+		return t
+	case SlidingWindow:
+		for k := floorDiv(t, p.p); ; k++ {
+			start := k * p.p
+			room := p.r - b.count(k) - p.cost
+			if room < 0 {
+				continue
+			}
+			e := max(t-start, 0)
+			if prev := b.count(k - 1); prev > 0 {
+				// prev*(P-e) <= room*P  <=>  e >= P - floor(room*P/prev)
+				e = max(e, p.p-room*p.p/prev)
+			}
+			if e < p.p {
+				return start + e
+			}
+		}
+	}
+	return t
+}
+
+// commit charges p.cost at instant t, which earliest allowed, and returns
+// the mark that refund needs.
+func (b *memBucket) commit(p params, t int64) int64 {
+	switch p.alg {
+	case GCRA:
+		b.tat = max(b.tat, t) + p.cost*ceilDiv(p.p, p.r)
+		b.expire = b.tat
+		return b.tat
+	case FixedWindow, SlidingWindow:
+		k := floorDiv(t, p.p)
+		b.add(k, p.cost)
+		end := (k + 1) * p.p
+		if p.alg == SlidingWindow {
+			end += p.p // counted as the previous window by the next one
+		}
+		b.expire = max(b.expire, end)
+		return k
+	case SlidingLog:
+		b.log = append(b.log, logEntry{at: t, cost: p.cost})
+		b.expire = max(b.expire, t+p.p)
+		return t
+	}
+	return 0
+}
+
+// refund gives back a charge recorded by commit, as far as that is safe.
+func (b *memBucket) refund(p params, mark int64) {
+	switch p.alg {
+	case GCRA:
+		if b.tat == mark { // no later grant sits on the time this one skipped
+			b.tat -= p.cost * ceilDiv(p.p, p.r)
+		}
+	case FixedWindow, SlidingWindow:
+		b.add(mark, -p.cost)
+	case SlidingLog:
+		for i := len(b.log) - 1; i >= 0; i-- {
+			if b.log[i].at == mark && b.log[i].cost == p.cost {
+				b.log = slices.Delete(b.log, i, i+1)
+				break
+			}
+		}
+	}
+}
+
+// prune forgets state that can no longer affect a decision at or after now.
+func (b *memBucket) prune(p params, now int64) {
+	switch p.alg {
+	case FixedWindow, SlidingWindow:
+		keep := floorDiv(now, p.p)
+		if p.alg == SlidingWindow {
+			keep--
+		}
+		i := 0
+		for i < len(b.windows) && b.windows[i].idx < keep {
+			i++
+		}
+		b.windows = b.windows[i:]
+	case SlidingLog:
+		i := 0
+		for i < len(b.log) && b.log[i].at <= now-p.p {
+			i++
+		}
+		if i > 0 {
+			b.log = slices.Delete(b.log, 0, i)
+		}
+	}
+}
+
+func (b *memBucket) count(k int64) int64 {
+	for _, w := range b.windows {
+		if w.idx == k {
+			return w.count
+		}
+	}
+	return 0
+}
+
+// add adds n to window k's count, keeping windows sorted and dropping
+// windows whose count falls to zero.
+func (b *memBucket) add(k, n int64) {
+	i, found := slices.BinarySearchFunc(b.windows, k, func(w window, k int64) int { return cmpInt(w.idx, k) })
+	switch {
+	case found:
+		b.windows[i].count += n
+		if b.windows[i].count <= 0 {
+			b.windows = slices.Delete(b.windows, i, i+1)
+		}
+	case n > 0:
+		b.windows = slices.Insert(b.windows, i, window{idx: k, count: n})
+	}
+}
+
+func (b *memBucket) lastAt() int64 {
+	if len(b.log) == 0 {
+		return 0
+	}
+	return b.log[len(b.log)-1].at
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// floorDiv divides rounding toward negative infinity, so windows stay
+// aligned for instants before the epoch too.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// ceilMicros converts d to whole microseconds, rounding up.
+func ceilMicros(d time.Duration) int64 {
+	us := d / time.Microsecond
+	if d%time.Microsecond > 0 {
+		us++
+	}
+	return int64(us)
+}
