@@ -50,9 +50,16 @@ type LimitError struct {
 
 // Error describes the refusal.
 func (e *LimitError) Error() string {
-	what := "limit " + e.Limit
-	if e.Limit == "" {
-		what = "pause " + e.Pause
+	var what string
+	switch {
+	case e.Limit != "":
+		what = "limit " + e.Limit
+	case e.Err == nil && e.Pause == "":
+		what = "paused"
+	case e.Err == nil:
+		what = "paused (" + e.Pause + ")"
+	default:
+		what = "gave up waiting for quota"
 	}
 	msg := fmt.Sprintf("throttle: rule %s: %s", e.Rule, what)
 	if e.RetryAfter > 0 {

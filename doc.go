@@ -1,0 +1,74 @@
+// Package throttle keeps a fleet of services within the rate limits of the
+// third-party APIs they call. Its [Transport] is an [http.RoundTripper]:
+// put it in an [http.Client] (or in a vendor SDK's client) and every
+// outbound request is held to the limits of a [Policy] before it is sent.
+//
+// # Quickstart
+//
+// At most 100 Slack notifications per 30 minutes in all, and at most 10 per
+// 30 minutes per event category:
+//
+//	global := throttle.Limit{Name: "global", Rate: 100, Per: 30 * time.Minute}
+//	perCategory := throttle.Limit{Name: "category", Rate: 10, Per: 30 * time.Minute,
+//		Key: throttle.KeyFromContext("category")}
+//	t, err := throttle.NewTransport(http.DefaultTransport, throttle.Policy{Rules: []throttle.Rule{{
+//		Name: "slack-notify", Host: "hooks.slack.com",
+//		Limits: []throttle.Limit{global, perCategory},
+//		Wait:   waiters.FailFast(),
+//	}}})
+//	client := &http.Client{Transport: t}
+//	ctx = throttle.WithKey(ctx, "category", "errors")
+//	resp, err := client.Do(req.WithContext(ctx))
+//	var le *throttle.LimitError
+//	if errors.As(err, &le) { /* not sent: le.Limit, le.RetryAfter */ }
+//
+// # The model
+//
+// A [Policy] is an ordered list of [Rule]s. A rule matches requests by
+// host, method, path pattern (the [net/http.ServeMux] syntax) and an
+// optional predicate; the first rule that matches decides. A request that
+// matches no rule is sent unlimited (or refused, with
+// Policy.RefuseUnmatched).
+//
+// A rule names one or more [Limit]s, each "at most Rate per Per", counted
+// per key ([KeyFunc]: a constant, a context value, a header, a path
+// wildcard, a query or body field). All limits of a rule are decided in
+// one atomic step: either every limit admits the request and every one is
+// charged, or none is charged. So a notification refused by its category's
+// limit does not use up the global quota. A limit name used by several
+// rules is one shared counter.
+//
+// The decision is made by a [Store]. The default [MemoryStore] keeps
+// counters in the process; the redisstore package keeps them in Redis, so
+// every instance of a service shares one quota, with every decision made
+// by one Lua script on Redis's clock.
+//
+// # Waiting
+//
+// The rule's [Waiter] (see the waiters package) gives how long a request
+// may wait: not at all (FailFast), up to a bound (UpTo), or until its
+// context ends (Block, the default). The budget, capped by the context's
+// deadline, goes to the store with the decision. If the request can go
+// within it, the store reserves the slot for it at once, and the request
+// sleeps on a timer until then: no polling, and no herd of instances
+// retrying at the same instant. If it cannot, the request fails at once
+// with a [*LimitError] carrying the earliest time a retry could succeed,
+// and nothing is charged. If the context ends while a request sleeps, its
+// reservation is given back.
+//
+// # Pauses
+//
+// A store can pause a rule's scope until an instant ([Store.Pause]);
+// decisions in the scope wait or fail until then. Pauses are how the
+// answers of a vendor ("429 Too Many Requests, Retry-After: 30") are shared
+// with every instance.
+//
+// # Errors
+//
+// A request that is not sent returns an error from RoundTrip, which
+// [http.Client] wraps in a [*url.Error]; [errors.Is] and [errors.As] see
+// through it. [ErrLimited] matches every refusal by a limit or a pause,
+// and [*LimitError] carries the rule, the limit and RetryAfter. A store
+// failure (Redis unreachable, say) is returned wrapped, so the store's own
+// errors still match; the request is not sent.
+package throttle

@@ -1,0 +1,283 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/quotakit/throttle/waiters"
+)
+
+// A Policy says which outbound requests are limited and how: an ordered
+// list of rules. A request is decided by the first rule that matches it; a
+// request that matches none is sent unlimited, unless RefuseUnmatched is
+// set. A Policy is plain data: build it in code, validate it with
+// [Policy.Validate], and hand it to [NewTransport], which validates it too.
+type Policy struct {
+	// Rules are tried in order; the first that matches decides.
+	Rules []Rule
+
+	// RefuseUnmatched makes a request that matches no rule fail with
+	// [ErrNoRule] instead of passing through unlimited.
+	RefuseUnmatched bool
+}
+
+// A Rule matches a set of requests and names the limits they must all
+// pass, atomically: a request is charged to every limit of its rule, or to
+// none of them.
+//
+// The match fields (Host, Method, Path, Match) are ANDed; an empty field
+// matches anything.
+type Rule struct {
+	// Name identifies the rule in errors and metrics. It must be unique
+	// in the policy and use only letters, digits and ._-.
+	Name string
+
+	// Host matches the request URL's host: an exact name
+	// ("api.github.com"), or a wildcard for subdomains ("*.slack.com",
+	// which does not match "slack.com" itself). A pattern without a port
+	// matches any port; one with a port ("localhost:8080") only that port.
+	Host string
+
+	// Method matches the request method exactly, e.g. "POST".
+	Method string
+
+	// Path matches the URL path with the pattern syntax of
+	// [net/http.ServeMux]: "/api/{method}", "/repos/{owner}/{repo}/issues",
+	// "/files/{path...}", a trailing "/" for a subtree, "{$}" for an exact
+	// trailing slash. Wildcard values are available to key functions
+	// through [http.Request.PathValue] and [KeyFromPath].
+	Path string
+
+	// Match, if set, must also report true. It receives a copy of the
+	// request carrying the Path wildcards and must not modify it.
+	Match func(*http.Request) bool
+
+	// Limits are decided together. A rule with no limits still matches
+	// (so later rules are not tried) and still honours pauses: use it to
+	// exempt requests.
+	Limits []Limit
+
+	// Cost returns what a request is charged against every limit of the
+	// rule (GitHub counts a write as 5 points). Nil means 1. A cost below
+	// 1 fails the request; a cost above what a limit can ever admit fails
+	// with [ErrCostTooHigh] rather than wait forever.
+	Cost func(*http.Request) int
+
+	// Wait says how long a request may wait for its quota: see the
+	// waiters package. Nil means [waiters.Block]. [WithWaiter] overrides
+	// it per request.
+	Wait Waiter
+
+	// Scope groups counters and pauses in the store; the Redis store keeps
+	// a scope in one Cluster slot. Rules that share a limit (same limit
+	// name) must share a scope. Empty means the rule's Name.
+	Scope string
+}
+
+// A Waiter states how long a request may wait for its quota. The standard
+// ones are in the waiters package: waiters.FailFast, waiters.UpTo and
+// waiters.Block. Transport caps the budget by the request context's
+// deadline. Implementations must be safe for concurrent use.
+type Waiter interface {
+	// MaxWait returns the longest the request with context ctx may wait.
+	MaxWait(ctx context.Context) time.Duration
+}
+
+// WaiterFunc adapts a function to a [Waiter].
+type WaiterFunc func(ctx context.Context) time.Duration
+
+// MaxWait returns f(ctx).
+func (f WaiterFunc) MaxWait(ctx context.Context) time.Duration { return f(ctx) }
+
+type waiterKey struct{}
+
+// WithWaiter returns a copy of ctx whose requests use w instead of their
+// rule's waiter: an interactive request can fail fast while a batch job
+// blocks under the same rule.
+func WithWaiter(ctx context.Context, w Waiter) context.Context {
+	return context.WithValue(ctx, waiterKey{}, w)
+}
+
+// defaultWaiter is used by rules without a Wait.
+var defaultWaiter Waiter = waiters.Block()
+
+// CostByMethod returns a Rule.Cost that charges costs[method], or def for
+// methods not listed. For GitHub's secondary limits:
+//
+//	throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1, "OPTIONS": 1})
+func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
+	m := make(map[string]int, len(costs))
+	for k, v := range costs {
+		m[strings.ToUpper(k)] = v
+	}
+	return func(r *http.Request) int {
+		if c, ok := m[r.Method]; ok {
+			return c
+		}
+		return def
+	}
+}
+
+// rule is a validated Rule with its patterns parsed.
+type rule struct {
+	Rule
+	id    string // Name, for messages
+	scope string
+	host  *hostPattern
+	path  *pathPattern
+	wait  Waiter
+}
+
+// compiledPolicy is a validated Policy, ready to match requests.
+type compiledPolicy struct {
+	rules  []rule
+	refuse bool
+}
+
+// Validate reports every problem with the policy: each is a
+// [*PolicyError] naming the rule and field, and all of them match
+// [ErrInvalidPolicy]. It returns nil for a valid policy.
+func (p Policy) Validate() error {
+	_, err := p.compile()
+	return err
+}
+
+// compile validates p and parses its patterns.
+func (p Policy) compile() (*compiledPolicy, error) {
+	var errs []error
+	bad := func(ruleID, field string, format string, args ...any) {
+		errs = append(errs, &PolicyError{Rule: ruleID, Field: field, Err: fmt.Errorf(format, args...)})
+	}
+	type limitUse struct {
+		rule  string
+		scope string
+		limit Limit
+	}
+	names := make(map[string]bool)
+	limits := make(map[string]limitUse) // by limit name
+	cp := &compiledPolicy{refuse: p.RefuseUnmatched}
+
+	for i, r := range p.Rules {
+		id := r.Name
+		if id == "" {
+			id = fmt.Sprintf("#%d", i)
+		}
+		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait}
+		cr.Limits = append([]Limit(nil), r.Limits...)
+		if cr.scope == "" {
+			cr.scope = r.Name
+		}
+		if cr.wait == nil {
+			cr.wait = defaultWaiter
+		}
+		switch {
+		case r.Name == "":
+			bad(id, "Name", "must not be empty")
+		case !validName(r.Name):
+			bad(id, "Name", "%q must use only letters, digits and ._- (at most 64 bytes)", r.Name)
+		case names[r.Name]:
+			bad(id, "Name", "duplicate rule name %q", r.Name)
+		}
+		names[r.Name] = true
+		if r.Scope != "" && !validName(r.Scope) {
+			bad(id, "Scope", "%q must use only letters, digits and ._- (at most 64 bytes)", r.Scope)
+		}
+		if r.Host != "" {
+			h, err := parseHostPattern(r.Host)
+			if err != nil {
+				bad(id, "Host", "%v", err)
+			} else {
+				cr.host = &h
+			}
+		}
+		if r.Path != "" {
+			pp, err := parsePathPattern(r.Path)
+			if err != nil {
+				bad(id, "Path", "%v", err)
+			} else {
+				cr.path = pp
+			}
+		}
+		if r.Method != "" && !validMethod(r.Method) {
+			bad(id, "Method", "%q is not an HTTP method token", r.Method)
+		}
+		inRule := make(map[string]bool)
+		for j, l := range r.Limits {
+			field := fmt.Sprintf("Limits[%d]", j)
+			if f, err := l.validate(); err != nil {
+				errs = append(errs, &PolicyError{Rule: id, Field: field + "." + f, Err: err})
+				continue
+			}
+			if inRule[l.Name] {
+				bad(id, field+".Name", "duplicate limit name %q in the rule", l.Name)
+				continue
+			}
+			inRule[l.Name] = true
+			prev, seen := limits[l.Name]
+			if !seen {
+				limits[l.Name] = limitUse{rule: id, scope: cr.scope, limit: l}
+				continue
+			}
+			if prev.scope != cr.scope {
+				bad(id, field+".Name", "limit %q is shared with rule %s, so both rules need the same Scope (have %q and %q)", l.Name, prev.rule, cr.scope, prev.scope)
+			}
+			if a, b := prev.limit, l; a.Rate != b.Rate || a.Per != b.Per || a.burst() != b.burst() || a.Algorithm != b.Algorithm {
+				bad(id, field, "limit %q is also defined by rule %s with other parameters; one name is one counter", l.Name, prev.rule)
+			}
+		}
+		cp.rules = append(cp.rules, cr)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cp, nil
+}
+
+// validMethod reports whether m is an HTTP token (RFC 9110).
+func validMethod(m string) bool {
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return m != ""
+}
+
+// match returns the first rule that matches req, and a copy of req that
+// carries the rule's path wildcards; or nil if no rule matches.
+func (cp *compiledPolicy) match(req *http.Request) (*rule, *http.Request) {
+	host := req.URL.Host
+	if host == "" {
+		host = req.Host
+	}
+	for i := range cp.rules {
+		r := &cp.rules[i]
+		if r.Method != "" && r.Method != req.Method {
+			continue
+		}
+		if r.host != nil && !r.host.match(host) {
+			continue
+		}
+		var names, values []string
+		if r.path != nil {
+			var ok bool
+			if names, values, ok = r.path.match(req.URL); !ok {
+				continue
+			}
+		}
+		out := req.Clone(req.Context())
+		for j, n := range names {
+			out.SetPathValue(n, values[j])
+		}
+		if r.Match != nil && !r.Match(out) {
+			continue
+		}
+		return r, out
+	}
+	return nil, nil
+}

@@ -1,0 +1,197 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Transport is an [http.RoundTripper] that holds each outbound request to
+// the limits of its [Policy] before passing it to Base.
+//
+// For every request it finds the first matching rule, asks the [Store] to
+// decide all of the rule's limits in one atomic step, and then, as the
+// rule's [Waiter] allows, sends the request now, waits for a reserved slot
+// and sends it then, or returns a [*LimitError] without sending. Responses,
+// including a vendor's 429, are returned unchanged with a nil error.
+//
+// Transport never modifies the caller's request, and closes the request
+// body on every path on which it does not send it. It is safe for
+// concurrent use.
+type Transport struct {
+	base   http.RoundTripper
+	policy *compiledPolicy
+	store  Store
+	now    func() time.Time
+}
+
+// An Option configures a [Transport].
+type Option func(*Transport)
+
+// WithStore makes the transport keep its counters in s, e.g. a
+// redisstore.Store shared by every instance of a service. The default is a
+// [MemoryStore] private to the transport.
+func WithStore(s Store) Option {
+	return func(t *Transport) { t.store = s }
+}
+
+// WithClock makes the transport read the time from now instead of
+// [time.Now], for tests. It is used to cap waits by context deadlines;
+// stores keep their own clock.
+func WithClock(now func() time.Time) Option {
+	return func(t *Transport) {
+		if now != nil {
+			t.now = now
+		}
+	}
+}
+
+// NewTransport returns a Transport that applies policy p to requests
+// before sending them with base. A nil base means [http.DefaultTransport].
+// It validates p and returns the [Policy.Validate] error if p is invalid.
+func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport, error) {
+	cp, err := p.compile()
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{base: base, policy: cp, now: time.Now}
+	for _, o := range opts {
+		o(t)
+	}
+	if t.store == nil {
+		t.store = NewMemoryStore()
+	}
+	return t, nil
+}
+
+// WrapClient returns a copy of c whose transport is a [Transport] applying
+// p on top of c's own transport (an oauth2 transport, say); the copy keeps
+// c's Timeout, Jar and CheckRedirect. A nil c means [http.DefaultClient].
+// This is how to limit a vendor SDK that takes an *http.Client.
+func WrapClient(c *http.Client, p Policy, opts ...Option) (*http.Client, error) {
+	if c == nil {
+		c = http.DefaultClient
+	}
+	t, err := NewTransport(c.Transport, p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	wrapped := *c
+	wrapped.Transport = t
+	return &wrapped, nil
+}
+
+// RoundTrip implements [http.RoundTripper]: it applies the policy to req,
+// then sends it with the base transport, or returns an error without
+// sending. The error is a [*LimitError] when a limit or pause refused the
+// request or the request's context ended while it waited for its slot.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r, out := t.policy.match(req)
+	if r == nil {
+		if t.policy.refuse {
+			closeBody(req)
+			return nil, ErrNoRule
+		}
+		return t.baseRT().RoundTrip(req)
+	}
+	if err := t.admit(r, out); err != nil {
+		closeBody(out) // out.Body is req.Body, or wraps and closes it
+		return nil, err
+	}
+	return t.baseRT().RoundTrip(out)
+}
+
+// admit decides req under rule r and waits for its slot; nil means send.
+func (t *Transport) admit(r *rule, req *http.Request) error {
+	ctx := req.Context()
+	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
+	for i, l := range r.Limits {
+		key := ""
+		if l.Key != nil {
+			k, err := l.Key(req)
+			if err != nil {
+				return errKeyFunc(r.id, l.Name, err)
+			}
+			key = escapeKey(k)
+		}
+		d.Limits[i] = Bucket{Limit: l, Key: key}
+	}
+	if r.Cost != nil {
+		d.Cost = r.Cost(req)
+		if d.Cost < 1 {
+			return fmt.Errorf("throttle: rule %s: cost must be at least 1, got %d", r.id, d.Cost)
+		}
+		for _, l := range r.Limits {
+			if c := l.capacity(); d.Cost > c {
+				return fmt.Errorf("throttle: rule %s: %w: limit %s admits at most %d at once, request costs %d", r.id, ErrCostTooHigh, l.Name, c, d.Cost)
+			}
+		}
+	}
+	w, _ := ctx.Value(waiterKey{}).(Waiter)
+	if w == nil {
+		w = r.wait
+	}
+	d.MaxWait = max(w.MaxWait(ctx), 0)
+	if deadline, ok := ctx.Deadline(); ok {
+		d.MaxWait = min(d.MaxWait, max(deadline.Sub(t.now()), 0))
+	}
+
+	dec, err := t.store.Take(ctx, d)
+	if err != nil {
+		return fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
+	}
+	if !dec.OK {
+		le := &LimitError{Rule: r.id, Pause: dec.Pause, RetryAfter: dec.Delay}
+		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
+			le.Limit = r.Limits[dec.Limit].Name
+		}
+		return le
+	}
+	if dec.Delay <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(dec.Delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		if dec.Reservation != nil {
+			// Give the slot back; the caller's context is over, so use a
+			// short one of our own that keeps its values.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			cerr := t.store.Cancel(cctx, dec.Reservation)
+			cancel()
+			if cerr != nil {
+				return &LimitError{Rule: r.id, Err: fmt.Errorf("%w (and returning the reservation failed: %v)", ctx.Err(), cerr)}
+			}
+		}
+		return &LimitError{Rule: r.id, Err: ctx.Err()}
+	}
+}
+
+// cancelTimeout bounds the store call that returns a reservation.
+const cancelTimeout = time.Second
+
+func (t *Transport) baseRT() http.RoundTripper {
+	if t.base != nil {
+		return t.base
+	}
+	return http.DefaultTransport
+}
+
+// CloseIdleConnections closes the idle connections of the base transport,
+// if it has such a method, so [http.Client.CloseIdleConnections] works
+// through a Transport.
+func (t *Transport) CloseIdleConnections() {
+	if ci, ok := t.baseRT().(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		_ = r.Body.Close()
+	}
+}
