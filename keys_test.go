@@ -69,7 +69,7 @@ func TestSecretKeysAreHashed(t *testing.T) {
 	r.Header.Set("Authorization", "Bearer "+token)
 	r.Header.Set("X-Api-Key", token)
 	for name, f := range map[string]throttle.KeyFunc{
-		"authorization": throttle.KeyFromHeader("Authorization"),
+		"authorization":  throttle.KeyFromHeader("Authorization"),
 		"api key header": throttle.KeyFromHeader("x-api-key"),
 		"hashed query":   throttle.HashKey(throttle.KeyFromQuery("token")),
 	} {

@@ -360,7 +360,7 @@ func TestWrapClientKeepsClientSettings(t *testing.T) {
 type fakeJar struct{}
 
 func (*fakeJar) SetCookies(*url.URL, []*http.Cookie) {}
-func (*fakeJar) Cookies(*url.URL) []*http.Cookie      { return nil }
+func (*fakeJar) Cookies(*url.URL) []*http.Cookie     { return nil }
 
 func TestNewTransportRejectsInvalidPolicy(t *testing.T) {
 	_, err := throttle.NewTransport(nil, throttle.Policy{Rules: []throttle.Rule{{
