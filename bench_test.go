@@ -85,7 +85,7 @@ func BenchmarkTransportOverhead(b *testing.B) {
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})
-	tr, err := throttle.NewTransport(base, notifierPolicy(1<<30, 1<<30, nil))
+	tr, err := throttle.NewTransport(base, notifierPolicy(1<<20, 1<<20, nil))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -24,7 +23,6 @@ type MemoryStore struct {
 	mu      sync.Mutex
 	buckets map[bucketID]*memBucket
 	pauses  map[pauseID]int64 // pause end, µs
-	seq     uint64            // reservation ids
 	sweepAt int               // len(buckets)+len(pauses) that triggers a sweep
 	ops     int               // decisions since the last sweep
 }
@@ -108,7 +106,8 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, fmt.Errorf("throttle: memory store: %w", err)
 	}
-	ps, err := checkDemand(d)
+	var psBuf [4]params
+	ps, err := checkDemand(d, psBuf[:0])
 	if err != nil {
 		return Decision{}, err
 	}
@@ -125,7 +124,12 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 			t, pause = until, i
 		}
 	}
-	bs := make([]*memBucket, len(d.Limits))
+	var bsBuf [4]*memBucket
+	bs := bsBuf[:0]
+	if len(d.Limits) > len(bsBuf) {
+		bs = make([]*memBucket, 0, len(d.Limits))
+	}
+	bs = bs[:len(d.Limits)]
 	for i, l := range d.Limits {
 		if b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]; b != nil && b.alg == l.Limit.Algorithm {
 			b.prune(ps[i], now)
@@ -158,8 +162,7 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 		return dec, nil
 	}
 
-	s.seq++
-	r := &Reservation{Demand: d, Marks: make([]int64, len(d.Limits)), ID: strconv.FormatUint(s.seq, 10)}
+	r := newReservation(d)
 	for i, l := range d.Limits {
 		b := bs[i]
 		if b == nil {
@@ -170,6 +173,23 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 	}
 	s.ops++
 	return Decision{OK: true, Delay: micros(t - now), Limit: -1, Reservation: r}, nil
+}
+
+// reservation is a Reservation with room for the marks of a few limits,
+// so a decision allocates once.
+type reservation struct {
+	Reservation
+	marks [4]int64
+}
+
+func newReservation(d *Demand) *Reservation {
+	rv := &reservation{Reservation: Reservation{Demand: d}}
+	if n := len(d.Limits); n <= len(rv.marks) {
+		rv.Marks = rv.marks[:n]
+	} else {
+		rv.Marks = make([]int64, n)
+	}
+	return &rv.Reservation
 }
 
 // Cancel implements [Store.Cancel].
@@ -239,14 +259,13 @@ func (s *MemoryStore) maybeSweep(now int64) {
 
 // checkDemand rejects a demand no limit could ever grant and converts its
 // limits to store units.
-func checkDemand(d *Demand) ([]params, error) {
+func checkDemand(d *Demand, ps []params) ([]params, error) {
 	if d == nil {
 		return nil, fmt.Errorf("throttle: nil demand")
 	}
 	if d.Cost < 1 {
 		return nil, fmt.Errorf("throttle: demand cost must be at least 1, got %d", d.Cost)
 	}
-	ps := make([]params, len(d.Limits))
 	for i, b := range d.Limits {
 		if field, err := b.Limit.validate(); err != nil {
 			return nil, &PolicyError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
@@ -254,7 +273,7 @@ func checkDemand(d *Demand) ([]params, error) {
 		if c := b.Limit.capacity(); d.Cost > c {
 			return nil, fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, b.Limit.Name, c, d.Cost)
 		}
-		ps[i] = newParams(b.Limit, d.Cost)
+		ps = append(ps, newParams(b.Limit, d.Cost))
 	}
 	return ps, nil
 }
