@@ -162,9 +162,6 @@ func pickByName(name string) category {
 	return category{}
 }
 
-// jitterSlack is how much delivery jitter the fake webhook forgives.
-const jitterSlack = 20 * time.Millisecond
-
 // fakeWebhook answers like a Slack incoming webhook and enforces the limits
 // exactly, over a sliding window, counting violations.
 type fakeWebhook struct {
@@ -209,10 +206,11 @@ func (f *fakeWebhook) serve(w http.ResponseWriter, r *http.Request) {
 // count returns how many of key's sends are within the last period. The
 // transport decides on the instant it admits a request, and the webhook
 // sees it a little later (a new connection takes longer than a reused
-// one), so the fake allows jitterSlack, as real vendors' counters do.
+// one), so the fake forgives a twentieth of the period, as real vendors'
+// counters allow for jitter.
 func (f *fakeWebhook) count(key string, now time.Time) int {
 	ts := f.times[key]
-	cut := sort.Search(len(ts), func(i int) bool { return ts[i].After(now.Add(-f.per + jitterSlack)) })
+	cut := sort.Search(len(ts), func(i int) bool { return ts[i].After(now.Add(-f.per + f.per/20)) })
 	f.times[key] = ts[cut:]
 	return len(ts) - cut
 }
