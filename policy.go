@@ -255,9 +255,13 @@ func (cp *compiledPolicy) match(req *http.Request) (*rule, *http.Request) {
 	if host == "" {
 		host = req.Host
 	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet // as net/http sends it
+	}
 	for i := range cp.rules {
 		r := &cp.rules[i]
-		if r.Method != "" && r.Method != req.Method {
+		if r.Method != "" && r.Method != method {
 			continue
 		}
 		if r.host != nil && !r.host.match(host) {
