@@ -1,0 +1,312 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/stretchr/testify/require"
+)
+
+// testDifferential drives the store under test and the suite's reference
+// model with the same seeded random sequence of demands, cancellations,
+// pauses and clock moves, and asserts identical decisions. Afterwards it
+// checks the limits' invariants over every admission not cancelled.
+func (s *suite) testDifferential(t *testing.T) {
+	mixes := []struct {
+		name string
+		algs []throttle.Algorithm
+	}{
+		{"GCRA", []throttle.Algorithm{throttle.GCRA}},
+		{"FixedWindow", []throttle.Algorithm{throttle.FixedWindow}},
+		{"SlidingLog", []throttle.Algorithm{throttle.SlidingLog}},
+		{"SlidingWindow", []throttle.Algorithm{throttle.SlidingWindow}},
+		{"mixed", algorithms},
+	}
+	for _, mix := range mixes {
+		for seed := uint64(1); seed <= 4; seed++ {
+			t.Run(fmt.Sprintf("%s/seed=%d", mix.name, seed), func(t *testing.T) {
+				t.Parallel()
+				s.differential(t, mix.algs, seed)
+			})
+		}
+	}
+}
+
+// granted is a reservation the differential test may cancel.
+type granted struct {
+	step   int
+	seq    int // order of grants
+	store  *throttle.Reservation
+	model  *throttle.Reservation
+	demand *throttle.Demand
+	adm    []int // indexes into the admissions of each limit of demand
+}
+
+func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint64) {
+	const steps = 400
+	rng := rand.New(rand.NewPCG(seed, uint64(len(algs))))
+	store, clock := s.newStore(t)
+	m := newModel()
+	scope := s.scope(t, "")
+
+	// The limits: three names, random parameters, two keys each.
+	periods := []int64{1000, 1500, 3000, 7000, 10000, 333, 999}
+	var limits []throttle.Limit
+	for i := range 3 {
+		l := throttle.Limit{
+			Name:      fmt.Sprintf("l%d", i),
+			Rate:      1 + rng.IntN(6),
+			Per:       time.Duration(periods[rng.IntN(len(periods))]) * us,
+			Algorithm: algs[rng.IntN(len(algs))],
+		}
+		if l.Algorithm == throttle.GCRA && rng.IntN(2) == 0 {
+			l.Burst = 1 + rng.IntN(8)
+		}
+		limits = append(limits, l)
+	}
+	t.Logf("limits: %+v", limits)
+	var maxPer int64
+	for _, l := range limits {
+		maxPer = max(maxPer, per(l))
+	}
+	keys := []string{"a", "b"}
+	pauseKeys := []string{"p", "q"}
+
+	var (
+		adm       = map[string][]admission{} // per bucket, in order of grant
+		cancelled = map[string][]bool{}
+		lastGrant = map[string]int{} // per bucket: seq of the latest grant
+		out       []*granted
+		seq       int
+		trace     []string
+		stats     = map[string]int{}
+	)
+	fail := func(step int, format string, args ...any) {
+		t.Helper()
+		t.Fatalf("step %d: %s\nlast steps:\n%s", step, fmt.Sprintf(format, args...), lastLines(trace, 12))
+	}
+
+	// take decides d in both, compares, records, and returns the decision.
+	take := func(step int, d *throttle.Demand) (throttle.Decision, bool) {
+		now := clock.Now().UnixMicro()
+		want, at, wantErr := m.take(d, now)
+		got, err := store.Take(t.Context(), d)
+		trace = append(trace, fmt.Sprintf("  step %d at +%dµs: %s -> want %s, got %s", step, now-Start.UnixMicro(), describe(d), outcomeString(want, wantErr), outcomeString(got, err)))
+		switch {
+		case wantErr != nil:
+			stats["error"]++
+		case want.OK && want.Delay == 0:
+			stats["granted now"]++
+		case want.OK:
+			stats["reserved"]++
+		case want.Limit >= 0:
+			stats["refused by a limit"]++
+		default:
+			stats["refused by a pause"]++
+		}
+		if wantErr != nil {
+			if err == nil {
+				fail(step, "want an error (%v), got %+v", wantErr, got)
+			}
+			if errors.Is(wantErr, throttle.ErrCostTooHigh) && !errors.Is(err, throttle.ErrCostTooHigh) {
+				fail(step, "want an error matching ErrCostTooHigh, got %v", err)
+			}
+			return got, false
+		}
+		if err != nil {
+			fail(step, "unexpected error: %v", err)
+		}
+		if got.OK != want.OK || got.Delay != want.Delay {
+			fail(step, "want OK=%v Delay=%v, got OK=%v Delay=%v", want.OK, want.Delay, got.OK, got.Delay)
+		}
+		if !got.OK {
+			lims, pauses := m.binding(d, at)
+			okBinding := got.Limit >= 0 && slices.Contains(lims, got.Limit) || got.Limit == -1 && slices.Contains(pauses, got.Pause)
+			if !okBinding {
+				fail(step, "refused until +%dµs, bound by limits %v or pauses %q; got Limit=%d Pause=%q", at-now, lims, pauses, got.Limit, got.Pause)
+			}
+			if got.Reservation != nil {
+				fail(step, "refused with a Reservation")
+			}
+			return got, true
+		}
+		if got.Limit != -1 || got.Pause != "" {
+			fail(step, "granted with Limit=%d Pause=%q, want -1 and \"\"", got.Limit, got.Pause)
+		}
+		if len(d.Limits) > 0 && got.Reservation == nil {
+			fail(step, "granted without a Reservation")
+		}
+		seq++
+		g := &granted{step: step, seq: seq, store: got.Reservation, model: want.Reservation, demand: d}
+		for _, b := range d.Limits {
+			id := bucketID(d.Scope, b)
+			g.adm = append(g.adm, len(adm[id]))
+			adm[id] = append(adm[id], admission{at: at, cost: int64(d.Cost)})
+			cancelled[id] = append(cancelled[id], false)
+			lastGrant[id] = seq
+		}
+		if len(d.Limits) > 0 {
+			out = append(out, g)
+		}
+		return got, true
+	}
+
+	for step := 1; step <= steps; step++ {
+		switch r := rng.IntN(100); {
+		case r < 50: // take, sometimes followed by probes of the retry time
+			d := &throttle.Demand{Scope: scope, Cost: 1}
+			capMin := int64(1 << 30)
+			for _, i := range rng.Perm(len(limits)) {
+				if rng.IntN(10) < 6 {
+					l := limits[i]
+					d.Limits = append(d.Limits, throttle.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]})
+					capMin = min(capMin, capacity(l))
+				}
+			}
+			for _, p := range pauseKeys {
+				if rng.IntN(5) == 0 {
+					d.Pauses = append(d.Pauses, p)
+				}
+			}
+			if len(d.Limits) > 0 {
+				d.Cost = 1 + rng.IntN(int(capMin))
+				if rng.IntN(30) == 0 {
+					d.Cost = int(capMin) + 1
+				}
+			}
+			switch w := rng.IntN(20); {
+			case w < 10:
+			case w == 10:
+				d.MaxWait = -time.Duration(rng.Int64N(maxPer)) * us
+			default:
+				d.MaxWait = time.Duration(rng.Int64N(3*maxPer)) * us
+			}
+			dec, ok := take(step, d)
+			if !ok || dec.OK || rng.IntN(3) != 0 {
+				break
+			}
+			// Never early: refused 1µs before the retry time, admitted at it.
+			probe := *d
+			probe.MaxWait = 0
+			clock.Advance(dec.Delay - us)
+			if again, _ := take(step, &probe); again.OK || again.Delay != us {
+				fail(step, "at the retry time minus 1µs: want refused with Delay 1µs, got OK=%v Delay=%v", again.OK, again.Delay)
+			}
+			clock.Advance(us)
+			if again, _ := take(step, &probe); !again.OK || again.Delay != 0 {
+				fail(step, "at the retry time: want granted now, got OK=%v Delay=%v", again.OK, again.Delay)
+			}
+		case r < 75: // move the clock
+			var d int64
+			switch rng.IntN(4) {
+			case 0:
+			case 1: // to the next boundary of a window
+				p := per(limits[rng.IntN(len(limits))])
+				now := clock.Now().UnixMicro()
+				d = (now/p+1)*p - now
+			default:
+				d = rng.Int64N(maxPer)
+			}
+			clock.Advance(time.Duration(d) * us)
+			trace = append(trace, fmt.Sprintf("  step %d: advance %dµs", step, d))
+		case r < 82: // pause
+			key := pauseKeys[rng.IntN(len(pauseKeys))]
+			d := time.Duration(rng.Int64N(4*maxPer)-maxPer) * us
+			require.NoError(t, store.Pause(t.Context(), scope, key, d), "step %d: pause %q for %v", step, key, d)
+			m.pause(scope, key, d, clock.Now().UnixMicro())
+			trace = append(trace, fmt.Sprintf("  step %d: pause %q for %v", step, key, d))
+		default: // cancel a reservation, where the semantics are unambiguous
+			if len(out) == 0 {
+				continue
+			}
+			i := rng.IntN(len(out))
+			g := out[i]
+			if !unambiguousCancel(m, g, lastGrant) {
+				continue
+			}
+			out = slices.Delete(out, i, i+1)
+			require.NoError(t, store.Cancel(t.Context(), g.store), "step %d: cancel the reservation of step %d", step, g.step)
+			require.NoError(t, m.cancel(g.model))
+			for j, b := range g.demand.Limits {
+				cancelled[bucketID(g.demand.Scope, b)][g.adm[j]] = true
+			}
+			trace = append(trace, fmt.Sprintf("  step %d: cancel the reservation of step %d", step, g.step))
+			stats["cancel"]++
+		}
+	}
+
+	t.Logf("decisions: %v", stats)
+
+	// Invariants over what stayed granted, bucket by bucket.
+	for _, l := range limits {
+		for _, k := range keys {
+			id := bucketID(scope, throttle.Bucket{Limit: l, Key: k})
+			var kept []admission
+			for j, a := range adm[id] {
+				if !cancelled[id][j] {
+					kept = append(kept, a)
+				}
+			}
+			checkAdmissions(t, fmt.Sprintf("%s key %s (%v)", l.Name, k, l.Algorithm), l, kept)
+		}
+	}
+}
+
+// unambiguousCancel reports whether cancelling g has one documented
+// outcome. A GCRA charge is refunded "only if no later demand has been
+// granted on the same bucket since"; a store may test that by comparing
+// its TAT with the mark it set, which differs from the wording when a
+// later grant was itself cancelled. Such cancels are left out.
+func unambiguousCancel(m *model, g *granted, lastGrant map[string]int) bool {
+	for i, b := range g.demand.Limits {
+		if b.Limit.Algorithm != throttle.GCRA {
+			continue
+		}
+		id := bucketID(g.demand.Scope, b)
+		tail := m.tat[id] == g.model.Marks[i]
+		noLater := lastGrant[id] == g.seq
+		if tail != noLater {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(d *throttle.Demand) string {
+	s := fmt.Sprintf("take cost %d", d.Cost)
+	for _, b := range d.Limits {
+		s += fmt.Sprintf(" %s/%s", b.Limit.Name, b.Key)
+	}
+	if d.MaxWait != 0 {
+		s += fmt.Sprintf(" maxWait %v", d.MaxWait)
+	}
+	if len(d.Pauses) > 0 {
+		s += fmt.Sprintf(" pauses %q", d.Pauses)
+	}
+	return s
+}
+
+func outcomeString(d throttle.Decision, err error) string {
+	switch {
+	case err != nil:
+		return "error " + err.Error()
+	case d.OK:
+		return fmt.Sprintf("OK delay %v", d.Delay)
+	case d.Limit >= 0:
+		return fmt.Sprintf("refused %v by limit %d", d.Delay, d.Limit)
+	}
+	return fmt.Sprintf("refused %v by pause %q", d.Delay, d.Pause)
+}
+
+func lastLines(lines []string, n int) string {
+	s := ""
+	for _, l := range lines[max(0, len(lines)-n):] {
+		s += l + "\n"
+	}
+	return s
+}

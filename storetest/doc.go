@@ -1,0 +1,60 @@
+// Package storetest is the conformance suite for implementations of
+// [throttle.Store]: the precise, executable statement of the semantics
+// documented on [throttle.Store] and [throttle.Algorithm]. The in-process
+// store ([throttle.NewMemoryStore]) and the Redis store (package
+// redisstore) both pass it, and so must any third-party Store.
+//
+// # Using the suite
+//
+// Call [Run] from a test of your store's package and give it a
+// constructor. The suite hands each store a fake clock ([Clock]); the
+// store must read its time from it, in whole microseconds
+// (now().UnixMicro()), and from nowhere else:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Config{
+//			New: func(t *testing.T, now func() time.Time) throttle.Store {
+//				return mystore.New(client, mystore.WithClock(now))
+//			},
+//			// For a shared backend: n stores with separate clients.
+//			Instances: func(t *testing.T, now func() time.Time, n int) []throttle.Store {
+//				...
+//			},
+//		})
+//	}
+//
+// A store whose production clock lives in its backend (Redis's TIME, say)
+// needs a test-only way to take the time from now instead.
+//
+// Every case runs in its own parallel subtest with its own
+// [throttle.Demand.Scope] (derived from the test's name and a per-run
+// nonce, at most 64 bytes of [A-Za-z0-9._-]), so all cases may share one
+// backend; New may return stores on the same server. No case sleeps:
+// time moves only through the fake clock, which starts at [Start], an
+// instant aligned to every period the cases use.
+//
+// # What it checks
+//
+//   - Each algorithm's integer-microsecond math as step rows: admissions
+//     up to the limit, the exact Delay of a refusal, and that it is never
+//     early (refused 1µs before it, admitted at it); window boundaries
+//     aligned to the epoch, the sliding-window estimate, sliding-log
+//     expiry, costs above 1; odd and long periods.
+//   - All-or-nothing demands over several limits, which limit is reported
+//     as binding, shared and independent counters.
+//   - Reservations (MaxWait > 0) at the earliest instant all limits and
+//     pauses allow, and Cancel's refunds.
+//   - Pauses, and errors: [throttle.ErrCostTooHigh], costs below 1.
+//   - Exact admitted counts under contention (64 goroutines; with
+//     Config.Instances, also 8 instances of 8 goroutines), and
+//     concurrent reservations that never exceed a limit.
+//   - A seeded random differential test that compares every decision with
+//     a reference model inside this package and checks each algorithm's
+//     invariant over all admissions.
+//
+// Where store.go leaves a choice open, the suite accepts every reading:
+// a refused decision may name any limit that refuses the demand 1µs
+// before its retry instant (or a pause in force then), and a GCRA refund
+// is only tested where "no later grant since" and "the bucket still ends
+// at this charge" agree.
+package storetest

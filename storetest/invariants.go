@@ -1,0 +1,71 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/quotakit/throttle"
+	"github.com/stretchr/testify/assert"
+)
+
+// An admission is a granted charge: the instant it was granted for (the
+// decision's time plus its Delay, in microseconds) and its cost.
+type admission struct {
+	at, cost int64
+}
+
+// checkAdmissions asserts that the admissions of one bucket never exceed
+// what its limit allows. Sliding windows are only approximate, so they are
+// not checked here (the differential test pins their decisions instead).
+func checkAdmissions(t *testing.T, what string, l throttle.Limit, adm []admission) bool {
+	t.Helper()
+	adm = slices.Clone(adm)
+	slices.SortStableFunc(adm, func(a, b admission) int { return int(a.at - b.at) })
+	p, r := per(l), int64(l.Rate)
+	switch l.Algorithm {
+	case throttle.FixedWindow:
+		sum := map[int64]int64{}
+		for _, a := range adm {
+			sum[a.at/p] += a.cost
+			if !assert.LessOrEqual(t, sum[a.at/p], r, "%s: fixed window %d [%d, %d)µs admitted more than %d", what, a.at/p, a.at/p*p, (a.at/p+1)*p, r) {
+				return false
+			}
+		}
+	case throttle.SlidingLog:
+		for j, a := range adm {
+			var sum int64
+			for _, b := range adm[:j+1] {
+				if b.at > a.at-p {
+					sum += b.cost
+				}
+			}
+			for _, b := range adm[j+1:] { // same instant, later in the slice
+				if b.at == a.at {
+					sum += b.cost
+				}
+			}
+			if !assert.LessOrEqual(t, sum, r, "%s: sliding log window (%d, %d]µs admitted more than %d", what, a.at-p, a.at, r) {
+				return false
+			}
+		}
+	case throttle.GCRA:
+		// Over [a, b], at most B + floor((b-a)/T) units: (sum-B)*T <= b-a.
+		T, B := emission(l), burst(l)
+		for i := range adm {
+			if i > 0 && adm[i].at == adm[i-1].at {
+				continue
+			}
+			var sum int64
+			for j := i; j < len(adm); j++ {
+				sum += adm[j].cost
+				if j+1 < len(adm) && adm[j+1].at == adm[j].at {
+					continue
+				}
+				if !assert.LessOrEqual(t, (sum-B)*T, adm[j].at-adm[i].at, "%s: GCRA admitted %d in [%d, %d]µs, more than B + (b-a)/T with B=%d T=%dµs", what, sum, adm[i].at, adm[j].at, B, T) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,339 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quotakit/throttle"
+)
+
+// model is the suite's reference store: a direct, unoptimised reading of
+// the semantics documented on throttle.Store and throttle.Algorithm, in
+// integer microseconds of its clock. The randomized differential test
+// compares every decision of the store under test with it, and the suite's
+// own tests run every table against it.
+//
+// Several views (model.view) may share one model, like several instances
+// of a service sharing one backend.
+type model struct {
+	mu     sync.Mutex
+	tat    map[string]int64           // GCRA: theoretical arrival time per bucket
+	win    map[string]map[int64]int64 // FixedWindow, SlidingWindow: count per window index
+	log    map[string][]logEntry      // SlidingLog: entries in order of instant
+	pauses map[string]int64           // end of the pause per scope and pause key
+	seq    int64                      // source of sliding-log entry ids
+}
+
+// logEntry is one admitted demand in a sliding log.
+type logEntry struct {
+	at, cost int64
+	id       string
+}
+
+func newModel() *model {
+	return &model{
+		tat:    map[string]int64{},
+		win:    map[string]map[int64]int64{},
+		log:    map[string][]logEntry{},
+		pauses: map[string]int64{},
+	}
+}
+
+// view is a throttle.Store over a model, with its own clock.
+type view struct {
+	m   *model
+	now func() time.Time
+}
+
+var _ throttle.Store = view{}
+
+func (v view) micros() int64 { return v.now().UnixMicro() }
+
+// Take implements throttle.Store.
+func (v view) Take(_ context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	dec, _, err := v.m.take(d, v.micros())
+	return dec, err
+}
+
+// Cancel implements throttle.Store.
+func (v view) Cancel(_ context.Context, r *throttle.Reservation) error {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	return v.m.cancel(r)
+}
+
+// Pause implements throttle.Store.
+func (v view) Pause(_ context.Context, scope, key string, d time.Duration) error {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	v.m.pause(scope, key, d, v.micros())
+	return nil
+}
+
+func (m *model) pause(scope, key string, d time.Duration, now int64) {
+	if d <= 0 {
+		return
+	}
+	until := now + ceilMicros(d)
+	k := scope + "\x00" + key
+	m.pauses[k] = max(m.pauses[k], until)
+}
+
+// ceilMicros is d in whole microseconds, rounded up.
+func ceilMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// bucketID names the counter of b in scope.
+func bucketID(scope string, b throttle.Bucket) string {
+	return scope + "\x00" + b.Limit.Name + "\x00" + b.Key + "\x00" + b.Limit.Algorithm.String()
+}
+
+func per(l throttle.Limit) int64 { return l.Per.Microseconds() }
+
+func burst(l throttle.Limit) int64 {
+	if l.Burst == 0 {
+		return int64(l.Rate)
+	}
+	return int64(l.Burst)
+}
+
+// capacity is the largest cost l can ever admit.
+func capacity(l throttle.Limit) int64 {
+	if l.Algorithm == throttle.GCRA {
+		return burst(l)
+	}
+	return int64(l.Rate)
+}
+
+// emission is GCRA's emission interval T = ceil(P/R).
+func emission(l throttle.Limit) int64 {
+	p, r := per(l), int64(l.Rate)
+	return (p + r - 1) / r
+}
+
+// admits reports whether the limit of bucket id admits cost c at t.
+func (m *model) admits(id string, l throttle.Limit, c, t int64) bool {
+	p, r := per(l), int64(l.Rate)
+	switch l.Algorithm {
+	case throttle.GCRA:
+		T := emission(l)
+		return max(m.tat[id], t)+c*T-t <= burst(l)*T
+	case throttle.FixedWindow:
+		return m.win[id][t/p]+c <= r
+	case throttle.SlidingLog:
+		log := m.log[id]
+		if len(log) > 0 && t < log[len(log)-1].at {
+			return false
+		}
+		var sum int64
+		for _, e := range log {
+			if e.at > t-p {
+				sum += e.cost
+			}
+		}
+		return sum+c <= r
+	case throttle.SlidingWindow:
+		k := t / p
+		e := t - k*p
+		w := m.win[id]
+		return w[k-1]*(p-e)+(w[k]+c)*p <= r*p
+	}
+	panic("storetest: unknown algorithm")
+}
+
+// earliest returns the earliest instant, not before t, at which the limit
+// of bucket id admits cost c (c is at most the limit's capacity).
+func (m *model) earliest(id string, l throttle.Limit, c, t int64) int64 {
+	p, r := per(l), int64(l.Rate)
+	switch l.Algorithm {
+	case throttle.GCRA:
+		T := emission(l)
+		return max(t, m.tat[id]+c*T-burst(l)*T)
+	case throttle.FixedWindow:
+		w := m.win[id]
+		for k := t / p; ; k++ {
+			if w[k]+c <= r {
+				return max(t, k*p)
+			}
+		}
+	case throttle.SlidingLog:
+		log := m.log[id]
+		if len(log) > 0 {
+			t = max(t, log[len(log)-1].at)
+		}
+		var sum int64
+		for _, e := range log {
+			if e.at > t-p {
+				sum += e.cost
+			}
+		}
+		if sum+c <= r {
+			return t
+		}
+		for _, e := range log {
+			if e.at <= t-p {
+				continue
+			}
+			sum -= e.cost
+			if sum+c <= r {
+				return e.at + p
+			}
+		}
+		panic("storetest: sliding log never admits")
+	case throttle.SlidingWindow:
+		w := m.win[id]
+		k := t / p
+		e0 := t - k*p
+		for ; ; k, e0 = k+1, 0 {
+			prev, cur := w[k-1], w[k]
+			if cur+c > r {
+				continue
+			}
+			var e int64 // least e with prev*(p-e) <= (r-cur-c)*p
+			if prev > 0 {
+				e = p - (r-cur-c)*p/prev
+			}
+			e = max(e, e0)
+			if e < p {
+				return k*p + e
+			}
+		}
+	}
+	panic("storetest: unknown algorithm")
+}
+
+// charge charges cost c at t to the limit of bucket id and returns the
+// mark that cancel needs.
+func (m *model) charge(id string, l throttle.Limit, c, t int64, logID string) int64 {
+	switch l.Algorithm {
+	case throttle.GCRA:
+		m.tat[id] = max(m.tat[id], t) + c*emission(l)
+		return m.tat[id]
+	case throttle.FixedWindow, throttle.SlidingWindow:
+		if m.win[id] == nil {
+			m.win[id] = map[int64]int64{}
+		}
+		k := t / per(l)
+		m.win[id][k] += c
+		return k
+	case throttle.SlidingLog:
+		m.log[id] = append(m.log[id], logEntry{at: t, cost: c, id: logID})
+		return t
+	}
+	panic("storetest: unknown algorithm")
+}
+
+// refund gives back what charge took, as far as the semantics allow.
+func (m *model) refund(id string, l throttle.Limit, c, mark int64, logID string) {
+	switch l.Algorithm {
+	case throttle.GCRA:
+		if m.tat[id] == mark { // no later grant on the bucket
+			m.tat[id] = mark - c*emission(l)
+		}
+	case throttle.FixedWindow, throttle.SlidingWindow:
+		m.win[id][mark] -= c
+	case throttle.SlidingLog:
+		m.log[id] = slices.DeleteFunc(m.log[id], func(e logEntry) bool { return e.id == logID })
+	}
+}
+
+// errCost is returned for a demand whose cost is below 1.
+var errCost = errors.New("storetest model: cost must be at least 1")
+
+// check validates d as the stores do.
+func check(d *throttle.Demand) error {
+	if d.Cost < 1 {
+		return errCost
+	}
+	for i, b := range d.Limits {
+		if b.Limit.Rate <= 0 || b.Limit.Per < time.Microsecond {
+			return fmt.Errorf("storetest model: limit %d invalid", i)
+		}
+		if int64(d.Cost) > capacity(b.Limit) {
+			return fmt.Errorf("storetest model: limit %d: %w", i, throttle.ErrCostTooHigh)
+		}
+	}
+	return nil
+}
+
+// instant returns the earliest instant, not before now, at which every
+// limit of d admits it and no listed pause is in force.
+func (m *model) instant(d *throttle.Demand, now int64) int64 {
+	t := now
+	for _, p := range d.Pauses {
+		t = max(t, m.pauses[d.Scope+"\x00"+p])
+	}
+	c := int64(d.Cost)
+	for changed := true; changed; {
+		changed = false
+		for _, b := range d.Limits {
+			if e := m.earliest(bucketID(d.Scope, b), b.Limit, c, t); e > t {
+				t, changed = e, true
+			}
+		}
+	}
+	return t
+}
+
+// binding returns what may be reported as binding a demand refused until
+// t: the limits that do not admit it at t-1µs and the pauses in force then.
+func (m *model) binding(d *throttle.Demand, t int64) (limits []int, pauses []string) {
+	for i, b := range d.Limits {
+		if !m.admits(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t-1) {
+			limits = append(limits, i)
+		}
+	}
+	for _, p := range d.Pauses {
+		if m.pauses[d.Scope+"\x00"+p] > t-1 {
+			pauses = append(pauses, p)
+		}
+	}
+	return limits, pauses
+}
+
+// take decides d at now and returns the decision and its instant.
+func (m *model) take(d *throttle.Demand, now int64) (throttle.Decision, int64, error) {
+	if err := check(d); err != nil {
+		return throttle.Decision{}, 0, err
+	}
+	t := m.instant(d, now)
+	delay := time.Duration(t-now) * time.Microsecond
+	if t > now && delay > max(d.MaxWait, 0) {
+		dec := throttle.Decision{Delay: delay, Limit: -1}
+		limits, pauses := m.binding(d, t)
+		if len(limits) > 0 {
+			dec.Limit = limits[0]
+		} else if len(pauses) > 0 {
+			dec.Pause = pauses[0]
+		}
+		return dec, t, nil
+	}
+	m.seq++
+	dd := *d
+	dd.Limits = slices.Clone(d.Limits)
+	dd.Pauses = slices.Clone(d.Pauses)
+	r := &throttle.Reservation{Demand: &dd, ID: strconv.FormatInt(m.seq, 10), Marks: make([]int64, len(d.Limits))}
+	for i, b := range d.Limits {
+		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t, r.ID+"/"+strconv.Itoa(i))
+	}
+	return throttle.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
+}
+
+func (m *model) cancel(r *throttle.Reservation) error {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return errors.New("storetest model: not a reservation of this store")
+	}
+	d := r.Demand
+	for i, b := range d.Limits {
+		m.refund(bucketID(d.Scope, b), b.Limit, int64(d.Cost), r.Marks[i], r.ID+"/"+strconv.Itoa(i))
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/stretchr/testify/assert"
+)
+
+const (
+	us     = time.Microsecond
+	ms     = time.Millisecond
+	sec    = time.Second
+	minute = time.Minute
+	hour   = time.Hour
+)
+
+// A stepCase is one named table of steps run in order against one fresh
+// store whose clock starts at Start.
+type stepCase struct {
+	name    string
+	buckets []throttle.Bucket
+	steps   []step
+}
+
+// An op is what a step does.
+type op int
+
+const (
+	opTake   op = iota // Take a demand
+	opCancel           // Cancel the reservation of an earlier step
+	opPause            // Pause a key
+)
+
+// costZero asks a step for a demand of cost 0 (a zero cost field means 1).
+const costZero = math.MinInt
+
+// errAny in step.err accepts any error.
+var errAny = errors.New("any error")
+
+// A step advances the clock, then does one operation and checks its result.
+type step struct {
+	advance time.Duration // moves the clock before the operation
+	op      op
+
+	// For opTake: the demand.
+	use     []int         // indexes into the case's buckets; nil means all
+	scope   string        // non-empty: a separate scope, named so
+	cost    int           // 0 means 1; costZero means 0
+	maxWait time.Duration // Demand.MaxWait
+	pauses  []string      // Demand.Pauses
+
+	// For opTake: the wanted decision. When ok, Delay must be delay and
+	// Limit -1. When not ok, Delay must be delay, and Limit must be limit
+	// unless pause is set, in which case Limit must be -1 and Pause pause.
+	ok    bool
+	delay time.Duration
+	limit int
+	pause string
+	err   error // non-nil: Take must fail with an error matching err (errAny: any)
+
+	// For opCancel: the 1-based number of the step whose reservation is
+	// cancelled.
+	cancel int
+
+	// For opPause: Pause(scope, key, d).
+	key string
+	d   time.Duration
+}
+
+// demand builds the step's demand.
+func (st step) demand(buckets []throttle.Bucket, scope string) *throttle.Demand {
+	d := &throttle.Demand{Scope: scope, Cost: st.cost, MaxWait: st.maxWait, Pauses: st.pauses}
+	switch st.cost {
+	case 0:
+		d.Cost = 1
+	case costZero:
+		d.Cost = 0
+	}
+	if st.use == nil {
+		d.Limits = buckets
+	} else {
+		for _, i := range st.use {
+			d.Limits = append(d.Limits, buckets[i])
+		}
+	}
+	return d
+}
+
+// String describes the step for failure messages.
+func (st step) String() string {
+	s := ""
+	if st.advance != 0 {
+		s = fmt.Sprintf("advance %v, ", st.advance)
+	}
+	switch st.op {
+	case opCancel:
+		return s + fmt.Sprintf("cancel the reservation of step %d", st.cancel)
+	case opPause:
+		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
+	}
+	s += "take"
+	if st.use != nil {
+		s += fmt.Sprintf(" limits %v", st.use)
+	}
+	if st.scope != "" {
+		s += " in scope " + st.scope
+	}
+	switch st.cost {
+	case 0:
+	case costZero:
+		s += " cost 0"
+	default:
+		s += fmt.Sprintf(" cost %d", st.cost)
+	}
+	if st.maxWait != 0 {
+		s += fmt.Sprintf(" maxWait %v", st.maxWait)
+	}
+	if st.pauses != nil {
+		s += fmt.Sprintf(" pauses %q", st.pauses)
+	}
+	return s
+}
+
+// outcome is the checked part of a Decision.
+type outcome struct {
+	OK    bool
+	Delay time.Duration
+	Limit int
+	Pause string
+}
+
+func (st step) want() outcome {
+	w := outcome{OK: st.ok, Delay: st.delay, Limit: -1}
+	if !st.ok {
+		w.Pause = st.pause
+		if st.pause == "" {
+			w.Limit = st.limit
+		}
+	}
+	return w
+}
+
+func (s *suite) runCases(t *testing.T, cases []stepCase) {
+	for _, sc := range cases {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			store, clock := s.newStore(t)
+			runSteps(t, store, clock, sc, func(v string) string { return s.scope(t, v) })
+		})
+	}
+}
+
+// runSteps runs the steps of sc and stops at the first step that fails.
+func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, scope func(v string) string) {
+	decs := make([]throttle.Decision, len(sc.steps))
+	for i, st := range sc.steps {
+		n := i + 1
+		clock.Advance(st.advance)
+		sp := scope(st.scope)
+		switch st.op {
+		case opCancel:
+			r := decs[st.cancel-1].Reservation
+			if !assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			if !assert.NoError(t, store.Cancel(t.Context(), r), "step %d: %v", n, st) {
+				return
+			}
+		case opPause:
+			if !assert.NoError(t, store.Pause(t.Context(), sp, st.key, st.d), "step %d: %v", n, st) {
+				return
+			}
+		case opTake:
+			d := st.demand(sc.buckets, sp)
+			dec, err := store.Take(t.Context(), d)
+			if st.err != nil {
+				if !assert.Error(t, err, "step %d: %v: want an error, got decision %+v", n, st, dec) {
+					return
+				}
+				if st.err != errAny && !assert.ErrorIs(t, err, st.err, "step %d: %v", n, st) {
+					return
+				}
+				continue
+			}
+			if !assert.NoError(t, err, "step %d: %v", n, st) {
+				return
+			}
+			decs[i] = dec
+			got := outcome{OK: dec.OK, Delay: dec.Delay, Limit: dec.Limit, Pause: dec.Pause}
+			if !assert.Equal(t, st.want(), got, "step %d: %v: decision (want vs got)", n, st) {
+				return
+			}
+			if dec.OK && len(d.Limits) > 0 {
+				if !assert.NotNil(t, dec.Reservation, "step %d: %v: granted without a Reservation", n, st) {
+					return
+				}
+			}
+			if !dec.OK && !assert.Nil(t, dec.Reservation, "step %d: %v: refused with a Reservation", n, st) {
+				return
+			}
+		}
+	}
+}
+
+// Limit constructors for the tables.
+
+func gcra(name string, rate int, per time.Duration, burst int) throttle.Limit {
+	return throttle.Limit{Name: name, Rate: rate, Per: per, Burst: burst, Algorithm: throttle.GCRA}
+}
+
+func fixed(name string, rate int, per time.Duration) throttle.Limit {
+	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.FixedWindow}
+}
+
+func slidingLog(name string, rate int, per time.Duration) throttle.Limit {
+	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.SlidingLog}
+}
+
+func slidingWin(name string, rate int, per time.Duration) throttle.Limit {
+	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.SlidingWindow}
+}
+
+// on returns the buckets of limits, each with key "k".
+func on(limits ...throttle.Limit) []throttle.Bucket {
+	bs := make([]throttle.Bucket, len(limits))
+	for i, l := range limits {
+		bs[i] = throttle.Bucket{Limit: l, Key: "k"}
+	}
+	return bs
+}
+
+// repeat returns n copies of st.
+func repeat(n int, st step) []step {
+	s := make([]step, n)
+	for i := range s {
+		s[i] = st
+	}
+	return s
+}
+
+// steps concatenates groups of steps.
+func steps(groups ...[]step) []step {
+	var s []step
+	for _, g := range groups {
+		s = append(s, g...)
+	}
+	return s
+}
