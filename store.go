@@ -10,7 +10,7 @@ import (
 //
 // The in-process store ([NewMemoryStore]) is the default; the redisstore
 // package provides a Store shared by every instance of a service through
-// Redis. Both pass the same conformance suite (internal/storetest), which is
+// Redis. Both pass the same conformance suite (package storetest), which is
 // the precise statement of the semantics below.
 //
 // # Semantics
