@@ -24,6 +24,7 @@ type Transport struct {
 	policy *compiledPolicy
 	store  Store
 	now    func() time.Time
+	hooks  Hooks
 }
 
 // An Option configures a [Transport].
@@ -95,15 +96,32 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return t.baseRT().RoundTrip(req)
 	}
-	if err := t.admit(r, out); err != nil {
+	ev := t.admit(r, out)
+	if t.hooks.OnDecision != nil {
+		t.hooks.OnDecision(ev)
+	}
+	if ev.Err != nil {
 		closeBody(out) // out.Body is req.Body, or wraps and closes it
-		return nil, err
+		return nil, ev.Err
 	}
 	return t.baseRT().RoundTrip(out)
 }
 
-// admit decides req under rule r and waits for its slot; nil means send.
-func (t *Transport) admit(r *rule, req *http.Request) error {
+// admit decides req under rule r and waits for its slot. The event's Err
+// is nil when the request may be sent.
+func (t *Transport) admit(r *rule, req *http.Request) DecisionEvent {
+	ev := DecisionEvent{Rule: r.id}
+	if err := t.decide(r, req, &ev); err != nil {
+		ev.Err = err
+		if ev.Outcome == Allowed {
+			ev.Outcome = Failed
+		}
+	}
+	return ev
+}
+
+// decide does the work of admit, filling in ev as it learns.
+func (t *Transport) decide(r *rule, req *http.Request, ev *DecisionEvent) error {
 	ctx := req.Context()
 	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
 	for i, l := range r.Limits {
@@ -146,17 +164,21 @@ func (t *Transport) admit(r *rule, req *http.Request) error {
 		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
 			le.Limit = r.Limits[dec.Limit].Name
 		}
+		ev.Outcome, ev.Limit, ev.Wait = Refused, le.Limit, dec.Delay
 		return le
 	}
 	if dec.Delay <= 0 {
 		return nil
 	}
+	ev.Outcome, ev.Wait = Waited, dec.Delay
 	timer := time.NewTimer(dec.Delay)
 	defer timer.Stop()
+	start := t.now()
 	select {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
+		ev.Outcome, ev.Wait = GaveUp, t.now().Sub(start)
 		if dec.Reservation != nil {
 			// Give the slot back; the caller's context is over, so use a
 			// short one of our own that keeps its values.

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -236,4 +237,51 @@ func TestWaitersBudgets(t *testing.T) {
 	assert.Equal(t, "up-to(30s)", waiters.UpTo(30*time.Second).String())
 	var _ throttle.Waiter = waiters.Block()
 	assert.False(t, errors.Is(nil, throttle.ErrLimited))
+}
+
+func TestHooksReportEveryOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var events []throttle.DecisionEvent
+		hooks := throttle.Hooks{OnDecision: func(e throttle.DecisionEvent) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}}
+		p := perSecond(waiters.Block())
+		p.Rules = append(p.Rules, throttle.Rule{Name: "keyed", Host: "keyed.example.com",
+			Limits: []throttle.Limit{{Name: "k", Rate: 1, Per: time.Second, Key: throttle.KeyFromContext("tenant")}}})
+		p.Rules[0], p.Rules[1] = p.Rules[1], p.Rules[0]
+		tr, err := throttle.NewTransport(newRecorder(), p, throttle.WithHooks(hooks))
+		require.NoError(t, err)
+
+		require.NoError(t, send(context.Background(), tr)) // allowed
+		require.NoError(t, send(context.Background(), tr)) // waited 1s
+		assert.Error(t, send(throttle.WithWaiter(context.Background(), waiters.FailFast()), tr))
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		assert.Error(t, send(ctx, tr)) // next slot in 1s; deadline 0.5s: refused at once
+		cancel()
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() { time.Sleep(300 * time.Millisecond); cancel() }()
+		assert.ErrorIs(t, send(ctx, tr), context.Canceled) // gave up after 0.3s
+		req, _ := http.NewRequest(http.MethodGet, "http://keyed.example.com/", nil)
+		_, err = tr.RoundTrip(req)
+		assert.ErrorIs(t, err, throttle.ErrMissingKey) // failed
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, events, 6)
+		got := make([]string, len(events))
+		for i, e := range events {
+			got[i] = fmt.Sprintf("%s %s %s %v %v", e.Rule, e.Outcome, e.Limit, e.Wait, e.Err != nil)
+		}
+		assert.Equal(t, []string{
+			"api allowed  0s false",
+			"api waited  1s false",
+			"api refused rps 1s true",
+			"api refused rps 1s true",
+			"api gave-up  300ms true",
+			"keyed failed  0s true",
+		}, got)
+	})
 }

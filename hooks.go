@@ -1,0 +1,71 @@
+package throttle
+
+import "time"
+
+// Hooks receive what a [Transport] decides, for metrics and logs. Nil
+// fields are skipped, and a transport without hooks does no work for them.
+// Hooks run synchronously on the request's goroutine, so they must be fast
+// and safe for concurrent use. They never receive keys, which may be
+// derived from secrets.
+type Hooks struct {
+	// OnDecision is called once for every request that matched a rule,
+	// when its fate is known: sent at once, sent after waiting, refused,
+	// given up while waiting, or failed before a decision.
+	OnDecision func(DecisionEvent)
+}
+
+// An Outcome is what happened to a request that matched a rule.
+type Outcome int
+
+const (
+	// Allowed: sent at once.
+	Allowed Outcome = iota
+	// Waited: sent after waiting for a reserved slot.
+	Waited
+	// Refused: not sent, because a limit or pause refused it within the
+	// waiter's budget; nothing was charged.
+	Refused
+	// GaveUp: not sent, because the request's context ended while it
+	// waited; its reservation was given back.
+	GaveUp
+	// Failed: not sent, because no decision could be made (store error,
+	// missing key, cost out of range).
+	Failed
+)
+
+// String returns the outcome's name in lower case.
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Waited:
+		return "waited"
+	case Refused:
+		return "refused"
+	case GaveUp:
+		return "gave-up"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// A DecisionEvent describes the decision on one request.
+type DecisionEvent struct {
+	// Rule is the name of the matched rule.
+	Rule string
+	// Outcome is what happened.
+	Outcome Outcome
+	// Limit names the limit that refused the request, if one did.
+	Limit string
+	// Wait is how long the request waited (Waited, GaveUp), or when
+	// refused, how long until it could succeed (its RetryAfter).
+	Wait time.Duration
+	// Err is the error returned to the caller, if any.
+	Err error
+}
+
+// WithHooks makes the transport report its decisions to h.
+func WithHooks(h Hooks) Option {
+	return func(t *Transport) { t.hooks = h }
+}
