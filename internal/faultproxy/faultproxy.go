@@ -41,7 +41,8 @@ type Stats struct {
 	Refused int
 	// Active is the number of forwarded connections still open.
 	Active int
-	// BytesToServer and BytesToClient count the bytes forwarded each way.
+	// BytesToServer and BytesToClient count the bytes forwarded each way
+	// (counted as the proxy starts to write them).
 	BytesToServer, BytesToClient int64
 	// Dropped counts replies swallowed by [Proxy.DropNextReply] and
 	// [Proxy.DropReplyTo].
@@ -354,11 +355,13 @@ func (l *link) pump(dir Direction) {
 				// overtake it.
 				l.dropReply.Store(true)
 			}
+			// Counted before the write, so a reply can never be seen
+			// before the bytes of its command were counted.
+			count.Add(int64(n))
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				l.close()
 				return
 			}
-			count.Add(int64(n))
 		}
 		if err != nil {
 			l.close()

@@ -101,7 +101,7 @@ func TestDropReplyToRetriedScriptRunsTwice(t *testing.T) {
 func TestResetAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, p, c, _ := setup(t, nil)
+	_, p, _, _ := setup(t, nil)
 	raw, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
 	defer raw.Close()
@@ -116,7 +116,9 @@ func TestResetAll(t *testing.T) {
 	assert.Error(t, err, "the open connection was reset")
 
 	// New connections work.
-	assert.NoError(t, c.Ping(ctx).Err())
+	fresh := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer fresh.Close()
+	assert.NoError(t, fresh.Ping(ctx).Err())
 	assert.Equal(t, 3, p.Stats().Accepted)
 }
 

@@ -5,10 +5,10 @@
 //
 // # Lifetime
 //
-// [Start] and [StartCluster] stop what they started in t.Cleanup: SIGTERM,
-// then SIGKILL after a short grace, and they reap every process, so no
-// redis-server outlives the test binary (on Linux a server is also killed if
-// the test binary dies). No goroutine is left running either, so
+// [Start] and [StartCluster] stop what they started in t.Cleanup (SHUTDOWN
+// NOSAVE, then SIGTERM, then SIGKILL after a short grace), and they reap
+// every process, so no redis-server outlives the test binary (on Linux a
+// server is also killed if the test binary dies). No goroutine is left running either, so
 // go.uber.org/goleak passes while a server is still up.
 //
 // To share one server (or cluster) between all tests of a package, start it

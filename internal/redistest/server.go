@@ -251,8 +251,8 @@ func (s *Server) Running() bool {
 	return s.proc != nil
 }
 
-// Stop stops the server: SIGTERM, then SIGKILL if it has not exited after a
-// short grace, and waits for it to exit. Stopping a stopped server does
+// Stop stops the server (SHUTDOWN NOSAVE NOW, then SIGTERM, then SIGKILL if
+// it has not exited after a short grace) and waits for it to exit. Stopping a stopped server does
 // nothing.
 func (s *Server) Stop() error {
 	s.mu.Lock()
@@ -266,6 +266,14 @@ func (s *Server) stopLocked() error {
 	}
 	p := s.proc
 	s.proc = nil
+	// SHUTDOWN exits at once; SIGTERM is only acted on in serverCron,
+	// up to 100 ms later. SIGTERM remains the fallback.
+	if c, err := dial(s.addrLocked()); err == nil {
+		_ = c.send([]string{"SHUTDOWN", "NOSAVE", "NOW"})
+		_ = c.c.SetDeadline(time.Now().Add(time.Second))
+		_, _ = c.read() // EOF once the server is gone
+		_ = c.Close()
+	}
 	if err := p.terminate(stopGrace); err != nil {
 		return fmt.Errorf("stop redis-server on port %d: %w", s.port, err)
 	}
