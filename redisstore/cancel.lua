@@ -1,0 +1,51 @@
+-- cancel.lua: give back what a granted take.lua charged.
+--
+-- Units and key layout as in take.lua. KEYS: one key per limit of the
+-- demand, in order.
+--
+-- ARGV[1]  "" to read TIME; tests may pass the current instant instead
+-- ARGV[2]  the decision id
+-- then 4 per limit: algorithm, a, mark, cost
+--   0 GCRA            a = cost*T; mark = the arrival time the take set. It
+--                     is given back only if no later take moved it since.
+--   1, 3 windows      mark = the window index charged
+--   2 sliding log     mark = the instant; the member is "cost:id"
+
+local fmt = string.format
+local now, slack
+if ARGV[1] == '' then
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  slack = 0
+else
+  now = tonumber(ARGV[1])
+  slack = 3600000
+end
+
+for i = 1, #KEYS do
+  local j = 4 * i - 1
+  local alg, key = ARGV[j], KEYS[i]
+  if alg == '0' then
+    local a, mark = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    if tonumber(redis.call('GET', key)) == mark then
+      local tat = mark - a
+      if tat > now then
+        redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+      else
+        redis.call('DEL', key) -- the same as a fresh bucket
+      end
+    end
+  elseif alg == '2' then
+    redis.call('ZREM', key, ARGV[j + 3] .. ':' .. ARGV[2])
+  else
+    -- Only an existing window: HINCRBY on an expired key would create one
+    -- without a TTL.
+    local f = ARGV[j + 2]
+    if redis.call('HEXISTS', key, f) == 1 then
+      if redis.call('HINCRBY', key, f, -tonumber(ARGV[j + 3])) <= 0 then
+        redis.call('HDEL', key, f)
+      end
+    end
+  end
+end
+return 1

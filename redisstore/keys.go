@@ -1,0 +1,104 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/quotakit/throttle"
+)
+
+// schema is the version of the key layout. A change of layout changes it,
+// so a new release never misreads keys written by an old one.
+const schema = "v1"
+
+// Key layout (P is the configured prefix, "throttle:" by default):
+//
+//	P v1:{S}:g:NAME:KEY   GCRA theoretical arrival time, µs (string)
+//	P v1:{S}:f:NAME:KEY   fixed window counts, window index -> count (hash)
+//	P v1:{S}:w:NAME:KEY   sliding window counts, window index -> count (hash)
+//	P v1:{S}:l:NAME:KEY   sliding log, member "cost:id", score µs (zset)
+//	P v1:{S}:p:KEY        pause end, µs (string)
+//	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
+//	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
+//	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
+//
+// S is the demand's scope, escaped so that it contains no '{' or '}'; it is
+// the Cluster hash tag, so every key of one scope lives in one slot. The
+// prefix must not contain '{' or '}' (New checks). NAME is a limit name
+// (letters, digits and ._- only, checked), so the ':' after it ends it;
+// KEY is the rest of the key and may contain anything without changing the
+// slot, because Redis takes the tag from the first '{' to the next '}'.
+
+// keys builds the keys of one scope.
+type keys struct {
+	base string // P v1:{S}:
+}
+
+func newKeys(prefix, scope string) keys {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(schema) + len(scope) + 8)
+	b.WriteString(prefix)
+	b.WriteString(schema)
+	b.WriteString(":{")
+	b.WriteString(escapeTag(scope))
+	b.WriteString("}:")
+	return keys{base: b.String()}
+}
+
+// escapeTag makes s safe inside a hash tag: '%', '{' and '}' are
+// percent-encoded, and the empty scope becomes "%" (which no escaped
+// non-empty scope can be), because Redis ignores an empty tag "{}".
+func escapeTag(s string) string {
+	if s == "" {
+		return "%"
+	}
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// algTag is the one-letter part of a limit key naming its algorithm, so
+// state written under one algorithm is never read as another.
+func algTag(a throttle.Algorithm) string {
+	switch a {
+	case throttle.FixedWindow:
+		return "f:"
+	case throttle.SlidingLog:
+		return "l:"
+	case throttle.SlidingWindow:
+		return "w:"
+	}
+	return "g:"
+}
+
+func (k keys) limit(b *throttle.Bucket) string {
+	return k.base + algTag(b.Limit.Algorithm) + b.Limit.Name + ":" + b.Key
+}
+
+func (k keys) txCounter(b *throttle.Bucket) string {
+	return k.base + "x:" + b.Limit.Name + ":" + b.Key
+}
+
+func (k keys) pause(key string) string { return k.base + "p:" + key }
+
+func (k keys) txPause(key string) string { return k.base + "q:" + key }
+
+func (k keys) replay(id string) string { return k.base + "r:" + id }
+
+// formatInt is strconv.FormatInt in base 10.
+func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,90 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// takeMultiExec decides d without Lua (see [WithMultiExec]): one
+// MULTI/EXEC that reads every pause's PTTL and, for every limit, adds the
+// cost (INCRBY), starts the window if the key is new (PEXPIRE NX) and reads
+// its PTTL.
+func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	for i := range d.Limits {
+		if a := d.Limits[i].Limit.Algorithm; a != throttle.FixedWindow {
+			return throttle.Decision{}, fmt.Errorf("redisstore: limit %s: the MULTI/EXEC mode supports only %v, not %v", d.Limits[i].Limit.Name, throttle.FixedWindow, a)
+		}
+	}
+	ks := newKeys(s.prefix, d.Scope)
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+
+	pauses := make([]*redis.DurationCmd, len(d.Pauses))
+	counts := make([]*redis.IntCmd, len(d.Limits))
+	ttls := make([]*redis.DurationCmd, len(d.Limits))
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range d.Pauses {
+			pauses[i] = p.PTTL(ctx, ks.txPause(k))
+		}
+		for i := range d.Limits {
+			b := &d.Limits[i]
+			key := ks.txCounter(b)
+			counts[i] = p.IncrBy(ctx, key, int64(d.Cost))
+			p.Do(ctx, "pexpire", key, max(b.Limit.Per.Milliseconds(), 1), "nx")
+			ttls[i] = p.PTTL(ctx, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+	}
+
+	// PTTL is whole milliseconds, truncated; one more is never early.
+	var wait time.Duration
+	binding, pause := -1, -1
+	for i, c := range pauses {
+		if ttl := c.Val(); ttl > 0 && ttl+time.Millisecond > wait {
+			wait, pause = ttl+time.Millisecond, i
+		}
+	}
+	for i, c := range counts {
+		if c.Val() <= int64(d.Limits[i].Limit.Rate) {
+			continue
+		}
+		ttl := ttls[i].Val()
+		if ttl < 0 {
+			ttl = 0
+		}
+		if ttl+time.Millisecond > wait {
+			wait, binding = ttl+time.Millisecond, i
+		}
+	}
+	if binding < 0 && pause < 0 {
+		return throttle.Decision{OK: true, Limit: -1, Reservation: &throttle.Reservation{Demand: d, Marks: make([]int64, len(d.Limits))}}, nil
+	}
+	dec := throttle.Decision{Delay: wait, Limit: binding}
+	if binding < 0 {
+		dec.Pause = d.Pauses[pause]
+	}
+	return dec, nil
+}
+
+// pauseMultiExec records a pause without Lua: the key's TTL is the pause.
+// SET NX PX creates it, PEXPIRE GT lengthens an existing one.
+func (s *Store) pauseMultiExec(ctx context.Context, ks keys, key string, d time.Duration) error {
+	d = d.Round(0)
+	if ms := d.Truncate(time.Millisecond); ms < d {
+		d = ms + time.Millisecond
+	}
+	k := ks.txPause(key)
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SetNX(ctx, k, 1, d)
+		p.Do(ctx, "pexpire", k, d.Milliseconds(), "gt")
+		return nil
+	})
+	return err
+}

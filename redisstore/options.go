@@ -1,0 +1,92 @@
+package redisstore
+
+import (
+	"time"
+)
+
+// An Option configures a [Store] made by [New].
+type Option func(*Store)
+
+// DefaultPrefix is the key prefix of a [Store] made without [WithPrefix].
+const DefaultPrefix = "throttle:"
+
+// DefaultTimeout is the per-call timeout of a [Store] made without
+// [WithTimeout].
+const DefaultTimeout = 250 * time.Millisecond
+
+// WithPrefix sets the prefix of every key the store writes. It must not
+// contain '{' or '}' (it would form a Cluster hash tag of its own); [New]
+// reports an error if it does. Stores that share counters must use the
+// same prefix.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) { s.prefix = prefix }
+}
+
+// WithTimeout bounds every call to Redis, including go-redis's retries, to
+// d, independently of how long the caller is willing to wait for its quota:
+// a slow or unreachable Redis costs a request at most d. A non-positive d
+// means no bound of the store's own (the caller's context still applies).
+func WithTimeout(d time.Duration) Option {
+	return func(s *Store) { s.timeout = d }
+}
+
+// Replay selects how a [Store] keeps a call that Redis ran but whose reply
+// was lost, and that go-redis then retried, from charging twice. See
+// [WithReplay].
+type Replay int
+
+const (
+	// ReplayAuto remembers decision ids ([ReplayIDs]) unless the client
+	// provably never retries a command, in which case nothing is needed.
+	ReplayAuto Replay = iota
+
+	// ReplayIDs gives every decision a unique id. The script stores a
+	// granted decision's reply under its id for a short time
+	// (max(1s, 4 x the per-call timeout)) and answers a rerun of the same
+	// call with that reply instead of charging again. It costs a GET per
+	// decision and a SET per granted one, and a small key per granted
+	// decision for that time.
+	ReplayIDs
+
+	// ReplayNoRetries requires a client that never retries: a
+	// *redis.Client or *redis.Ring with MaxRetries -1, or a
+	// *redis.ClusterClient with MaxRetries -1 and MaxRedirects -1. [New]
+	// fails for any other client. A lost reply is then an error (which
+	// may or may not have charged) rather than a retry, at no cost in
+	// Redis. A ClusterClient without redirects cannot follow a resharding,
+	// so prefer ReplayIDs there.
+	ReplayNoRetries
+)
+
+// WithReplay selects how retried calls are kept from charging twice. The
+// default is [ReplayAuto].
+func WithReplay(r Replay) Option {
+	return func(s *Store) { s.replay = r }
+}
+
+// WithMultiExec makes the store work without Lua, for proxies that do not
+// run scripts: each decision is one MULTI/EXEC transaction of INCRBY and
+// PEXPIRE NX per limit, plus PTTL per pause. Only [throttle.FixedWindow]
+// limits are supported, and they behave differently from the Lua store:
+//
+//   - A window starts at the first charge of its key and lasts Per by
+//     Redis's clock (PEXPIRE NX), rather than being aligned to the epoch.
+//   - There are no reservations: a demand is granted only if every limit
+//     has room now; MaxWait is ignored, and Delay on refusal is the time
+//     until the binding window ends.
+//   - Over-count: every limit is charged before the counts are known, and
+//     a refused demand is not given back, so a refused demand still uses
+//     the quota of the limits that had room until their windows end.
+//     Under overload fewer than Rate may pass in a window; never more.
+//   - Cancel does nothing.
+//
+// Pauses work as usual.
+func WithMultiExec() Option {
+	return func(s *Store) { s.multiExec = true }
+}
+
+// withNow makes the scripts take the current instant from now instead of
+// Redis's TIME. Tests only: production code never passes an instant.
+func withNow(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}

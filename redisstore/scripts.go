@@ -1,0 +1,24 @@
+package redisstore
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Each operation is one script, run with [redis.Script.Run]: EVALSHA, and
+// EVAL when Redis answers NOSCRIPT (after SCRIPT FLUSH or a restart).
+// Scripts are never pipelined: NOSCRIPT recovery does not work there.
+var (
+	//go:embed take.lua
+	takeSource string
+	takeScript = redis.NewScript(takeSource)
+
+	//go:embed cancel.lua
+	cancelSource string
+	cancelScript = redis.NewScript(cancelSource)
+
+	//go:embed pause.lua
+	pauseSource string
+	pauseScript = redis.NewScript(pauseSource)
+)

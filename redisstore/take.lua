@@ -1,0 +1,204 @@
+-- take.lua: decide every limit of one demand, and charge all of them or none.
+--
+-- Units: every instant and duration is an integer number of microseconds
+-- of Redis's clock (TIME). Lua numbers are doubles; every value here stays
+-- below 2^53 (Go checks Per*max(Rate,Burst) < 2^53), so the arithmetic is
+-- exact. Numbers that go back into Redis are formatted with '%d', since
+-- Lua's default number format has only 14 significant digits.
+--
+-- KEYS: the demand's pause keys (ARGV[3] of them), then one key per limit,
+-- then, when ARGV[4] > 0, the key that remembers this decision's reply.
+-- All share one hash tag {scope}; no other key is touched.
+--
+-- ARGV[1]  "" to read TIME; tests may pass the current instant instead
+-- ARGV[2]  MaxWait
+-- ARGV[3]  number of pause keys
+-- ARGV[4]  how long to remember the reply, ms; 0: not at all
+-- ARGV[5]  decision id (unique; names sliding-log members)
+-- then 4 per limit: algorithm, a, b, cost
+--   0 GCRA            a = cost*T, b = Burst*T - cost*T (T = ceil(Per/Rate))
+--   1 fixed window    a = Per,    b = Rate - cost
+--   2 sliding log     a = Per,    b = Rate - cost
+--   3 sliding window  a = Per,    b = Rate - cost
+--
+-- Reply: {1, delay, -1, -1, mark...} when granted (a mark per limit: the
+-- GCRA arrival time set, the window charged, or the log instant), or
+-- {0, delay, binding limit index, binding pause index} when refused; indexes
+-- are 0-based, -1 for none.
+
+local fmt = string.format
+local now, slack
+if ARGV[1] == '' then
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  slack = 0
+else
+  -- A client-given instant need not advance with Redis's clock, so keys
+  -- get an hour of extra life (tests only).
+  now = tonumber(ARGV[1])
+  slack = 3600000
+end
+
+local nk = #KEYS
+local rttl = tonumber(ARGV[4])
+if rttl > 0 then
+  -- A retry of a call whose reply was lost: answer as the first run did.
+  local prev = redis.call('GET', KEYS[nk])
+  if prev then
+    local r = {1, 0, -1, -1}
+    for w in string.gmatch(prev, '%S+') do
+      r[#r + 1] = tonumber(w)
+    end
+    local t = table.remove(r, 5)
+    if t > now then r[2] = t - now end
+    return r
+  end
+end
+
+-- Pauses: t starts at the latest pause end (lowest index on ties).
+local np = tonumber(ARGV[3])
+local t, pause = now, -1
+for i = 1, np do
+  local v = tonumber(redis.call('GET', KEYS[i]))
+  if v and v > t then t, pause = v, i - 1 end
+end
+
+-- Fixpoint: t' = max over limits of the earliest instant, not before t, at
+-- which the limit admits the cost; repeat until no limit raises t.
+local nl = (#ARGV - 5) / 4
+local st = {} -- per limit, state read once: GCRA arrival time, sliding log
+local binding, rounds = -1, 0
+while true do
+  local nxt, raiser = t, -1
+  for i = 1, nl do
+    local j = 2 + 4 * i
+    local alg, a, b = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    local key = KEYS[np + i]
+    local e = t
+    if alg == '0' then
+      local tat = st[i]
+      if not tat then
+        tat = tonumber(redis.call('GET', key)) or 0
+        st[i] = tat
+      end
+      if tat - b > e then e = tat - b end
+    elseif alg == '1' then
+      -- First window, the current one or later, with room for the cost.
+      local k = math.floor(t / a)
+      while (tonumber(redis.call('HGET', key, fmt('%d', k))) or 0) > b do
+        k = k + 1
+      end
+      if k * a > e then e = k * a end
+    elseif alg == '3' then
+      -- prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset into window k.
+      local k = math.floor(t / a)
+      while true do
+        local start = k * a
+        local v = redis.call('HMGET', key, fmt('%d', k - 1), fmt('%d', k))
+        local room = b - (tonumber(v[2]) or 0)
+        if room >= 0 then
+          local x = t - start
+          if x < 0 then x = 0 end
+          local prev = tonumber(v[1]) or 0
+          if prev > 0 then
+            local y = a - math.floor(room * a / prev)
+            if y > x then x = y end
+          end
+          if x < a then
+            e = start + x
+            break
+          end
+        end
+        k = k + 1
+      end
+    else
+      -- Sliding log: entries newer than now-Per, as {member, score, ...}
+      -- ascending; a member is "cost:id".
+      local log = st[i]
+      if not log then
+        log = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - a), '+inf', 'WITHSCORES')
+        st[i] = log
+      end
+      local n = #log / 2
+      if n > 0 then
+        local last = tonumber(log[2 * n])
+        if last > e then e = last end
+      end
+      local q = 1
+      while q <= n and tonumber(log[2 * q]) <= e - a do q = q + 1 end
+      local sum = 0
+      for x = q, n do sum = sum + tonumber(string.match(log[2 * x - 1], '^%d+')) end
+      while sum > b do
+        local free = tonumber(log[2 * q]) + a
+        if free > e then e = free end
+        sum = sum - tonumber(string.match(log[2 * q - 1], '^%d+'))
+        q = q + 1
+      end
+    end
+    if e > nxt then nxt, raiser = e, i - 1 end
+  end
+  if raiser < 0 then break end
+  t, binding = nxt, raiser
+  rounds = rounds + 1
+  if rounds == 1000 then
+    return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds')
+  end
+end
+
+if t - now > tonumber(ARGV[2]) then
+  return {0, t - now, binding, pause}
+end
+
+-- Charge every limit at t. TTLs (ms, rounded up) end when the state can no
+-- longer matter: at the arrival time, at the end of the window (one window
+-- later for the sliding window, which reads it as the previous one), or
+-- Per after the newest log entry.
+local r = {1, t - now, -1, -1}
+for i = 1, nl do
+  local j = 2 + 4 * i
+  local alg, a = ARGV[j], tonumber(ARGV[j + 1])
+  local key = KEYS[np + i]
+  if alg == '0' then
+    local tat = st[i]
+    if tat < t then tat = t end
+    tat = tat + a
+    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    r[4 + i] = tat
+  elseif alg == '2' then
+    redis.call('ZADD', key, fmt('%d', t), ARGV[j + 3] .. ':' .. ARGV[5])
+    if #st[i] > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now - a))
+    end
+    redis.call('PEXPIRE', key, math.ceil((t + a - now) / 1000) + slack)
+    r[4 + i] = t
+  else
+    local k = math.floor(t / a)
+    local c = tonumber(ARGV[j + 3])
+    if redis.call('HINCRBY', key, fmt('%d', k), c) == c then
+      -- A new window (once per window and key): extend the TTL to its
+      -- end, and drop windows that have passed.
+      local ends = (k + 1) * a
+      if alg == '3' then ends = ends + a end
+      local ms = math.ceil((ends - now) / 1000) + slack
+      if redis.call('PEXPIRE', key, ms, 'NX') == 0 then
+        redis.call('PEXPIRE', key, ms, 'GT')
+      end
+      if redis.call('HLEN', key) > 3 then
+        local keep = math.floor(now / a)
+        if alg == '3' then keep = keep - 1 end
+        local fields = redis.call('HKEYS', key)
+        for _, f in ipairs(fields) do
+          if tonumber(f) < keep then redis.call('HDEL', key, f) end
+        end
+      end
+    end
+    r[4 + i] = k
+  end
+end
+
+if rttl > 0 then
+  local v = fmt('%d', t)
+  for i = 1, nl do v = v .. ' ' .. fmt('%d', r[4 + i]) end
+  redis.call('SET', KEYS[nk], v, 'PX', rttl)
+end
+return r
