@@ -3,3 +3,9 @@ package redisstore
 // WithNow makes the scripts take the current instant from now instead of
 // Redis's TIME, so the conformance suite can drive time.
 var WithNow = withNow
+
+// WithoutReplayIDs turns decision ids off even for a client that retries,
+// so tests can show the double charge that ids prevent.
+func WithoutReplayIDs() Option {
+	return func(s *Store) { s.replay = replayOffForTest }
+}

@@ -58,6 +58,9 @@ const (
 	ReplayNoRetries
 )
 
+// replayOffForTest turns ids off whatever the client; only tests set it.
+const replayOffForTest Replay = -1
+
 // WithReplay selects how retried calls are kept from charging twice. The
 // default is [ReplayAuto].
 func WithReplay(r Replay) Option {

@@ -58,6 +58,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	case ReplayIDs:
 		s.replayMS = s.replayWindow()
+	case replayOffForTest:
 	case ReplayNoRetries:
 		if retries {
 			return nil, errors.New("redisstore: ReplayNoRetries needs a client that never retries (MaxRetries -1, and MaxRedirects -1 for a ClusterClient)")

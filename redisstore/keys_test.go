@@ -1,0 +1,119 @@
+package redisstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hostile returns request-derived values that try to leave the key layout:
+// braces that would form another hash tag, separators, and 10 KB of data.
+func hostile() (scopes, keys []string) {
+	big := strings.Repeat("{x}:", 2560) // 10 KB
+	scopes = []string{"a}b", "{a}", "a:b}:g:l:k", "%7D", "", big}
+	keys = []string{"k", "}{", "{tag}", ":p:x", big}
+	return scopes, keys
+}
+
+// exercise makes the store write every kind of key for scope and key:
+// each algorithm (granted, reserved and cancelled), a pause, and a replay
+// id.
+func exercise(t *testing.T, s throttle.Store, scope, key string) {
+	t.Helper()
+	c := ctx(t)
+	var bs []throttle.Bucket
+	for i, a := range []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingLog, throttle.SlidingWindow} {
+		bs = append(bs, throttle.Bucket{Limit: throttle.Limit{Name: "l" + string(rune('0'+i)), Rate: 2, Per: time.Second, Algorithm: a}, Key: key})
+	}
+	require.NoError(t, s.Pause(c, scope, key, 10*time.Millisecond))
+	d := &throttle.Demand{Scope: scope, Limits: bs, Pauses: []string{key}, Cost: 1, MaxWait: 5 * time.Second}
+	for range 3 {
+		dec, err := s.Take(c, d)
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+		require.Positive(t, dec.Delay) // the pause, then a reservation
+	}
+	dec, err := s.Take(c, d)
+	require.NoError(t, err)
+	require.True(t, dec.OK)
+	require.NoError(t, s.Cancel(c, dec.Reservation))
+}
+
+// escapeTag is the store's escaping of a scope inside its hash tag.
+func escapeTag(s string) string {
+	if s == "" {
+		return "%"
+	}
+	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(s)
+}
+
+// checkLayout checks every key under prefix on the given nodes: it belongs
+// to one of the scopes, lies in that scope's slot, and has a TTL.
+func checkLayout(t *testing.T, nodes []*redis.Client, prefix string, scopes []string, cluster bool) {
+	t.Helper()
+	c := context.Background()
+	seen := map[string]int{}
+	for _, n := range nodes {
+		var all []string
+		iter := n.Scan(c, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(c) {
+			all = append(all, iter.Val())
+		}
+		require.NoError(t, iter.Err())
+		for _, k := range all {
+			rest, ok := strings.CutPrefix(k, prefix+"v1:{")
+			require.True(t, ok, "key %.80q outside the layout", k)
+			tag, tail, ok := strings.Cut(rest, "}:")
+			require.True(t, ok, "key %.80q has no tag", k)
+			found := false
+			for _, s := range scopes {
+				if escapeTag(s) == tag {
+					found = true
+					seen[s]++
+				}
+			}
+			assert.True(t, found, "key %.80q: tag %.40q is no scope's", k, tag)
+			assert.NotContains(t, tag, "{")
+			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "p:", "r:"}, tail[:2], "key %.80q", k)
+			if cluster {
+				slot, err := n.ClusterKeySlot(c, k).Result()
+				require.NoError(t, err)
+				assert.Equal(t, int64(redistest.Slot("{"+tag+"}")), slot, "key %.80q", k)
+			}
+			// -1: no TTL; -2: gone since the scan (a pause ended).
+			ttl, err := n.PTTL(c, k).Result()
+			require.NoError(t, err)
+			assert.NotEqual(t, time.Duration(-1), ttl, "key %.80q has no TTL", k)
+		}
+	}
+	for _, s := range scopes {
+		assert.Positive(t, seen[s], "no keys for scope %.40q", s)
+	}
+}
+
+func TestKeyLayout(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s := newStore(t, prefix)
+	scopes, keys := hostile()
+	for _, sc := range scopes {
+		for _, k := range keys {
+			exercise(t, s, sc, k)
+		}
+	}
+	checkLayout(t, []*redis.Client{newClient(t, srv.Addr())}, prefix, scopes, false)
+
+	// Scopes that would share a tag unescaped keep separate counters.
+	d := func(scope string) *throttle.Demand { return gcraDemand(scope, 1) }
+	for _, sc := range []string{"a", "a}b", "a}"} {
+		dec, err := s.Take(ctx(t), d(sc))
+		require.NoError(t, err)
+		assert.True(t, dec.OK, "scope %q", sc)
+	}
+}
