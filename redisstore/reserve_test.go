@@ -1,0 +1,126 @@
+package redisstore_test
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReservationsBlock: 8 instances ask for 5x a GCRA quota at once and
+// block for their reservations (MaxWait large, then wait Delay). Every
+// request goes through, the grants are spaced by at least the emission
+// interval (the rate holds), and Redis runs about one script per request.
+func TestReservationsBlock(t *testing.T) {
+	const (
+		rate, requests = 20, 100 // 5 x the burst
+		per            = 200 * time.Millisecond
+		interval       = per / rate
+	)
+	own := redistest.Start(t) // its own server, so commandstats are ours
+	admin := newClient(t, own.Addr())
+	require.NoError(t, admin.ConfigResetStat(ctx(t)).Err())
+
+	prefix := redistest.Prefix(t)
+	d := &throttle.Demand{Scope: "reserve", Cost: 1, MaxWait: time.Minute,
+		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: rate, Per: per}}}}
+	var (
+		tickets atomic.Int64
+		mu      sync.Mutex
+		marks   []int64
+		wg      sync.WaitGroup
+	)
+	for range 8 {
+		s := newStoreOn(t, newClient(t, own.Addr()), prefix)
+		for range 4 {
+			wg.Go(func() {
+				for tickets.Add(1) <= requests {
+					dec, err := s.Take(ctx(t), d)
+					if !assert.NoError(t, err) || !assert.True(t, dec.OK, "refused after %v", dec.Delay) {
+						return
+					}
+					time.Sleep(dec.Delay) // blocking: act when the slot comes
+					mu.Lock()
+					marks = append(marks, dec.Reservation.Marks[0])
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	require.Len(t, marks, requests)
+	slices.Sort(marks)
+	for i := 1; i < len(marks); i++ {
+		assert.GreaterOrEqual(t, marks[i]-marks[i-1], interval.Microseconds(), "grants %d and %d", i-1, i)
+	}
+	st, err := commandStats(ctx(t), admin)
+	require.NoError(t, err)
+	scripts := st["evalsha"].Calls + st["evalsha"].Rejected + st["eval"].Calls
+	t.Logf("script calls: %d for %d requests (%+v)", scripts, requests, st["evalsha"])
+	assert.GreaterOrEqual(t, scripts, int64(requests))
+	assert.LessOrEqual(t, scripts, int64(requests)+2, "one EVALSHA per request, and one EVAL after the first NOSCRIPT")
+}
+
+// TestScriptCacheLoss flushes the script cache and restarts Redis while
+// decisions run: the NOSCRIPT that follows is never seen by a caller.
+func TestScriptCacheLoss(t *testing.T) {
+	own := redistest.Start(t)
+	admin := newClient(t, own.Addr())
+	s := newStoreOn(t, newClient(t, own.Addr()), redistest.Prefix(t))
+	d := gcraDemand("flush", 1_000_000)
+
+	run := func(n int) (errs []error) {
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		for range 4 {
+			wg.Go(func() {
+				for range n {
+					if _, err := s.Take(ctx(t), d); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+	noNoScript := func(errs []error) {
+		t.Helper()
+		for _, err := range errs {
+			assert.False(t, errors.Is(err, redis.ErrNoScript), "%v", err)
+			assert.NotContains(t, err.Error(), "NOSCRIPT")
+		}
+	}
+
+	require.Empty(t, run(10))
+	for range 5 {
+		require.NoError(t, admin.ScriptFlush(ctx(t)).Err())
+		assert.Empty(t, run(10), "after SCRIPT FLUSH")
+	}
+	st, err := commandStats(ctx(t), admin)
+	require.NoError(t, err)
+	require.Positive(t, st["eval"].Calls, "the flushes made EVALSHA fall back to EVAL")
+
+	// A restart loses the cache (and the data: no persistence). Calls in
+	// flight may fail with connection errors, never with NOSCRIPT.
+	var wg sync.WaitGroup
+	var during []error
+	wg.Go(func() { during = run(50) })
+	require.NoError(t, own.Restart())
+	wg.Wait()
+	noNoScript(during)
+	assert.Empty(t, run(10), "after the restart")
+}
