@@ -1,0 +1,79 @@
+// Package redisstore provides a [throttle.Store] kept in Redis, so that
+// every instance of a service shares one quota.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := redisstore.New(rdb)
+//	if err != nil { ... }
+//	tr, err := throttle.NewTransport(nil, policy, throttle.WithStore(store))
+//
+// # One round trip per decision
+//
+// Every [Store.Take] is a single EVALSHA of take.lua (go-redis's
+// [redis.Script.Run], which falls back to EVAL when Redis answers NOSCRIPT,
+// after SCRIPT FLUSH or a restart). The script reads Redis's clock (TIME, in
+// microseconds), checks every limit of the demand and every pause it
+// lists, and either charges all limits at the instant it found or charges
+// nothing. Go passes durations only, never instants, so the clocks of the
+// instances do not matter. Scripts are never pipelined (NOSCRIPT recovery
+// does not work inside a pipeline). [Store.Cancel] and [Store.Pause] are one
+// script call each as well.
+//
+// # Key layout
+//
+// With the default prefix "throttle:", a demand in scope S writes
+//
+//	throttle:v1:{S}:g:NAME:KEY   GCRA: the theoretical arrival time, µs
+//	throttle:v1:{S}:f:NAME:KEY   fixed window: hash of window index -> count
+//	throttle:v1:{S}:w:NAME:KEY   sliding window: the same, two windows kept
+//	throttle:v1:{S}:l:NAME:KEY   sliding log: sorted set, member "cost:id"
+//	throttle:v1:{S}:p:KEY        pause: its end, µs
+//	throttle:v1:{S}:r:ID         a granted decision's reply (replay ids)
+//
+// NAME is the limit's name and KEY the bucket's key. "v1" is the schema
+// version: a release that changes the layout changes it, so it never
+// misreads keys written by another. Every key has a TTL that ends when its
+// state can no longer affect a decision: at the GCRA arrival time, at the
+// end of the last window charged (one window later for the sliding
+// window), Per after the newest log entry, at the pause's end, or when the
+// replay window closes. Nothing lives forever.
+//
+// # Redis Cluster
+//
+// {S} is the Cluster hash tag: all keys of one scope live in one slot, so a
+// script never touches keys of two slots (no CROSSSLOT) and never touches a
+// key it did not declare. The library chooses the tag: the scope is escaped
+// ('%', '{' and '}' become %25, %7B and %7D) so no request data can end it
+// or start another, and a prefix with braces is refused. The trade-off: one
+// scope is one slot on one master, so a very hot scope does not spread over
+// the cluster. Split traffic into more scopes (rules) to spread it.
+//
+// # Retries and replays
+//
+// go-redis retries a command whose connection failed after it was written
+// (3 retries by default); Redis may then run the script twice. [Replay]
+// selects the remedy: with decision ids (the default for a client that
+// retries) the script remembers a granted decision's reply for
+// max(1 s, 4 x the per-call timeout) and answers a rerun with it instead of
+// charging again; with [ReplayNoRetries] the client must have retries
+// disabled, which costs Redis nothing, and a lost reply is an error. In
+// both cases an error from Take means the demand may or may not have been
+// charged; treat it as not granted.
+//
+// # Failures
+//
+// Each call to Redis is bounded by the per-call timeout ([WithTimeout],
+// default 250 ms), separate from how long the caller may wait for quota.
+// go-redis only applies a context's deadline to socket reads and writes
+// when the client's ContextTimeoutEnabled is set; otherwise its
+// ReadTimeout (3 s by default) bounds a stalled read. Set one of them to
+// keep a slow Redis from costing more than the timeout. Errors are
+// wrapped with "redisstore: " and %w, so [errors.Is] sees go-redis's and
+// the context's errors. What a request does when the store fails is the
+// [throttle.Transport]'s decision, not the store's.
+//
+// # Without Lua
+//
+// [WithMultiExec] serves deployments behind proxies that do not run
+// scripts: fixed windows only, by INCRBY and PEXPIRE NX in MULTI/EXEC, with
+// no reservations and the over-count described there.
+package redisstore
