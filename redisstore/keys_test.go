@@ -32,7 +32,7 @@ func exercise(t *testing.T, s throttle.Store, scope, key string) {
 	for i, a := range []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingLog, throttle.SlidingWindow} {
 		bs = append(bs, throttle.Bucket{Limit: throttle.Limit{Name: "l" + string(rune('0'+i)), Rate: 2, Per: time.Second, Algorithm: a}, Key: key})
 	}
-	require.NoError(t, s.Pause(c, scope, key, 10*time.Millisecond))
+	require.NoError(t, s.Pause(c, scope, key, time.Second))
 	d := &throttle.Demand{Scope: scope, Limits: bs, Pauses: []string{key}, Cost: 1, MaxWait: 5 * time.Second}
 	for range 3 {
 		dec, err := s.Take(c, d)

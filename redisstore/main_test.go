@@ -50,9 +50,12 @@ func newStore(t testing.TB, prefix string, opts ...redisstore.Option) *redisstor
 	return newStoreOn(t, newClient(t, srv.Addr()), prefix, opts...)
 }
 
+// newStoreOn returns a store on c. Its per-call timeout is long, so that a
+// loaded test machine (-race, parallel packages) does not make calls fail;
+// opts may set another.
 func newStoreOn(t testing.TB, c redis.UniversalClient, prefix string, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
+	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithTimeout(20 * time.Second)}, opts...)...)
 	require.NoError(t, err)
 	return s
 }

@@ -34,7 +34,7 @@ func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle
 			b := &d.Limits[i]
 			key := ks.txCounter(b)
 			counts[i] = p.IncrBy(ctx, key, int64(d.Cost))
-			p.Do(ctx, "pexpire", key, max(b.Limit.Per.Milliseconds(), 1), "nx")
+			p.Do(ctx, "pexpire", key, ceilMillis(b.Limit.Per), "nx")
 			ttls[i] = p.PTTL(ctx, key)
 		}
 		return nil
@@ -76,15 +76,22 @@ func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle
 // pauseMultiExec records a pause without Lua: the key's TTL is the pause.
 // SET NX PX creates it, PEXPIRE GT lengthens an existing one.
 func (s *Store) pauseMultiExec(ctx context.Context, ks keys, key string, d time.Duration) error {
-	d = d.Round(0)
-	if ms := d.Truncate(time.Millisecond); ms < d {
-		d = ms + time.Millisecond
-	}
+	ms := ceilMillis(d)
+	d = time.Duration(ms) * time.Millisecond
 	k := ks.txPause(key)
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SetNX(ctx, k, 1, d)
-		p.Do(ctx, "pexpire", k, d.Milliseconds(), "gt")
+		p.Do(ctx, "pexpire", k, ms, "gt")
 		return nil
 	})
 	return err
+}
+
+// ceilMillis converts d to whole milliseconds, rounding up, at least 1.
+func ceilMillis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if time.Duration(ms)*time.Millisecond < d || ms < 1 {
+		ms++
+	}
+	return max(ms, 1)
 }

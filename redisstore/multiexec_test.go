@@ -1,0 +1,69 @@
+package redisstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMultiExec(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s := newStore(t, prefix, redisstore.WithMultiExec())
+	c := ctx(t)
+	fw := func(name string, rate int) throttle.Bucket {
+		return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: rate, Per: time.Hour, Algorithm: throttle.FixedWindow}, Key: "k"}
+	}
+	d := &throttle.Demand{Scope: "tx", Limits: []throttle.Bucket{fw("a", 5), fw("b", 3)}, Cost: 1, MaxWait: time.Hour}
+
+	for i := range 3 {
+		dec, err := s.Take(c, d)
+		require.NoError(t, err)
+		assert.True(t, dec.OK, "request %d", i)
+		assert.Zero(t, dec.Delay)
+	}
+	dec, err := s.Take(c, d)
+	require.NoError(t, err)
+	assert.False(t, dec.OK, "no reservations: MaxWait is ignored")
+	assert.Equal(t, 1, dec.Limit)
+	assert.Greater(t, dec.Delay, 59*time.Minute)
+	assert.LessOrEqual(t, dec.Delay, time.Hour+time.Millisecond)
+
+	// Over-count: the refused demand was still charged to "a".
+	admin := newClient(t, srv.Addr())
+	n, err := admin.Get(c, prefix+"v1:{tx}:x:a:k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 4, n)
+
+	// Pauses.
+	p := &throttle.Demand{Scope: "tx", Pauses: []string{"p"}, Cost: 1}
+	require.NoError(t, s.Pause(c, "tx", "p", 2*time.Hour))
+	require.NoError(t, s.Pause(c, "tx", "p", time.Minute)) // never shortens
+	dec, err = s.Take(c, p)
+	require.NoError(t, err)
+	assert.False(t, dec.OK)
+	assert.Equal(t, -1, dec.Limit)
+	assert.Equal(t, "p", dec.Pause)
+	assert.Greater(t, dec.Delay, 119*time.Minute)
+
+	// Every key has a TTL.
+	keys, err := admin.Keys(c, prefix+"*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 3)
+	for _, k := range keys {
+		ttl, err := admin.PTTL(c, k).Result()
+		require.NoError(t, err)
+		assert.Positive(t, ttl, k)
+	}
+
+	// Only fixed windows; cost is still checked.
+	_, err = s.Take(c, gcraDemand("tx", 1))
+	assert.Error(t, err)
+	_, err = s.Take(c, &throttle.Demand{Scope: "tx", Limits: []throttle.Bucket{fw("a", 5)}, Cost: 6})
+	assert.ErrorIs(t, err, throttle.ErrCostTooHigh)
+	assert.NoError(t, s.Cancel(c, &throttle.Reservation{Demand: d, Marks: make([]int64, 2)}))
+}
