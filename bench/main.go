@@ -90,6 +90,10 @@ func run(dur time.Duration, concList string) error {
 	if err != nil {
 		return err
 	}
+	tx, err := redisstore.New(noRetry, redisstore.WithMultiExec(), redisstore.WithReplay(redisstore.ReplayNoRetries))
+	if err != nil {
+		return err
+	}
 	lim := func(name string, a throttle.Algorithm) throttle.Bucket {
 		return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: big, Per: time.Second, Algorithm: a}, Key: "k"}
 	}
@@ -118,6 +122,7 @@ func run(dur time.Duration, concList string) error {
 		{"redisstore GCRA, 2 limits", "evalsha", take(noIDs, lim("g2a", throttle.GCRA), lim("g2b", throttle.GCRA))},
 		{"redisstore fixed window, 1 limit", "evalsha", take(noIDs, lim("f1", throttle.FixedWindow))},
 		{"redisstore sliding window, 1 limit", "evalsha", take(noIDs, lim("w1", throttle.SlidingWindow))},
+		{"redisstore MULTI/EXEC fixed window, 1 limit", "exec", take(tx, lim("x1", throttle.FixedWindow))},
 		{"redisstore GCRA, 1 limit, replay ids", "evalsha", take(withIDs, lim("g1i", throttle.GCRA))},
 		{"redisstore GCRA, 2 limits, replay ids", "evalsha", take(withIDs, lim("g2c", throttle.GCRA), lim("g2d", throttle.GCRA))},
 	}
