@@ -12,6 +12,23 @@ type Hooks struct {
 	// when its fate is known: sent at once, sent after waiting, refused,
 	// given up while waiting, or failed before a decision.
 	OnDecision func(DecisionEvent)
+
+	// OnPause is called when a response makes the transport pause a
+	// rule's scope (see [Learning]).
+	OnPause func(PauseEvent)
+}
+
+// A PauseEvent describes a pause learned from a response.
+type PauseEvent struct {
+	// Rule is the name of the rule whose scope is paused.
+	Rule string
+	// Status is the response's status code.
+	Status int
+	// Pause is how long the scope is paused, jitter included.
+	Pause time.Duration
+	// Err is the store's error if recording the shared pause failed; the
+	// transport's own copy of the pause holds regardless.
+	Err error
 }
 
 // An Outcome is what happened to a request that matched a rule.

@@ -72,6 +72,15 @@ type Rule struct {
 	// it per request.
 	Wait Waiter
 
+	// Learn configures what the rule learns from responses: pauses from
+	// 429s and Retry-After, and from quota headers. The zero value learns
+	// with the defaults; see [Learning].
+	Learn Learning
+
+	// Retry, if Max is set, resends requests that got a "slow down"
+	// answer, through the limiter again; see [Retry].
+	Retry Retry
+
 	// Scope groups counters and pauses in the store; the Redis store keeps
 	// a scope in one Cluster slot. Rules that share a limit (same limit
 	// name) must share a scope. Empty means the rule's Name.
@@ -201,6 +210,16 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			} else {
 				cr.path = pp
 			}
+		}
+		switch {
+		case r.Learn.MaxPause < 0:
+			bad(id, "Learn.MaxPause", "must not be negative, got %v", r.Learn.MaxPause)
+		case r.Learn.DefaultPause < 0:
+			bad(id, "Learn.DefaultPause", "must not be negative, got %v", r.Learn.DefaultPause)
+		case r.Retry.Max < 0:
+			bad(id, "Retry.Max", "must not be negative, got %d", r.Retry.Max)
+		case r.Retry.MaxWait < 0:
+			bad(id, "Retry.MaxWait", "must not be negative, got %v", r.Retry.MaxWait)
 		}
 		if r.Method != "" && !validMethod(r.Method) {
 			bad(id, "Method", "%q is not an HTTP method token", r.Method)

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 )
@@ -20,11 +21,12 @@ import (
 // body on every path on which it does not send it. It is safe for
 // concurrent use.
 type Transport struct {
-	base   http.RoundTripper
-	policy *compiledPolicy
-	store  Store
-	now    func() time.Time
-	hooks  Hooks
+	base    http.RoundTripper
+	policy  *compiledPolicy
+	store   Store
+	now     func() time.Time
+	hooks   Hooks
+	learned learner
 }
 
 // An Option configures a [Transport].
@@ -87,6 +89,11 @@ func WrapClient(c *http.Client, p Policy, opts ...Option) (*http.Client, error) 
 // then sends it with the base transport, or returns an error without
 // sending. The error is a [*LimitError] when a limit or pause refused the
 // request or the request's context ended while it waited for its slot.
+//
+// After a response it learns what the vendor said (see [Learning]) and,
+// when the rule asks for it, resends a request that was answered "slow
+// down" (see [Retry]). The response returned is the last one received,
+// unchanged.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r, out := t.policy.match(req)
 	if r == nil {
@@ -96,32 +103,89 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return t.baseRT().RoundTrip(req)
 	}
-	ev := t.admit(r, out)
-	if t.hooks.OnDecision != nil {
-		t.hooks.OnDecision(ev)
-	}
-	if ev.Err != nil {
+	if ev := t.admit(r, out, -1); ev.Err != nil {
 		closeBody(out) // out.Body is req.Body, or wraps and closes it
 		return nil, ev.Err
 	}
-	return t.baseRT().RoundTrip(out)
+	resp, err := t.baseRT().RoundTrip(out)
+	if err != nil {
+		return nil, err
+	}
+	limited := t.learn(out.Context(), r, resp)
+	if r.Retry.Max > 0 && limited {
+		return t.retry(r, out, resp)
+	}
+	return resp, nil
 }
 
-// admit decides req under rule r and waits for its slot. The event's Err
-// is nil when the request may be sent.
-func (t *Transport) admit(r *rule, req *http.Request) DecisionEvent {
+// retry resends req, which got the "slow down" answer resp, up to the
+// rule's Retry.Max times, each time through the limiter.
+func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*http.Response, error) {
+	ctx := req.Context()
+	budget := r.Retry.MaxWait
+	if budget <= 0 {
+		budget = DefaultMaxPause
+	}
+	deadline := t.now().Add(budget)
+	for attempt := 0; attempt < r.Retry.Max; attempt++ {
+		next := req.Clone(ctx)
+		if req.Body != nil && req.Body != http.NoBody {
+			if req.GetBody == nil {
+				return resp, nil // the body cannot be replayed
+			}
+			body, err := req.GetBody()
+			if err != nil {
+				return resp, nil
+			}
+			next.Body = body
+		}
+		// Admit the resend before letting go of the answer in hand: if the
+		// limiter refuses it, the caller gets that answer unchanged.
+		if ev := t.admit(r, next, max(deadline.Sub(t.now()), 0)); ev.Err != nil {
+			closeBody(next)
+			return resp, nil
+		}
+		drainAndClose(resp.Body)
+		var err error
+		resp, err = t.baseRT().RoundTrip(next)
+		if err != nil {
+			return nil, err
+		}
+		if !t.learn(ctx, r, resp) {
+			break
+		}
+	}
+	return resp, nil
+}
+
+// maxDrain bounds how much of a response body is read before it is
+// closed, so its connection can be reused.
+const maxDrain = 64 << 10
+
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	_ = body.Close()
+}
+
+// admit decides req under rule r and waits for its slot, within at most
+// budget when budget is not negative. The event's Err is nil when the
+// request may be sent. The event goes to the OnDecision hook.
+func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) DecisionEvent {
 	ev := DecisionEvent{Rule: r.id}
-	if err := t.decide(r, req, &ev); err != nil {
+	if err := t.decide(r, req, budget, &ev); err != nil {
 		ev.Err = err
-		if ev.Outcome == Allowed {
+		if ev.Outcome == Allowed || ev.Outcome == Waited {
 			ev.Outcome = Failed
 		}
+	}
+	if t.hooks.OnDecision != nil {
+		t.hooks.OnDecision(ev)
 	}
 	return ev
 }
 
 // decide does the work of admit, filling in ev as it learns.
-func (t *Transport) decide(r *rule, req *http.Request, ev *DecisionEvent) error {
+func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, ev *DecisionEvent) error {
 	ctx := req.Context()
 	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
 	for i, l := range r.Limits {
@@ -151,8 +215,27 @@ func (t *Transport) decide(r *rule, req *http.Request, ev *DecisionEvent) error 
 		w = r.wait
 	}
 	d.MaxWait = max(w.MaxWait(ctx), 0)
+	if budget >= 0 {
+		d.MaxWait = min(d.MaxWait, budget)
+	}
+	now := t.now()
 	if deadline, ok := ctx.Deadline(); ok {
-		d.MaxWait = min(d.MaxWait, max(deadline.Sub(t.now()), 0))
+		d.MaxWait = min(d.MaxWait, max(deadline.Sub(now), 0))
+	}
+
+	// A pause this instance learned holds even if the store lost it.
+	if until, ok := t.learned.localPause(r.scope, now); ok {
+		wait := until.Sub(now)
+		if wait > d.MaxWait {
+			ev.Outcome, ev.Wait = Refused, wait
+			return &LimitError{Rule: r.id, RetryAfter: wait}
+		}
+		ev.Outcome, ev.Wait = Waited, wait
+		if slept, err := t.sleep(ctx, wait, nil); err != nil {
+			ev.Outcome, ev.Wait = GaveUp, slept
+			return &LimitError{Rule: r.id, Err: err}
+		}
+		d.MaxWait -= wait
 	}
 
 	dec, err := t.store.Take(ctx, d)
@@ -164,37 +247,45 @@ func (t *Transport) decide(r *rule, req *http.Request, ev *DecisionEvent) error 
 		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
 			le.Limit = r.Limits[dec.Limit].Name
 		}
-		ev.Outcome, ev.Limit, ev.Wait = Refused, le.Limit, dec.Delay
+		ev.Outcome, ev.Limit, ev.Wait = Refused, le.Limit, ev.Wait+dec.Delay
 		return le
 	}
 	if dec.Delay <= 0 {
 		return nil
 	}
-	ev.Outcome, ev.Wait = Waited, dec.Delay
-	timer := time.NewTimer(dec.Delay)
+	waited := ev.Wait
+	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
+	if slept, err := t.sleep(ctx, dec.Delay, dec.Reservation); err != nil {
+		ev.Outcome, ev.Wait = GaveUp, waited+slept
+		return &LimitError{Rule: r.id, Err: err}
+	}
+	return nil
+}
+
+// sleep waits d on a timer. If ctx ends first, it gives r back to the
+// store (when r is not nil) and returns how long it slept and the
+// context's error.
+func (t *Transport) sleep(ctx context.Context, d time.Duration, r *Reservation) (time.Duration, error) {
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	start := t.now()
 	select {
 	case <-timer.C:
-		return nil
+		return d, nil
 	case <-ctx.Done():
-		ev.Outcome, ev.Wait = GaveUp, t.now().Sub(start)
-		if dec.Reservation != nil {
-			// Give the slot back; the caller's context is over, so use a
-			// short one of our own that keeps its values.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			cerr := t.store.Cancel(cctx, dec.Reservation)
-			cancel()
-			if cerr != nil {
-				return &LimitError{Rule: r.id, Err: fmt.Errorf("%w (and returning the reservation failed: %v)", ctx.Err(), cerr)}
-			}
-		}
-		return &LimitError{Rule: r.id, Err: ctx.Err()}
 	}
+	slept, err := t.now().Sub(start), ctx.Err()
+	if r != nil {
+		// Give the slot back; the caller's context is over, so use a short
+		// one of our own that keeps its values.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		defer cancel()
+		if cerr := t.store.Cancel(cctx, r); cerr != nil {
+			err = fmt.Errorf("%w (and returning the reservation failed: %v)", err, cerr)
+		}
+	}
+	return slept, err
 }
-
-// cancelTimeout bounds the store call that returns a reservation.
-const cancelTimeout = time.Second
 
 func (t *Transport) baseRT() http.RoundTripper {
 	if t.base != nil {
