@@ -16,6 +16,10 @@ type Hooks struct {
 	// OnPause is called when a response makes the transport pause a
 	// rule's scope (see [Learning]).
 	OnPause func(PauseEvent)
+
+	// OnSync is called when a response makes the transport lower a
+	// limit to the vendor's remaining quota (see [Learning.Sync]).
+	OnSync func(SyncEvent)
 }
 
 // A PauseEvent describes a pause learned from a response.
@@ -26,8 +30,23 @@ type PauseEvent struct {
 	Status int
 	// Pause is how long the scope is paused, jitter included.
 	Pause time.Duration
+	// Capped reports that the response asked for longer than the rule's
+	// MaxPause and the pause was capped to it.
+	Capped bool
 	// Err is the store's error if recording the shared pause failed; the
 	// transport's own copy of the pause holds regardless.
+	Err error
+}
+
+// A SyncEvent describes a limit lowered to the vendor's remaining quota.
+type SyncEvent struct {
+	// Rule is the name of the rule; Limit the name of its Sync limit.
+	Rule, Limit string
+	// Remaining is what the vendor said is left; Reset is how long until
+	// its quota resets.
+	Remaining int64
+	Reset     time.Duration
+	// Err is the store's error, if the sync failed.
 	Err error
 }
 

@@ -45,21 +45,27 @@ type Learning struct {
 	// negative value disables it.
 	Jitter time.Duration
 
-	// Limited classifies a response as "slow down". Nil means
-	// [DefaultLimited]. Vendor presets supply their own (GitHub's 403 with
-	// no quota left).
+	// Limited classifies a response as "slow down". Nil means the
+	// vendor profile's (see [Profile]; GitHub's counts a 403 with no
+	// quota left), else [DefaultLimited].
 	Limited func(resp *http.Response, fb Feedback) bool
 
-	// ResetFormat says how the vendor writes its *-Reset headers; zero
-	// decides by the value's shape.
+	// ResetFormat says how the vendor writes its *-Reset headers. Zero
+	// means the vendor profile's, else decide by the value's shape.
 	ResetFormat ResetFormat
-}
 
-// DefaultLimited reports a 429, or a 503 with a Retry-After, as "slow
-// down".
-func DefaultLimited(resp *http.Response, fb Feedback) bool {
-	return resp.StatusCode == http.StatusTooManyRequests ||
-		resp.StatusCode == http.StatusServiceUnavailable && fb.HasRetryAfter
+	// Sync names a limit of the rule that mirrors the vendor's quota. When
+	// a response reports how much of that quota remains and when it
+	// resets, the limit's shared counter is lowered to match (never
+	// raised; see [Syncer]), so a quota the vendor shares with clients we
+	// do not control is respected. If SyncResource is set, only responses
+	// whose [Feedback.Resource] equals it are used. Empty: no sync. The
+	// transport's store must implement [Syncer].
+	Sync string
+
+	// SyncResource restricts Sync to one of the vendor's quotas, e.g.
+	// GitHub's "core" or "search".
+	SyncResource string
 }
 
 const defaultPause = 5 * time.Second
@@ -89,45 +95,67 @@ func (l *learner) localPause(scope string, now time.Time) (time.Time, bool) {
 	return until, true
 }
 
-// pauseFor returns how long r's scope must pause after resp (or 0), and
-// whether resp said "slow down".
-func (l *learner) pauseFor(r *rule, resp *http.Response, now time.Time) (time.Duration, bool) {
-	cfg := r.Learn
-	fb := ParseFeedback(resp.Header, now, ParseOptions{ResetFormat: cfg.ResetFormat, MaxPause: cfg.MaxPause})
-	limited := cfg.Limited
-	if limited == nil {
-		limited = DefaultLimited
+// learnConfig is a rule's Learning with the vendor profile applied.
+type learnConfig struct {
+	limited      func(*http.Response, Feedback) bool
+	resetFormat  ResetFormat
+	defaultPause time.Duration
+	maxPause     time.Duration
+}
+
+// config resolves r's learning settings for a request to host: the rule's
+// own fields first, then the profile's, then the defaults.
+func (t *Transport) learnConfig(r *rule, host string) learnConfig {
+	c := learnConfig{limited: r.Learn.Limited, resetFormat: r.Learn.ResetFormat,
+		defaultPause: r.Learn.DefaultPause, maxPause: r.Learn.MaxPause}
+	if p := profileFor(t.profiles, host); p != nil {
+		if c.limited == nil {
+			c.limited = p.Limited
+		}
+		if c.resetFormat == ResetAuto {
+			c.resetFormat = p.ResetFormat
+		}
+		if c.defaultPause <= 0 {
+			c.defaultPause = p.DefaultPause
+		}
 	}
-	maxPause := cfg.MaxPause
-	if maxPause <= 0 {
-		maxPause = DefaultMaxPause
+	if c.limited == nil {
+		c.limited = DefaultLimited
 	}
-	if !limited(resp, fb) {
+	if c.defaultPause <= 0 {
+		c.defaultPause = defaultPause
+	}
+	if c.maxPause <= 0 {
+		c.maxPause = DefaultMaxPause
+	}
+	return c
+}
+
+// pauseFor returns how long r's scope must pause after resp, whose
+// feedback is fb (or 0), and whether resp said "slow down".
+func (l *learner) pauseFor(r *rule, c learnConfig, resp *http.Response, fb Feedback, now time.Time) (time.Duration, bool) {
+	if !c.limited(resp, fb) {
 		l.mu.Lock()
 		delete(l.backoff, r.scope)
 		l.mu.Unlock()
 		if fb.Remaining == 0 && fb.Reset.After(now) {
-			return min(fb.Reset.Sub(now), maxPause), false // quota spent: wait for the reset
+			return min(fb.Reset.Sub(now), c.maxPause), false // quota spent: wait for the reset
 		}
 		return 0, false
 	}
 	if d := fb.PauseFor(now); d > 0 || fb.HasRetryAfter {
-		return min(d, maxPause), true
+		return min(d, c.maxPause), true
 	}
 	// "Slow down" with no time given: back off exponentially per scope.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.backoff[r.scope]
 	if b == nil {
-		first := cfg.DefaultPause
-		if first <= 0 {
-			first = defaultPause
-		}
 		b = &backoff.ExponentialBackOff{
-			InitialInterval:     first,
+			InitialInterval:     c.defaultPause,
 			RandomizationFactor: 0.1,
 			Multiplier:          2,
-			MaxInterval:         maxPause,
+			MaxInterval:         c.maxPause,
 			MaxElapsedTime:      0,
 			Stop:                backoff.Stop,
 			Clock:               backoff.SystemClock,
@@ -138,7 +166,7 @@ func (l *learner) pauseFor(r *rule, resp *http.Response, now time.Time) (time.Du
 		}
 		l.backoff[r.scope] = b
 	}
-	return min(b.NextBackOff(), maxPause), true
+	return min(b.NextBackOff(), c.maxPause), true
 }
 
 // record keeps a pause of d for scope locally and returns it with jitter
@@ -166,26 +194,60 @@ func (l *learner) record(r *rule, now time.Time, d time.Duration) time.Duration 
 	return d
 }
 
-// learn reads resp, the answer to a request under rule r, and records the
-// pause it calls for, locally and in the store. It reports whether resp
-// said "slow down".
-func (t *Transport) learn(ctx context.Context, r *rule, resp *http.Response) (limited bool) {
+// learn reads resp, the answer to req under rule r whose demand was d,
+// records the pause it calls for, locally and in the store, and lowers the
+// rule's Sync limit to what the vendor says remains. It reports whether
+// resp said "slow down".
+func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Request, resp *http.Response) (limited bool) {
 	if r.Learn.Off {
 		return false
 	}
 	now := t.now()
-	d, limited := t.learned.pauseFor(r, resp, now)
-	if d <= 0 {
+	c := t.learnConfig(r, req.URL.Host)
+	fb := ParseFeedback(resp.Header, now, ParseOptions{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
+	p, limited := t.learned.pauseFor(r, c, resp, fb, now)
+	if r.syncIdx >= 0 && d != nil {
+		t.sync(ctx, r, d, fb, now)
+	}
+	if p <= 0 {
 		return limited
 	}
-	d = t.learned.record(r, now, d)
+	p = t.learned.record(r, now, p)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.store.Pause(sctx, r.scope, "", d)
+	err := t.store.Pause(sctx, r.scope, "", p)
 	if t.hooks.OnPause != nil {
-		t.hooks.OnPause(PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: d, Err: err})
+		t.hooks.OnPause(PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err})
 	}
 	return limited
+}
+
+// sync lowers the rule's Sync limit to the vendor's remaining quota, when
+// the response gives one with a reset and it is less than the limit could
+// admit before that reset (otherwise the store call could change nothing).
+func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, now time.Time) {
+	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
+		return
+	}
+	b := d.Limits[r.syncIdx]
+	within := fb.Reset.Sub(now)
+	l := b.Limit
+	// The most the limit could admit before the reset: a full burst (or
+	// window) plus what accrues meanwhile.
+	most := int64(l.capacity()) + int64(float64(l.Rate)*(float64(within)/float64(l.Per))) + 1
+	if fb.Remaining >= most {
+		return
+	}
+	s, ok := t.store.(Syncer)
+	if !ok {
+		return // NewTransport checked; a store swapped in since cannot sync
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	err := s.Sync(sctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	if t.hooks.OnSync != nil {
+		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
+	}
 }
 
 // storeCallTimeout bounds store calls made after the caller's part is

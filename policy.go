@@ -139,6 +139,8 @@ type rule struct {
 	host  *hostPattern
 	path  *pathPattern
 	wait  Waiter
+
+	syncIdx int // index in Limits of Learn.Sync, or -1
 }
 
 // compiledPolicy is a validated Policy, ready to match requests.
@@ -175,7 +177,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if id == "" {
 			id = fmt.Sprintf("#%d", i)
 		}
-		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait}
+		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1}
 		cr.Limits = append([]Limit(nil), r.Limits...)
 		if cr.scope == "" {
 			cr.scope = r.Name
@@ -246,6 +248,16 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			}
 			if a, b := prev.limit, l; a.Rate != b.Rate || a.Per != b.Per || a.burst() != b.burst() || a.Algorithm != b.Algorithm {
 				bad(id, field, "limit %q is also defined by rule %s with other parameters; one name is one counter", l.Name, prev.rule)
+			}
+		}
+		if r.Learn.Sync != "" {
+			for j, l := range r.Limits {
+				if l.Name == r.Learn.Sync {
+					cr.syncIdx = j
+				}
+			}
+			if cr.syncIdx < 0 {
+				bad(id, "Learn.Sync", "names no limit of the rule: %q", r.Learn.Sync)
 			}
 		}
 		cp.rules = append(cp.rules, cr)

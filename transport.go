@@ -27,6 +27,9 @@ type Transport struct {
 	now     func() time.Time
 	hooks   Hooks
 	learned learner
+
+	profileList []Profile // as given to WithProfiles
+	profiles    []profile
 }
 
 // An Option configures a [Transport].
@@ -58,12 +61,22 @@ func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport,
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{base: base, policy: cp, now: time.Now}
+	t := &Transport{base: base, policy: cp, now: time.Now, profileList: DefaultProfiles}
 	for _, o := range opts {
 		o(t)
 	}
+	if t.profiles, err = compileProfiles(t.profileList); err != nil {
+		return nil, err
+	}
 	if t.store == nil {
 		t.store = NewMemoryStore()
+	}
+	if _, ok := t.store.(Syncer); !ok {
+		for _, r := range cp.rules {
+			if r.syncIdx >= 0 {
+				return nil, &PolicyError{Rule: r.id, Field: "Learn.Sync", Err: fmt.Errorf("the store (%T) cannot sync: it does not implement throttle.Syncer", t.store)}
+			}
+		}
 	}
 	return t, nil
 }
@@ -103,7 +116,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return t.baseRT().RoundTrip(req)
 	}
-	if ev := t.admit(r, out, -1); ev.Err != nil {
+	ev, d := t.admit(r, out, -1)
+	if ev.Err != nil {
 		closeBody(out) // out.Body is req.Body, or wraps and closes it
 		return nil, ev.Err
 	}
@@ -111,7 +125,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	limited := t.learn(out.Context(), r, resp)
+	limited := t.learn(out.Context(), r, d, out, resp)
 	if r.Retry.Max > 0 && limited {
 		return t.retry(r, out, resp)
 	}
@@ -141,7 +155,8 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 		}
 		// Admit the resend before letting go of the answer in hand: if the
 		// limiter refuses it, the caller gets that answer unchanged.
-		if ev := t.admit(r, next, max(deadline.Sub(t.now()), 0)); ev.Err != nil {
+		ev, d := t.admit(r, next, max(deadline.Sub(t.now()), 0))
+		if ev.Err != nil {
 			closeBody(next)
 			return resp, nil
 		}
@@ -151,7 +166,7 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 		if err != nil {
 			return nil, err
 		}
-		if !t.learn(ctx, r, resp) {
+		if !t.learn(ctx, r, d, next, resp) {
 			break
 		}
 	}
@@ -169,10 +184,12 @@ func drainAndClose(body io.ReadCloser) {
 
 // admit decides req under rule r and waits for its slot, within at most
 // budget when budget is not negative. The event's Err is nil when the
-// request may be sent. The event goes to the OnDecision hook.
-func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) DecisionEvent {
+// request may be sent. The event goes to the OnDecision hook. The demand
+// is what was decided, nil if the decision failed before one was built.
+func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *Demand) {
 	ev := DecisionEvent{Rule: r.id}
-	if err := t.decide(r, req, budget, &ev); err != nil {
+	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
+	if err := t.decide(r, req, budget, d, &ev); err != nil {
 		ev.Err = err
 		if ev.Outcome == Allowed || ev.Outcome == Waited {
 			ev.Outcome = Failed
@@ -181,13 +198,13 @@ func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) Deci
 	if t.hooks.OnDecision != nil {
 		t.hooks.OnDecision(ev)
 	}
-	return ev
+	return ev, d
 }
 
-// decide does the work of admit, filling in ev as it learns.
-func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, ev *DecisionEvent) error {
+// decide does the work of admit: it fills in d and decides it, and fills
+// in ev as it learns.
+func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *Demand, ev *DecisionEvent) error {
 	ctx := req.Context()
-	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
 	for i, l := range r.Limits {
 		key := ""
 		if l.Key != nil {

@@ -34,6 +34,7 @@ const (
 	opTake   op = iota // Take a demand
 	opCancel           // Cancel the reservation of an earlier step
 	opPause            // Pause a key
+	opSync             // Sync a bucket (the store must be a throttle.Syncer)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -67,9 +68,11 @@ type step struct {
 	// cancelled.
 	cancel int
 
-	// For opPause: Pause(scope, key, d).
-	key string
-	d   time.Duration
+	// For opPause: Pause(scope, key, d). For opSync: Sync(scope, bucket
+	// use[0] (default 0), remaining, d).
+	key       string
+	d         time.Duration
+	remaining int
 }
 
 // demand builds the step's demand.
@@ -102,6 +105,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("cancel the reservation of step %d", st.cancel)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
+	case opSync:
+		return s + fmt.Sprintf("sync to %d remaining within %v", st.remaining, st.d)
 	}
 	s += "take"
 	if st.use != nil {
@@ -173,6 +178,18 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 			}
 		case opPause:
 			if !assert.NoError(t, store.Pause(t.Context(), sp, st.key, st.d), "step %d: %v", n, st) {
+				return
+			}
+		case opSync:
+			b := sc.buckets[0]
+			if len(st.use) > 0 {
+				b = sc.buckets[st.use[0]]
+			}
+			syncer, ok := store.(throttle.Syncer)
+			if !assert.True(t, ok, "step %d: %v: the store is not a throttle.Syncer", n, st) {
+				return
+			}
+			if !assert.NoError(t, syncer.Sync(t.Context(), sp, b, st.remaining, st.d), "step %d: %v", n, st) {
 				return
 			}
 		case opTake:

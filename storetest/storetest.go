@@ -49,6 +49,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("Cancel", func(t *testing.T) { s.runCases(t, cancelCases()) })
 	t.Run("Pauses", func(t *testing.T) { s.runCases(t, pauseCases()) })
 	t.Run("Errors", func(t *testing.T) { s.runCases(t, errorCases()) })
+	t.Run("Sync", s.testSync)
 	t.Run("Contention", s.testContention)
 	t.Run("ContentionInstances", s.testContentionInstances)
 	t.Run("ConcurrentReservations", s.testConcurrentReservations)
