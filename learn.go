@@ -14,18 +14,23 @@ import (
 // The zero value learns with the defaults below; set Off to learn nothing.
 //
 // When a response says "slow down" (by default a 429, or a 503 with
-// Retry-After), the transport records a pause for the rule's scope in the
-// store, so every instance's next decision in that scope waits or fails
-// until then, before sending rather than after its own 429. The pause lasts
-// the response's Retry-After, or until its rate-limit reset, or, when the
-// response gives neither, DefaultPause, doubling (with jitter) on each
-// further such response until one succeeds. A response that reports no
-// quota left (remaining 0 with a reset) pauses the scope until the reset
-// even before a 429. Every pause is capped at MaxPause.
+// Retry-After; the vendor's [Profile] may say more, as GitHub's 403s), the
+// transport records a pause for the rule's scope in the store, so every
+// instance's next decision in that scope waits or fails until then, before
+// sending rather than after its own 429. The pause lasts the response's
+// Retry-After, or until its rate-limit reset, or, when the response gives
+// neither, DefaultPause, doubling on each further such response until one
+// succeeds. A response that reports no quota left (remaining 0 with a
+// reset) pauses the scope until the reset even before a 429. Every pause is
+// capped at MaxPause, and a random jitter is added to it (never
+// subtracted), so a fleet does not resume at the same instant.
 //
 // Each instance also keeps the latest pause it learned in memory, so a
 // store that loses its pauses (a Redis restart) does not send it to the
 // vendor early.
+//
+// With Sync set, the quota headers also lower a limit's shared counter to
+// what the vendor says remains (see [Syncer]).
 type Learning struct {
 	// Off disables learning for the rule.
 	Off bool
@@ -153,7 +158,7 @@ func (l *learner) pauseFor(r *rule, c learnConfig, resp *http.Response, fb Feedb
 	if b == nil {
 		b = &backoff.ExponentialBackOff{
 			InitialInterval:     c.defaultPause,
-			RandomizationFactor: 0.1,
+			RandomizationFactor: 0, // jitter is added by record, and only ever adds
 			Multiplier:          2,
 			MaxInterval:         c.maxPause,
 			MaxElapsedTime:      0,

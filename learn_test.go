@@ -26,6 +26,9 @@ type scriptedVendor struct {
 	start   time.Time
 	answers []func(h http.Header) int // sets headers, returns the status
 
+	// echoBodyHeader makes an answer's X-Test-Body header its body.
+	echoBodyHeader bool
+
 	mu     sync.Mutex
 	n      int
 	at     []time.Duration
@@ -51,7 +54,11 @@ func (v *scriptedVendor) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := make(http.Header)
 	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	status := answer(h)
-	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+	out := "{}"
+	if v.echoBodyHeader && h.Get("X-Test-Body") != "" {
+		out = h.Get("X-Test-Body")
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(out)), Request: req}, nil
 }
 
 func (v *scriptedVendor) arrivals() []time.Duration {
@@ -160,10 +167,8 @@ func TestSlowDownWithoutTimeBacksOff(t *testing.T) {
 			require.NoError(t, send(context.Background(), tr))
 		}
 		require.Len(t, pauses, 3)
-		// 10s, then about 20s and 40s (backoff randomizes by 10%).
-		assert.InDelta(t, float64(10*time.Second), float64(pauses[0]), float64(time.Second))
-		assert.InDelta(t, float64(20*time.Second), float64(pauses[1]), float64(2*time.Second))
-		assert.InDelta(t, float64(40*time.Second), float64(pauses[2]), float64(4*time.Second))
+		// 10s, then 20s and 40s; jitter (off here) only ever adds.
+		assert.Equal(t, []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second}, pauses)
 		at := vendor.arrivals()
 		assert.Equal(t, at[1], pauses[0])
 		assert.Equal(t, at[3], pauses[0]+pauses[1]+pauses[2])
@@ -279,4 +284,162 @@ func TestLearningOff(t *testing.T) {
 		require.NoError(t, send(context.Background(), tr))
 		assert.Equal(t, []time.Duration{0, 0}, vendor.arrivals())
 	})
+}
+
+// githubAnswer is a GitHub-like answer: status, x-ratelimit-* headers
+// and a JSON message body.
+func githubAnswer(status int, remaining int, reset time.Time, msg string) func(http.Header) int {
+	return func(h http.Header) int {
+		h.Set("X-RateLimit-Limit", "5000")
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
+		h.Set("X-RateLimit-Resource", "core")
+		if msg != "" {
+			h.Set("X-Test-Body", `{"message":"`+msg+`"}`)
+		}
+		return status
+	}
+}
+
+func TestGitHubProfile(t *testing.T) {
+	cases := []struct {
+		name      string
+		answer    func(now time.Time) func(http.Header) int
+		wantPause time.Duration // 0: none
+	}{
+		{"primary limit: 403 with remaining 0 pauses until the reset", func(now time.Time) func(http.Header) int {
+			return githubAnswer(http.StatusForbidden, 0, now.Add(40*time.Second), "API rate limit exceeded")
+		}, 40 * time.Second},
+		{"secondary limit without Retry-After pauses a minute", func(now time.Time) func(http.Header) int {
+			return githubAnswer(http.StatusForbidden, 4000, now.Add(time.Hour), "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.")
+		}, time.Minute},
+		{"secondary limit with Retry-After pauses that long", func(now time.Time) func(http.Header) int {
+			a := githubAnswer(http.StatusForbidden, 4000, now.Add(time.Hour), "You have exceeded a secondary rate limit.")
+			return func(h http.Header) int { h.Set("Retry-After", "7"); return a(h) }
+		}, 7 * time.Second},
+		{"429 is a pause", func(now time.Time) func(http.Header) int {
+			a := githubAnswer(http.StatusTooManyRequests, 4000, now.Add(time.Hour), "")
+			return func(h http.Header) int { h.Set("Retry-After", "3"); return a(h) }
+		}, 3 * time.Second},
+		{"a plain permission 403 is not", func(now time.Time) func(http.Header) int {
+			return githubAnswer(http.StatusForbidden, 4000, now.Add(time.Hour), "Resource not accessible by integration")
+		}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				vendor := newScriptedVendor(tc.answer(time.Now()), ok200)
+				vendor.echoBodyHeader = true
+				var pauses []time.Duration
+				tr, err := throttle.NewTransport(vendor, learningPolicy(waiters.Block(), throttle.Learning{}, throttle.Retry{}),
+					throttle.WithHooks(throttle.Hooks{OnPause: func(e throttle.PauseEvent) { pauses = append(pauses, e.Pause) }}))
+				require.NoError(t, err)
+				req, _ := http.NewRequest(http.MethodGet, "https://api.github.com/repos/o/r/issues", nil)
+				resp, err := tr.RoundTrip(req)
+				require.NoError(t, err)
+				body, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				require.NoError(t, resp.Body.Close())
+				want := resp.Header.Get("X-Test-Body")
+				if want == "" {
+					want = "{}"
+				}
+				assert.Equal(t, want, string(body), "the body reads whole after the peek")
+				if tc.wantPause == 0 {
+					assert.Empty(t, pauses)
+				} else {
+					assert.Equal(t, []time.Duration{tc.wantPause}, pauses)
+				}
+				require.NoError(t, send(context.Background(), tr))
+				assert.Equal(t, []time.Duration{0, tc.wantPause}, vendor.arrivals())
+			})
+		})
+	}
+}
+
+func TestProfileIsPickedByHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The same 403 from another host is not a pause: only GitHub's
+		// profile reads it as one.
+		vendor := newScriptedVendor(githubAnswer(http.StatusForbidden, 0, time.Now().Add(40*time.Second), ""), ok200)
+		tr, err := throttle.NewTransport(vendor, learningPolicy(waiters.FailFast(), throttle.Learning{}, throttle.Retry{}))
+		require.NoError(t, err)
+		req, _ := http.NewRequest(http.MethodGet, "https://api.example.com/x", nil)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		// remaining 0 with a reset still pauses, whatever the host.
+		var le *throttle.LimitError
+		require.ErrorAs(t, send(context.Background(), tr), &le)
+		assert.Equal(t, 40*time.Second, le.RetryAfter)
+
+		_, err = throttle.NewTransport(vendor, learningPolicy(waiters.FailFast(), throttle.Learning{}, throttle.Retry{}),
+			throttle.WithProfiles(throttle.Profile{Name: "bad", Hosts: []string{"a b"}}))
+		assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	})
+}
+
+func TestHeaderSyncLowersTheSharedBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Our model: 60 per minute. The vendor, whose quota another client
+		// also spends, says only 2 remain for the next 30 s.
+		vendor := newScriptedVendor(func(h http.Header) int {
+			h.Set("RateLimit-Limit", "60")
+			h.Set("RateLimit-Remaining", "2")
+			h.Set("RateLimit-Reset", "30")
+			return http.StatusOK
+		}, ok200)
+		var syncs []throttle.SyncEvent
+		p := throttle.Policy{Rules: []throttle.Rule{{
+			Name: "vendor", Limits: []throttle.Limit{{Name: "rpm", Rate: 60, Per: time.Minute}},
+			Wait: waiters.FailFast(), Learn: throttle.Learning{Sync: "rpm"},
+		}}}
+		store := throttle.NewMemoryStore()
+		a, err := throttle.NewTransport(vendor, p, throttle.WithStore(store),
+			throttle.WithHooks(throttle.Hooks{OnSync: func(e throttle.SyncEvent) { syncs = append(syncs, e) }}))
+		require.NoError(t, err)
+		b, err := throttle.NewTransport(vendor, p, throttle.WithStore(store))
+		require.NoError(t, err)
+
+		require.NoError(t, send(context.Background(), a))
+		require.Len(t, syncs, 1)
+		assert.Equal(t, throttle.SyncEvent{Rule: "vendor", Limit: "rpm", Remaining: 2, Reset: 30 * time.Second}, syncs[0])
+		// The 2 that remain come at 29 s and 30 s (one per second, the
+		// limit's pace), so the other instance is refused until then.
+		var le *throttle.LimitError
+		require.ErrorAs(t, send(context.Background(), b), &le)
+		assert.Equal(t, 29*time.Second, le.RetryAfter)
+		assert.Equal(t, "rpm", le.Limit)
+	})
+}
+
+func TestHeaderSyncValidation(t *testing.T) {
+	p := throttle.Policy{Rules: []throttle.Rule{{
+		Name: "vendor", Limits: []throttle.Limit{{Name: "rpm", Rate: 60, Per: time.Minute}},
+		Learn: throttle.Learning{Sync: "nope"},
+	}}}
+	_, err := throttle.NewTransport(nil, p)
+	var pe *throttle.PolicyError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "Learn.Sync", pe.Field)
+
+	p.Rules[0].Learn.Sync = "rpm"
+	_, err = throttle.NewTransport(nil, p, throttle.WithStore(pauseLosingStore{throttle.NewMemoryStore()}))
+	require.NoError(t, err, "an embedded MemoryStore syncs")
+	_, err = throttle.NewTransport(nil, p, throttle.WithStore(plainStore{throttle.NewMemoryStore()}))
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "Learn.Sync", pe.Field)
+}
+
+// plainStore is a Store that is not a Syncer.
+type plainStore struct{ s *throttle.MemoryStore }
+
+func (p plainStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	return p.s.Take(ctx, d)
+}
+func (p plainStore) Cancel(ctx context.Context, r *throttle.Reservation) error {
+	return p.s.Cancel(ctx, r)
+}
+func (p plainStore) Pause(ctx context.Context, scope, key string, d time.Duration) error {
+	return p.s.Pause(ctx, scope, key, d)
 }
