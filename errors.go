@@ -17,6 +17,10 @@ var ErrInvalidPolicy = errors.New("throttle: invalid policy")
 // ever admit (more than Burst for GCRA, more than Rate otherwise).
 var ErrCostTooHigh = errors.New("throttle: cost exceeds what the limit can ever admit")
 
+// ErrLeaseLost is wrapped by [LeaseStore.Renew] when a lease is no longer
+// held: it expired before it was renewed, or was released.
+var ErrLeaseLost = errors.New("throttle: lease lost")
+
 // ErrNoRule is returned for a request that matches no rule when
 // [Policy.RefuseUnmatched] is set.
 var ErrNoRule = errors.New("throttle: no rule matches the request")

@@ -4,7 +4,8 @@ import "time"
 
 // Hooks receive what a [Transport] decides, for metrics and logs. Nil
 // fields are skipped, and a transport without hooks does no work for them.
-// Hooks run synchronously on the request's goroutine, so they must be fast
+// Hooks run synchronously on the request's goroutine (OnLease: also on a
+// renewal timer's), so they must be fast
 // and safe for concurrent use. They never receive keys, which may be
 // derived from secrets.
 type Hooks struct {
@@ -20,6 +21,12 @@ type Hooks struct {
 	// OnSync is called when a response makes the transport lower a
 	// limit to the vendor's remaining quota (see [Learning.Sync]).
 	OnSync func(SyncEvent)
+
+	// OnLease is called when something happens to the lease of a
+	// request's [Concurrency] slot after it was granted: a renewal, a lost
+	// lease, a body left unread, a failed release. See [LeaseEvent]. It
+	// may run on a timer's goroutine.
+	OnLease func(LeaseEvent)
 }
 
 // A PauseEvent describes a pause learned from a response.

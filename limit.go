@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -19,12 +20,15 @@ type Limit struct {
 	// [LimitError] and must be unique among the limits of a rule.
 	Name string
 
-	// Rate is how many units of cost are admitted per Per. It must be
-	// positive.
+	// Rate is how many units of cost are admitted per Per; for a
+	// [Concurrency] limit, how many requests may be in flight at once. It
+	// must be positive.
 	Rate int
 
 	// Per is the period Rate is counted over. It must be at least one
 	// microsecond; any length works (30*time.Minute, time.Hour, 24*time.Hour).
+	// For a [Concurrency] limit it is the lease time instead: how long a
+	// slot stays held without renewal (at least [MinLease]).
 	Per time.Duration
 
 	// Burst is, for GCRA only, how much cost may be admitted at once after
@@ -49,10 +53,15 @@ func (l Limit) burst() int {
 	return l.Burst
 }
 
-// capacity is the largest cost one demand can ever be granted.
+// capacity is the largest cost one demand can ever be granted. A
+// Concurrency limit takes one slot per demand whatever the cost, so it
+// bounds no cost.
 func (l Limit) capacity() int {
-	if l.Algorithm == GCRA {
+	switch l.Algorithm {
+	case GCRA:
 		return l.burst()
+	case Concurrency:
+		return math.MaxInt
 	}
 	return l.Rate
 }
@@ -103,7 +112,30 @@ const (
 	// window, so it can admit somewhat more or less than a true sliding
 	// window.
 	SlidingWindow
+
+	// Concurrency bounds how many requests are in flight at once rather
+	// than how many start per period: at most R demands hold a slot at any
+	// instant. Every demand takes exactly one slot, whatever its cost, and
+	// holds it as a lease with an id and an expiry: Per is the lease time,
+	// P. A slot granted for instant t expires at t+P unless it is renewed
+	// ([LeaseStore.Renew], which [Transport] calls while a request is in
+	// flight) or released earlier ([LeaseStore.Release], when the
+	// response body is closed or fully read, or the round trip fails). So a
+	// crashed instance's slots come back at most P after its last renewal,
+	// with no heartbeat process. A demand is admitted only if a slot is
+	// free now; it never reserves a slot for later, since a slot frees
+	// when its holder releases it, at an instant no store can know (see
+	// [Decision] for what Delay means then). Burst must be zero. Memory:
+	// one entry per slot held. Pick it for vendors that limit concurrent
+	// requests (GitHub: 100 in flight), next to a rate limit in the same
+	// rule. The store must be a [LeaseStore].
+	Concurrency
 )
+
+// MinLease is the shortest lease (Per) a [Concurrency] limit may have:
+// [Transport] renews a lease every third of it, and a shorter lease would
+// turn renewals into a stream of store calls.
+const MinLease = 10 * time.Millisecond
 
 // String returns the algorithm's name as used in policy files.
 func (a Algorithm) String() string {
@@ -116,6 +148,8 @@ func (a Algorithm) String() string {
 		return "sliding-log"
 	case SlidingWindow:
 		return "sliding-window"
+	case Concurrency:
+		return "concurrency"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
@@ -124,7 +158,7 @@ func (a Algorithm) String() string {
 // [Algorithm.String]; an unknown name is an error wrapping
 // [ErrInvalidPolicy].
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := GCRA; a <= SlidingWindow; a++ {
+	for a := GCRA; a <= Concurrency; a++ {
 		if a.String() == s {
 			return a, nil
 		}
@@ -151,8 +185,12 @@ func (l Limit) validate() (field string, err error) {
 		return "Per", fmt.Errorf("must be at least 1µs, got %v", l.Per)
 	case l.Burst < 0:
 		return "Burst", fmt.Errorf("must not be negative, got %d", l.Burst)
-	case l.Algorithm < GCRA || l.Algorithm > SlidingWindow:
+	case l.Algorithm < GCRA || l.Algorithm > Concurrency:
 		return "Algorithm", fmt.Errorf("unknown algorithm %v", l.Algorithm)
+	case l.Algorithm == Concurrency && l.Burst != 0:
+		return "Burst", fmt.Errorf("a concurrency limit has no burst: Rate is the number of slots")
+	case l.Algorithm == Concurrency && l.Per < MinLease:
+		return "Per", fmt.Errorf("is the lease time of a concurrency limit and must be at least %v, got %v", MinLease, l.Per)
 	case l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate:
 		return "Burst", fmt.Errorf("only GCRA has a burst; %v admits Rate per window", l.Algorithm)
 	}

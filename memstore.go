@@ -25,6 +25,8 @@ type MemoryStore struct {
 	pauses  map[pauseID]int64 // pause end, µs
 	sweepAt int               // len(buckets)+len(pauses) that triggers a sweep
 	ops     int               // decisions since the last sweep
+	leaseN  uint64            // lease ids handed out
+	watch   map[bucketID]*waitList
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -67,6 +69,7 @@ type memBucket struct {
 	tat     int64      // GCRA: theoretical arrival time, µs
 	windows []window   // FixedWindow, SlidingWindow: counts by window, ascending
 	log     []logEntry // SlidingLog: admitted demands, ascending by time
+	leases  []lease    // Concurrency: slots held
 	expire  int64      // µs after which the state equals a fresh bucket
 }
 
@@ -161,6 +164,9 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 		}
 		return dec, nil
 	}
+	if dec, full := slotsFull(ps, bs, now, t); full {
+		return dec, nil
+	}
 
 	r := newReservation(d)
 	for i, l := range d.Limits {
@@ -168,6 +174,13 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 		if b == nil {
 			b = &memBucket{alg: l.Limit.Algorithm}
 			s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}] = b
+		}
+		if l.Limit.Algorithm == Concurrency {
+			if r.ID == "" {
+				r.ID = s.nextLeaseID()
+			}
+			r.Marks[i] = b.hold(ps[i], t, r.ID)
+			continue
 		}
 		r.Marks[i] = b.commit(ps[i], t)
 	}
@@ -207,6 +220,10 @@ func (s *MemoryStore) Cancel(ctx context.Context, r *Reservation) error {
 			continue
 		}
 		p := newParams(l.Limit, d.Cost)
+		if p.alg == Concurrency {
+			s.drop(bucketID{d.Scope, l.Limit.Name, l.Key}, b, r.ID)
+			continue
+		}
 		b.refund(p, r.Marks[i])
 		b.prune(p, now)
 	}
@@ -391,6 +408,8 @@ func (b *memBucket) prune(p params, now int64) {
 		if i > 0 {
 			b.log = slices.Delete(b.log, 0, i)
 		}
+	case Concurrency:
+		b.leases = slices.DeleteFunc(b.leases, func(l lease) bool { return l.expire <= now })
 	}
 }
 

@@ -256,8 +256,11 @@ func (p Policy) compile() (*compiledPolicy, error) {
 					cr.syncIdx = j
 				}
 			}
-			if cr.syncIdx < 0 {
+			switch {
+			case cr.syncIdx < 0:
 				bad(id, "Learn.Sync", "names no limit of the rule: %q", r.Learn.Sync)
+			case r.Limits[cr.syncIdx].Algorithm == Concurrency:
+				bad(id, "Learn.Sync", "names a concurrency limit, %q; a vendor's remaining quota is a rate", r.Learn.Sync)
 			}
 		}
 		cp.rules = append(cp.rules, cr)

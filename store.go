@@ -39,6 +39,32 @@ import (
 // for GCRA, more than Rate for the window algorithms) is an error wrapping
 // [ErrCostTooHigh]; it is never a wait without end.
 //
+// # Concurrency limits
+//
+// A [Concurrency] limit is not a rate: its slot frees when its holder
+// releases it, at an instant the store cannot know. Only stores that
+// implement [LeaseStore] accept it. Take finds t from the other limits and
+// the pauses as above, and then:
+//
+//   - if t is more than MaxWait away, the demand is refused as above,
+//     bound by one of those limits or a pause;
+//   - otherwise, if a Concurrency limit has no free slot now (all Rate
+//     slots are held by leases that expire after now), the demand is
+//     refused with nothing charged, Decision.Limit names that limit, and
+//     Decision.Delay is the time until max(t, e), where e is the instant
+//     at which, if no holder releases its slot or renews its lease, the
+//     leases have expired far enough for a slot to be free. Delay is then
+//     an upper bound, not the earliest instant: a release may free a slot
+//     at any moment. A caller that may wait waits for a release (see
+//     [LeaseStore.WatchRelease]) or Delay, whichever comes first, and
+//     asks again;
+//   - otherwise the demand is granted as above, and each Concurrency
+//     limit also gets a lease on one slot, held from now (a reservation
+//     holds its slot while it waits) until t+Per. A Concurrency limit
+//     takes one slot whatever Demand.Cost is.
+//
+// Cancel of such a reservation gives its slots back too.
+//
 // Implementations must be safe for concurrent use. An error from Take means
 // the demand may or may not have been charged; callers treat it as not
 // granted.
@@ -81,6 +107,8 @@ type Demand struct {
 	// Zero means the demand is granted only if it can act now; a negative
 	// value is treated as zero.
 	MaxWait time.Duration
+
+	held *Reservation // Transport: the granted reservation whose slots the request holds
 }
 
 // A Bucket is one limit resolved for one request: the limit's parameters
@@ -105,7 +133,9 @@ type Decision struct {
 	// Delay is, when OK, how long the caller must wait before it acts
 	// (zero: act now). When not OK, it is the time until the earliest
 	// instant at which the same demand could succeed, rounded up to the
-	// microsecond.
+	// microsecond; except when Limit names a [Concurrency] limit, where it
+	// is the time until a slot frees by lease expiry alone, an upper bound
+	// that any release beats (see [Store]).
 	Delay time.Duration
 
 	// Limit is, when not OK, the index in Demand.Limits of a limit that
@@ -134,11 +164,50 @@ type Reservation struct {
 	Demand *Demand
 
 	// Marks hold, per limit of Demand, the store's record of the charge
-	// (for example the GCRA theoretical arrival time it set, or the window
-	// it charged), in the store's own units.
+	// (for example the GCRA theoretical arrival time it set, the window
+	// it charged, or a lease's expiry), in the store's own units.
 	Marks []int64
 
 	// ID identifies the charge, where the store needs one (for example a
-	// sliding-log member).
+	// sliding-log member). It is the lease id of every [Concurrency] slot
+	// the charge holds, unique among all leases of the store.
 	ID string
+}
+
+// A LeaseStore is a [Store] that implements [Concurrency] limits: it holds
+// each granted slot as a lease with an id (the reservation's ID) and an
+// expiry, and lets the holder renew and release it. [NewTransport] requires
+// one when a rule has a Concurrency limit. Both stores of this module are
+// LeaseStores.
+//
+// Leases make slots crash-safe without any heartbeat process: a holder
+// that dies stops renewing, and its slot is free again when the lease
+// expires. Ids make release idempotent: releasing a lease that is gone
+// (released before, cancelled, or expired and pruned) does nothing, so a
+// slot is never freed twice.
+type LeaseStore interface {
+	Store
+
+	// Release frees the Concurrency slots of r, a reservation granted by
+	// Take. It does not give back what r charged to other limits. Releasing
+	// again, or after Cancel, does nothing.
+	Release(ctx context.Context, r *Reservation) error
+
+	// Renew extends the leases of r's Concurrency slots to Per from the
+	// store's current time; it never shortens one. If a lease is gone
+	// (it expired, or was released), Renew returns an error wrapping
+	// [ErrLeaseLost] and does not take the slot again, since another
+	// demand may hold it by now.
+	Renew(ctx context.Context, r *Reservation) error
+
+	// WatchRelease arms a watch on the Concurrency bucket b of scope: after
+	// it returns, the channel receives a value when a slot of b may have
+	// been freed by a release or cancel, anywhere (every instance sharing
+	// the store). A release wakes at most one watcher per process, in the
+	// order they started watching, so waiters do not stampede. Wake-ups may
+	// be lost (a dropped connection, say) and leases that expire send
+	// nothing, so a watcher also waits on a timer (Decision.Delay). stop
+	// ends the watch and must be called once. A store without
+	// notifications may return a nil channel.
+	WatchRelease(ctx context.Context, scope string, b Bucket) (wake <-chan struct{}, stop func(), err error)
 }

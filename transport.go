@@ -71,6 +71,9 @@ func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport,
 	if t.store == nil {
 		t.store = NewMemoryStore()
 	}
+	if err := t.checkLeases(); err != nil {
+		return nil, err
+	}
 	if _, ok := t.store.(Syncer); !ok {
 		for _, r := range cp.rules {
 			if r.syncIdx >= 0 {
@@ -121,7 +124,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(out) // out.Body is req.Body, or wraps and closes it
 		return nil, ev.Err
 	}
+	h := t.hold(r, d) // lease.go: renews the request's Concurrency slots
 	resp, err := t.baseRT().RoundTrip(out)
+	resp, err = h.bind(resp, err) // releases them on error, else when the body ends
 	if err != nil {
 		return nil, err
 	}
@@ -154,15 +159,19 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 			next.Body = body
 		}
 		// Admit the resend before letting go of the answer in hand: if the
-		// limiter refuses it, the caller gets that answer unchanged.
+		// limiter refuses it, the caller gets that answer unchanged. Its
+		// Concurrency slots go first, or the resend would wait for them.
+		releaseResponse(resp)
 		ev, d := t.admit(r, next, max(deadline.Sub(t.now()), 0))
 		if ev.Err != nil {
 			closeBody(next)
 			return resp, nil
 		}
 		drainAndClose(resp.Body)
+		h := t.hold(r, d)
 		var err error
 		resp, err = t.baseRT().RoundTrip(next)
+		resp, err = h.bind(resp, err)
 		if err != nil {
 			return nil, err
 		}
@@ -255,9 +264,9 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		d.MaxWait -= wait
 	}
 
-	dec, err := t.store.Take(ctx, d)
+	dec, err := t.take(ctx, r, d, ev) // lease.go: waits for a released slot where the waiter allows
 	if err != nil {
-		return fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
+		return err
 	}
 	if !dec.OK {
 		le := &LimitError{Rule: r.id, Pause: dec.Pause, RetryAfter: dec.Delay}

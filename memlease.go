@@ -1,0 +1,186 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// This file holds the in-process store's Concurrency limits: leases,
+// their release and renewal, and the wake-ups of waiters.
+
+var _ LeaseStore = (*MemoryStore)(nil)
+
+// lease is one slot of a Concurrency bucket.
+type lease struct {
+	id     string
+	expire int64 // µs; the slot is free at and after it
+}
+
+// nextLeaseID returns a lease id unique in the store. s.mu is held.
+func (s *MemoryStore) nextLeaseID() string {
+	s.leaseN++
+	return "m" + strconv.FormatUint(s.leaseN, 36)
+}
+
+// slotsFull reports whether a Concurrency limit of the demand has no free
+// slot now (bs are pruned to now), and if so the refusal: the delay until
+// max(t, the instant expiries alone free a slot).
+func slotsFull(ps []params, bs []*memBucket, now, t int64) (Decision, bool) {
+	for i, p := range ps {
+		if p.alg != Concurrency || bs[i] == nil {
+			continue
+		}
+		held := bs[i].leases
+		if n := int64(len(held)); n >= p.r {
+			exp := make([]int64, len(held))
+			for j, l := range held {
+				exp[j] = l.expire
+			}
+			slices.Sort(exp)
+			return Decision{Delay: micros(max(t, exp[n-p.r]) - now), Limit: i}, true
+		}
+	}
+	return Decision{}, false
+}
+
+// hold adds a lease id on one slot, granted for instant t, and returns its
+// expiry.
+func (b *memBucket) hold(p params, t int64, id string) int64 {
+	exp := t + p.p
+	b.leases = append(b.leases, lease{id: id, expire: exp})
+	b.expire = max(b.expire, exp)
+	return exp
+}
+
+// drop removes lease id from b, if b holds it, and wakes a waiter of the
+// bucket. s.mu is held.
+func (s *MemoryStore) drop(bid bucketID, b *memBucket, id string) {
+	i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == id })
+	if i < 0 {
+		return
+	}
+	b.leases = slices.Delete(b.leases, i, i+1)
+	if w := s.watch[bid]; w != nil {
+		w.wakeOne()
+	}
+}
+
+// leaseBuckets calls f for every Concurrency limit of r with its bucket,
+// nil if it has none. s.mu is held.
+func (s *MemoryStore) leaseBuckets(r *Reservation, f func(bid bucketID, b *memBucket, p params)) error {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return fmt.Errorf("throttle: memory store: malformed reservation")
+	}
+	for _, l := range r.Demand.Limits {
+		if l.Limit.Algorithm != Concurrency {
+			continue
+		}
+		bid := bucketID{r.Demand.Scope, l.Limit.Name, l.Key}
+		b := s.buckets[bid]
+		if b != nil && b.alg != Concurrency {
+			b = nil
+		}
+		f(bid, b, newParams(l.Limit, 1))
+	}
+	return nil
+}
+
+// Release implements [LeaseStore.Release].
+func (s *MemoryStore) Release(ctx context.Context, r *Reservation) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaseBuckets(r, func(bid bucketID, b *memBucket, _ params) {
+		if b != nil {
+			s.drop(bid, b, r.ID)
+		}
+	})
+}
+
+// Renew implements [LeaseStore.Renew].
+func (s *MemoryStore) Renew(ctx context.Context, r *Reservation) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("throttle: memory store: renew: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixMicro()
+	var lost string
+	err := s.leaseBuckets(r, func(bid bucketID, b *memBucket, p params) {
+		if b != nil {
+			b.prune(p, now)
+			if i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == r.ID }); i >= 0 {
+				exp := max(b.leases[i].expire, now+p.p)
+				b.leases[i].expire = exp
+				b.expire = max(b.expire, exp)
+				return
+			}
+		}
+		if lost == "" {
+			lost = bid.name
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if lost != "" {
+		return fmt.Errorf("throttle: memory store: renew: limit %s: %w", lost, ErrLeaseLost)
+	}
+	return nil
+}
+
+// WatchRelease implements [LeaseStore.WatchRelease]. Wake-ups come from
+// Release and Cancel in this process; none is ever lost.
+func (s *MemoryStore) WatchRelease(ctx context.Context, scope string, b Bucket) (<-chan struct{}, func(), error) {
+	bid := bucketID{scope, b.Limit.Name, b.Key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watch == nil {
+		s.watch = make(map[bucketID]*waitList)
+	}
+	w := s.watch[bid]
+	if w == nil {
+		w = &waitList{}
+		s.watch[bid] = w
+	}
+	c := w.add()
+	stop := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if w.remove(c) {
+			delete(s.watch, bid)
+		}
+	}
+	return c, stop, nil
+}
+
+// waitList is the waiters of one bucket, oldest first. Its user guards it.
+type waitList struct {
+	chans []chan struct{}
+}
+
+func (w *waitList) add() chan struct{} {
+	c := make(chan struct{}, 1)
+	w.chans = append(w.chans, c)
+	return c
+}
+
+// remove drops c and reports whether the list is now empty.
+func (w *waitList) remove(c chan struct{}) bool {
+	if i := slices.Index(w.chans, c); i >= 0 {
+		w.chans = slices.Delete(w.chans, i, i+1)
+	}
+	return len(w.chans) == 0
+}
+
+// wakeOne signals the oldest waiter that has no signal pending yet.
+func (w *waitList) wakeOne() {
+	for _, c := range w.chans {
+		select {
+		case c <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
