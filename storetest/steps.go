@@ -35,6 +35,8 @@ const (
 	opCancel           // Cancel the reservation of an earlier step
 	opPause            // Pause a key
 	opSync             // Sync a bucket (the store must be a throttle.Syncer)
+	opRelease          // Release the slots of an earlier step (throttle.LeaseStore)
+	opRenew            // Renew the leases of an earlier step (throttle.LeaseStore)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -64,8 +66,9 @@ type step struct {
 	pause string
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
 
-	// For opCancel: the 1-based number of the step whose reservation is
-	// cancelled.
+	// For opCancel, opRelease and opRenew: the 1-based number of the step
+	// whose reservation is cancelled, released or renewed. For opRenew,
+	// err is the error wanted (nil: none).
 	cancel int
 
 	// For opPause: Pause(scope, key, d). For opSync: Sync(scope, bucket
@@ -103,6 +106,10 @@ func (st step) String() string {
 	switch st.op {
 	case opCancel:
 		return s + fmt.Sprintf("cancel the reservation of step %d", st.cancel)
+	case opRelease:
+		return s + fmt.Sprintf("release the slots of step %d", st.cancel)
+	case opRenew:
+		return s + fmt.Sprintf("renew the leases of step %d", st.cancel)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
@@ -180,6 +187,24 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 			if !assert.NoError(t, store.Pause(t.Context(), sp, st.key, st.d), "step %d: %v", n, st) {
 				return
 			}
+		case opRelease, opRenew:
+			r := decs[st.cancel-1].Reservation
+			ls, ok := store.(throttle.LeaseStore)
+			if !assert.True(t, ok, "step %d: %v: the store is not a throttle.LeaseStore", n, st) ||
+				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			if st.op == opRelease {
+				if !assert.NoError(t, ls.Release(t.Context(), r), "step %d: %v", n, st) {
+					return
+				}
+				continue
+			}
+			err := ls.Renew(t.Context(), r)
+			if st.err == nil && !assert.NoError(t, err, "step %d: %v", n, st) ||
+				st.err != nil && !assert.ErrorIs(t, err, st.err, "step %d: %v", n, st) {
+				return
+			}
 		case opSync:
 			b := sc.buckets[0]
 			if len(st.use) > 0 {
@@ -236,6 +261,10 @@ func fixed(name string, rate int, per time.Duration) throttle.Limit {
 
 func slidingLog(name string, rate int, per time.Duration) throttle.Limit {
 	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.SlidingLog}
+}
+
+func conc(name string, slots int, lease time.Duration) throttle.Limit {
+	return throttle.Limit{Name: name, Rate: slots, Per: lease, Algorithm: throttle.Concurrency}
 }
 
 func slidingWin(name string, rate int, per time.Duration) throttle.Limit {

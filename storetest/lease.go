@@ -1,0 +1,295 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testConcurrency runs the Concurrency cases when the stores are
+// [throttle.LeaseStore]s.
+func (s *suite) testConcurrency(t *testing.T) {
+	st, _ := s.newStore(t)
+	if _, ok := st.(throttle.LeaseStore); !ok {
+		t.Skipf("%T is not a throttle.LeaseStore", st)
+	}
+	t.Run("Steps", func(t *testing.T) { s.runCases(t, concurrencyCases()) })
+	t.Run("Contention", func(t *testing.T) {
+		t.Parallel()
+		store, _ := s.newStore(t)
+		stores := make([]throttle.Store, 64)
+		for i := range stores {
+			stores[i] = store
+		}
+		s.contendSlots(t, stores)
+	})
+	t.Run("ContentionInstances", func(t *testing.T) {
+		if s.c.Instances == nil {
+			t.Skip("storetest: Config.Instances is nil")
+		}
+		t.Parallel()
+		var stores []throttle.Store
+		for _, st := range s.instances(t, NewClock(Start), 8) {
+			for range 8 {
+				stores = append(stores, st)
+			}
+		}
+		s.contendSlots(t, stores)
+	})
+	t.Run("WatchRelease", s.testWatchRelease)
+}
+
+// concurrencyCases pin [throttle.Concurrency]: slots held as leases that
+// expire Per after the instant they were granted for, released and renewed
+// by id, decided with the other limits all or nothing.
+func concurrencyCases() []stepCase {
+	lost := throttle.ErrLeaseLost
+	return []stepCase{{
+		name:    "slots up to Rate; a refusal's delay runs to the earliest expiry",
+		buckets: on(conc("c", 2, minute)),
+		steps: []step{
+			{ok: true},
+			{advance: 10 * sec, ok: true},
+			{delay: 50 * sec},
+			{advance: 50*sec - us, delay: us},
+			{advance: us, ok: true},
+			{delay: 10 * sec},
+		},
+	}, {
+		name:    "release frees a slot, and only once",
+		buckets: on(conc("c", 2, minute)),
+		steps: []step{
+			{ok: true},
+			{ok: true},
+			{delay: minute},
+			{op: opRelease, cancel: 1},
+			{ok: true},
+			{op: opRelease, cancel: 1},
+			{delay: minute},
+			{op: opRelease, cancel: 2},
+			{op: opRelease, cancel: 5},
+			{ok: true},
+			{ok: true},
+			{delay: minute},
+		},
+	}, {
+		name:    "a demand takes one slot whatever its cost",
+		buckets: on(conc("c", 2, minute)),
+		steps:   []step{{cost: 5, ok: true}, {cost: 100, ok: true}, {cost: 5, delay: minute}},
+	}, {
+		name:    "renew extends to Per from now; an expired lease is lost",
+		buckets: on(conc("c", 1, minute)),
+		steps: []step{
+			{ok: true},
+			{advance: 30 * sec, op: opRenew, cancel: 1},
+			{delay: minute},
+			{advance: minute - us, delay: us},
+			{advance: us, op: opRenew, cancel: 1, err: lost},
+			{ok: true},
+			{op: opRenew, cancel: 1, err: lost},
+			{op: opRenew, cancel: 6},
+			{op: opRelease, cancel: 6},
+			{op: opRenew, cancel: 6, err: lost},
+			{ok: true},
+		},
+	}, {
+		// T = 10s, B = 1: the reservation's slot is held from now until
+		// its instant plus Per, and renewing now does not shorten it.
+		name:    "a reservation holds its slot until its instant plus Per",
+		buckets: on(gcra("g", 1, 10*sec, 1), conc("c", 1, minute)),
+		steps: []step{
+			{ok: true},
+			{op: opRelease, cancel: 1},
+			{maxWait: 20 * sec, ok: true, delay: 10 * sec},
+			{op: opRenew, cancel: 3},
+			{use: []int{1}, delay: 70 * sec},
+			{advance: 70*sec - us, use: []int{1}, delay: us},
+			{advance: us, use: []int{1}, ok: true},
+		},
+	}, {
+		name:    "all or nothing with a rate limit",
+		buckets: on(fixed("f", 1, minute), conc("c", 2, minute)),
+		steps: []step{
+			{ok: true},
+			{delay: minute, limit: 0},
+			{use: []int{1}, ok: true},
+			{use: []int{1}, delay: minute},
+			{advance: 30 * sec, op: opRelease, cancel: 3},
+			{use: []int{1}, ok: true},
+			{advance: 30 * sec, use: []int{1}, ok: true},
+			// f has room in its new window, c is full: refused by c, and
+			// f is not charged.
+			{delay: 30 * sec, limit: 1},
+			{op: opRelease, cancel: 6},
+			{ok: true},
+			{op: opRelease, cancel: 10},
+			{delay: minute, limit: 0},
+		},
+	}, {
+		name:    "a rate limit beyond MaxWait binds before a full slot",
+		buckets: on(gcra("g", 1, minute, 1), conc("c", 1, minute)),
+		steps: []step{
+			{ok: true},
+			{delay: minute, limit: 0},
+			{maxWait: hour, delay: minute, limit: 1},
+			{advance: 10 * sec, maxWait: hour, delay: 50 * sec, limit: 1},
+		},
+	}, {
+		name:    "a full slot's delay is at least the other limits'",
+		buckets: on(gcra("g", 1, minute, 1), conc("c", 1, 10*sec)),
+		steps: []step{
+			{ok: true},
+			{maxWait: hour, delay: minute, limit: 1},
+			{advance: 10 * sec, maxWait: hour, ok: true, delay: 50 * sec},
+		},
+	}, {
+		name:    "cancel gives the slot back",
+		buckets: on(fixed("f", 3, minute), conc("c", 1, minute)),
+		steps: []step{
+			{ok: true},
+			{op: opCancel, cancel: 1},
+			{ok: true},
+			{delay: minute, limit: 1},
+			{op: opCancel, cancel: 3},
+			{ok: true},
+		},
+	}, {
+		name:    "keys and scopes are separate slots",
+		buckets: []throttle.Bucket{{Limit: conc("c", 1, minute), Key: "a"}, {Limit: conc("c", 1, minute), Key: "b"}},
+		steps: []step{
+			{use: []int{0}, ok: true},
+			{use: []int{1}, ok: true},
+			{use: []int{0}, delay: minute},
+			{use: []int{0}, scope: "other", ok: true},
+		},
+	}, {
+		name:    "a pause and a full slot",
+		buckets: on(conc("c", 1, minute)),
+		steps: []step{
+			{ok: true},
+			{op: opPause, key: "p", d: 30 * sec},
+			{pauses: []string{"p"}, delay: 30 * sec, pause: "p"},
+			{pauses: []string{"p"}, maxWait: hour, delay: minute},
+			{op: opRelease, cancel: 1},
+			{pauses: []string{"p"}, maxWait: hour, ok: true, delay: 30 * sec},
+		},
+	}, {
+		name:    "a burst is an error",
+		buckets: on(throttle.Limit{Name: "c", Rate: 2, Burst: 2, Per: minute, Algorithm: throttle.Concurrency}),
+		steps: []step{
+			{err: throttle.ErrInvalidPolicy},
+			{use: []int{}, ok: true},
+		},
+	}, {
+		name:    "a lease below MinLease is an error",
+		buckets: on(conc("c", 2, throttle.MinLease-us)),
+		steps:   []step{{maxWait: hour, err: throttle.ErrInvalidPolicy}},
+	}}
+}
+
+// contendSlots runs one goroutine per store, all taking a slot of a limit
+// of 5 (with a rate limit that always admits, in the same demand) on a
+// frozen clock: exactly 5 are granted. Then the holders release and all
+// try again: exactly 5 again.
+func (s *suite) contendSlots(t *testing.T, stores []throttle.Store) {
+	const slots = 5
+	d := &throttle.Demand{Scope: s.scope(t, ""), Cost: 1, Limits: []throttle.Bucket{
+		{Limit: gcra("rate", 1_000_000, sec, 0)},
+		{Limit: conc("inflight", slots, minute), Key: "k"},
+	}}
+	round := func() []*throttle.Reservation {
+		var (
+			mu       sync.Mutex
+			held     []*throttle.Reservation
+			problems []error
+			wg       sync.WaitGroup
+			start    = make(chan struct{})
+		)
+		for g, st := range stores {
+			wg.Go(func() {
+				<-start
+				dec, err := st.Take(t.Context(), d)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					problems = append(problems, fmt.Errorf("goroutine %d: %w", g, err))
+				case dec.OK:
+					held = append(held, dec.Reservation)
+				case dec.Limit != 1 || dec.Delay != minute:
+					problems = append(problems, fmt.Errorf("goroutine %d: refusal with Limit %d, Delay %v", g, dec.Limit, dec.Delay))
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.NoError(t, errors.Join(problems...))
+		return held
+	}
+	held := round()
+	assert.Len(t, held, slots, "granted slots")
+	ls := stores[0].(throttle.LeaseStore)
+	for _, r := range held {
+		require.NoError(t, ls.Release(t.Context(), r))
+		require.NoError(t, ls.Release(t.Context(), r)) // never twice
+	}
+	assert.Len(t, round(), slots, "granted slots after every holder released")
+}
+
+// testWatchRelease: a watch armed on a bucket is woken by a release made
+// through another instance (or the same store), oldest watcher first.
+func (s *suite) testWatchRelease(t *testing.T) {
+	t.Parallel()
+	var watcher, releaser throttle.LeaseStore
+	if s.c.Instances != nil {
+		ss := s.instances(t, NewClock(Start), 2)
+		watcher, releaser = ss[0].(throttle.LeaseStore), ss[1].(throttle.LeaseStore)
+	} else {
+		st, _ := s.newStore(t)
+		watcher = st.(throttle.LeaseStore)
+		releaser = watcher
+	}
+	b := throttle.Bucket{Limit: conc("c", 2, minute), Key: "k"}
+	d := &throttle.Demand{Scope: s.scope(t, ""), Cost: 1, Limits: []throttle.Bucket{b}}
+	var held []*throttle.Reservation
+	for range 2 {
+		dec, err := releaser.Take(t.Context(), d)
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+		held = append(held, dec.Reservation)
+	}
+	first, stop1, err := watcher.WatchRelease(t.Context(), d.Scope, b)
+	require.NoError(t, err)
+	second, stop2, err := watcher.WatchRelease(t.Context(), d.Scope, b)
+	if err != nil {
+		stop1()
+	}
+	require.NoError(t, err)
+	defer stop2()
+	if first == nil {
+		stop1()
+		t.Skip("the store sends no wake-ups")
+	}
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(time.Minute): // a failure bound, not a measurement
+			t.Fatalf("%s: no wake-up", what)
+		}
+	}
+	err = releaser.Release(t.Context(), held[0])
+	if err == nil {
+		wait(first, "first release, first watcher")
+	}
+	stop1()
+	require.NoError(t, err)
+	require.NoError(t, releaser.Cancel(t.Context(), held[1]))
+	wait(second, "cancel, second watcher")
+}
