@@ -210,7 +210,7 @@ type hold struct {
 	rule  string
 	lease time.Duration // the shortest lease of the demand's slots
 
-	busy   sync.Mutex  // held while a renewal runs
+	busy   sync.Mutex   // held while a renewal runs
 	active atomic.Int64 // t.now() in ns at the last sign of life; 0: before the response
 
 	mu       sync.Mutex

@@ -31,12 +31,12 @@ type stepCase struct {
 type op int
 
 const (
-	opTake   op = iota // Take a demand
-	opCancel           // Cancel the reservation of an earlier step
-	opPause            // Pause a key
-	opSync             // Sync a bucket (the store must be a throttle.Syncer)
-	opRelease          // Release the slots of an earlier step (throttle.LeaseStore)
-	opRenew            // Renew the leases of an earlier step (throttle.LeaseStore)
+	opTake    op = iota // Take a demand
+	opCancel            // Cancel the reservation of an earlier step
+	opPause             // Pause a key
+	opSync              // Sync a bucket (the store must be a throttle.Syncer)
+	opRelease           // Release the slots of an earlier step (throttle.LeaseStore)
+	opRenew             // Renew the leases of an earlier step (throttle.LeaseStore)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
