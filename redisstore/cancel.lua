@@ -10,6 +10,8 @@
 --                     is given back only if no later take moved it since.
 --   1, 3 windows      mark = the window index charged
 --   2 sliding log     mark = the instant; the member is "cost:id"
+--   4 concurrency     a = the channel announcing releases; the member is
+--                     the id. A removed lease is announced (see release.lua).
 
 local fmt = string.format
 local now, slack
@@ -37,6 +39,10 @@ for i = 1, #KEYS do
     end
   elseif alg == '2' then
     redis.call('ZREM', key, ARGV[j + 3] .. ':' .. ARGV[2])
+  elseif alg == '4' then
+    if redis.call('ZREM', key, ARGV[2]) == 1 then
+      redis.call('PUBLISH', ARGV[j + 1], '1')
+    end
   else
     -- Only an existing window: HINCRBY on an expired key would create one
     -- without a TTL.

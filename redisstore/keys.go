@@ -17,6 +17,8 @@ const schema = "v1"
 //	P v1:{S}:f:NAME:KEY   fixed window counts, window index -> count (hash)
 //	P v1:{S}:w:NAME:KEY   sliding window counts, window index -> count (hash)
 //	P v1:{S}:l:NAME:KEY   sliding log, member "cost:id", score µs (zset)
+//	P v1:{S}:c:NAME:KEY   concurrency slots, member lease id, score expiry µs (zset)
+//	P v1:{S}:n:NAME:KEY   pub/sub channel (not a key): a slot of c:NAME:KEY was released
 //	P v1:{S}:p:KEY        pause end, µs (string)
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
@@ -82,12 +84,19 @@ func algTag(a throttle.Algorithm) string {
 		return "l:"
 	case throttle.SlidingWindow:
 		return "w:"
+	case throttle.Concurrency:
+		return "c:"
 	}
 	return "g:"
 }
 
 func (k keys) limit(b *throttle.Bucket) string {
 	return k.base + algTag(b.Limit.Algorithm) + b.Limit.Name + ":" + b.Key
+}
+
+// released is the channel on which releases of b's slots are announced.
+func (k keys) released(b *throttle.Bucket) string {
+	return k.base + "n:" + b.Limit.Name + ":" + b.Key
 }
 
 func (k keys) txCounter(b *throttle.Bucket) string {

@@ -30,6 +30,7 @@ type Store struct {
 	replayMS int64 // how long a reply is remembered; 0: not at all
 	idBase   string
 	seq      atomic.Uint64
+	hub      hub // lease.go: release notifications
 }
 
 var _ throttle.Store = (*Store)(nil)
@@ -140,6 +141,8 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		case throttle.GCRA:
 			t := (p + r - 1) / r
 			args = append(args, 0, cost*t, int64(burst(l))*t-cost*t, cost)
+		case throttle.Concurrency: // lease.go
+			args = append(args, 4, p, r, 1)
 		default:
 			args = append(args, int(l.Algorithm), p, r-cost, cost)
 		}
@@ -225,6 +228,8 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 				return errors.New("redisstore: cancel: malformed reservation")
 			}
 			args = append(args, 0, cost*((p+rate-1)/rate), r.Marks[i], cost)
+		} else if l.Algorithm == throttle.Concurrency { // lease.go
+			args = append(args, 4, ks.released(b), r.Marks[i], 1)
 		} else {
 			args = append(args, int(l.Algorithm), p, r.Marks[i], cost)
 		}

@@ -28,6 +28,9 @@ func (s *Store) Sync(ctx context.Context, scope string, b throttle.Bucket, remai
 	if l.Rate <= 0 || l.Per < time.Microsecond || l.Burst < 0 {
 		return errors.New("redisstore: sync: invalid limit")
 	}
+	if l.Algorithm == throttle.Concurrency {
+		return errors.New("redisstore: sync: a concurrency limit is not a rate")
+	}
 	if within <= 0 {
 		return nil
 	}

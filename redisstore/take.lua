@@ -20,6 +20,8 @@
 --   1 fixed window    a = Per,    b = Rate - cost
 --   2 sliding log     a = Per,    b = Rate - cost
 --   3 sliding window  a = Per,    b = Rate - cost
+--   4 concurrency     a = lease time (Per), b = Rate (slots); the member
+--                     of a lease is the decision id
 --
 -- Reply: {1, delay, -1, -1, mark...} when granted (a mark per limit: the
 -- GCRA arrival time set, the window charged, or the log instant), or
@@ -82,6 +84,8 @@ while true do
         st[i] = tat
       end
       if tat - b > e then e = tat - b end
+    elseif alg == '4' then
+      -- Concurrency: decided below, for now only.
     elseif alg == '1' then
       -- First window, the current one or later, with room for the cost.
       local k = math.floor(t / a)
@@ -149,6 +153,25 @@ if t - now > tonumber(ARGV[2]) then
   return {0, t - now, binding, pause}
 end
 
+-- Concurrency (alg 4): a slot must be free now, whatever t is, since a slot
+-- frees when its holder releases it, which no script can foresee. Leases
+-- whose expiry is not after now are pruned first. A full limit refuses with
+-- the delay until max(t, the expiry that frees a slot if nobody releases).
+for i = 1, nl do
+  local j = 2 + 4 * i
+  if ARGV[j] == '4' then
+    local key = KEYS[np + i]
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now))
+    local n, slots = redis.call('ZCARD', key), tonumber(ARGV[j + 2])
+    if n >= slots then
+      local e = tonumber(redis.call('ZRANGE', key, n - slots, n - slots, 'WITHSCORES')[2])
+      if e < t then e = t end
+      return {0, e - now, i - 1, -1}
+    end
+    st[i] = n
+  end
+end
+
 -- Charge every limit at t. TTLs (ms, rounded up) end when the state can no
 -- longer matter: at the arrival time, at the end of the window (one window
 -- later for the sliding window, which reads it as the previous one), or
@@ -164,6 +187,18 @@ for i = 1, nl do
     tat = tat + a
     redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
     r[4 + i] = tat
+  elseif alg == '4' then
+    -- The lease runs from now (a reservation holds its slot while it
+    -- waits) to t + Per. The key lives until its latest lease expires.
+    local exp = t + a
+    redis.call('ZADD', key, fmt('%d', exp), ARGV[5])
+    local ms = math.ceil((exp - now) / 1000) + slack
+    if st[i] == 0 then
+      redis.call('PEXPIRE', key, ms)
+    else
+      redis.call('PEXPIRE', key, ms, 'GT')
+    end
+    r[4 + i] = exp
   elseif alg == '2' then
     redis.call('ZADD', key, fmt('%d', t), ARGV[j + 3] .. ':' .. ARGV[5])
     if #st[i] > 0 then

@@ -27,8 +27,11 @@ func checkDemand(d *throttle.Demand) error {
 			return &throttle.PolicyError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
 		}
 		capacity := l.Rate
-		if l.Algorithm == throttle.GCRA {
+		switch l.Algorithm {
+		case throttle.GCRA:
 			capacity = burst(l)
+		case throttle.Concurrency:
+			continue // one slot per demand, whatever the cost
 		}
 		if d.Cost > capacity {
 			return fmt.Errorf("redisstore: %w: limit %s admits at most %d at once, demand costs %d", throttle.ErrCostTooHigh, l.Name, capacity, d.Cost)
@@ -57,8 +60,12 @@ func validateLimit(l throttle.Limit) (field string, err error) {
 		return "Per", fmt.Errorf("must be at least 1µs, got %v", l.Per)
 	case l.Burst < 0:
 		return "Burst", fmt.Errorf("must not be negative, got %d", l.Burst)
-	case l.Algorithm < throttle.GCRA || l.Algorithm > throttle.SlidingWindow:
+	case l.Algorithm < throttle.GCRA || l.Algorithm > throttle.Concurrency:
 		return "Algorithm", fmt.Errorf("unknown algorithm %v", l.Algorithm)
+	case l.Algorithm == throttle.Concurrency && l.Burst != 0:
+		return "Burst", errors.New("a concurrency limit has no burst: Rate is the number of slots")
+	case l.Algorithm == throttle.Concurrency && l.Per < throttle.MinLease:
+		return "Per", fmt.Errorf("is the lease time of a concurrency limit and must be at least %v, got %v", throttle.MinLease, l.Per)
 	case l.Algorithm != throttle.GCRA && l.Burst != 0 && l.Burst != l.Rate:
 		return "Burst", fmt.Errorf("only GCRA has a burst; %v admits Rate per window", l.Algorithm)
 	}

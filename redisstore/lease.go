@@ -1,0 +1,247 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file holds the Concurrency limits' lease operations: Release and
+// Renew (one script call each), and the release notifications that wake
+// waiters, over one shared pub/sub connection per store.
+
+var (
+	//go:embed release.lua
+	releaseSource string
+	releaseScript = redis.NewScript(releaseSource)
+
+	//go:embed renew.lua
+	renewSource string
+	renewScript = redis.NewScript(renewSource)
+)
+
+var _ throttle.LeaseStore = (*Store)(nil)
+
+// leaseKeys returns the concurrency keys of r's demand and, through add,
+// one argument per key.
+func (s *Store) leaseKeys(r *throttle.Reservation, add func(ks keys, b *throttle.Bucket)) ([]string, error) {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) || r.ID == "" {
+		return nil, errors.New("redisstore: malformed reservation")
+	}
+	d := r.Demand
+	ks := newKeys(s.prefix, d.Scope)
+	var keys []string
+	for i := range d.Limits {
+		b := &d.Limits[i]
+		if b.Limit.Algorithm == throttle.Concurrency {
+			keys = append(keys, ks.limit(b))
+			add(ks, b)
+		}
+	}
+	return keys, nil
+}
+
+// Release implements [throttle.LeaseStore.Release] in one round trip: it
+// removes r's leases by id and announces each removal on the bucket's
+// channel. Releasing twice does nothing. In the MULTI/EXEC mode, which has
+// no Concurrency limits, it does nothing.
+func (s *Store) Release(ctx context.Context, r *throttle.Reservation) error {
+	args := []any{""}
+	keys, err := s.leaseKeys(r, func(ks keys, b *throttle.Bucket) { args = append(args, ks.released(b)) })
+	if err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	args[0] = r.ID
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	if err := releaseScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	return nil
+}
+
+// Renew implements [throttle.LeaseStore.Renew] in one round trip, on
+// Redis's clock. A lease that is gone is reported with an error wrapping
+// [throttle.ErrLeaseLost] and is not taken again.
+func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
+	args := []any{s.nowArg(), ""}
+	var names []string
+	keys, err := s.leaseKeys(r, func(_ keys, b *throttle.Bucket) {
+		args = append(args, b.Limit.Per.Microseconds())
+		names = append(names, b.Limit.Name)
+	})
+	if err != nil {
+		return fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	args[1] = r.ID
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	lost, err := renewScript.Run(ctx, s.client, keys, args...).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if lost < 0 || lost > int64(len(names)) {
+		return fmt.Errorf("redisstore: renew: malformed reply %d", lost)
+	}
+	if lost > 0 {
+		return fmt.Errorf("redisstore: renew: limit %s: %w", names[lost-1], throttle.ErrLeaseLost)
+	}
+	return nil
+}
+
+// WatchRelease implements [throttle.LeaseStore.WatchRelease] with Redis
+// pub/sub. The store keeps one subscriber connection while anything is
+// watched, subscribed to the channels of the watched buckets only, and
+// closes it when the last watch stops, so an idle store holds no
+// connection or goroutine. Each release message wakes the oldest watcher
+// of its bucket in this store that has no wake-up pending; after a
+// reconnection, which may have lost messages, every watcher wakes.
+//
+// It returns once Redis has confirmed the subscription, or after the
+// per-call timeout; wake-ups sent before the confirmation may be lost,
+// which the caller's timer covers.
+func (s *Store) WatchRelease(ctx context.Context, scope string, b throttle.Bucket) (<-chan struct{}, func(), error) {
+	if s.multiExec {
+		return nil, func() {}, nil
+	}
+	ch := newKeys(s.prefix, scope).released(&b)
+	c, ready, stop, err := s.hub.watch(ctx, s.client, ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redisstore: watch: %w", err)
+	}
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	select {
+	case <-ready:
+	case <-ctx.Done(): // go on; the caller's timer covers a missed wake-up
+	}
+	return c, stop, nil
+}
+
+// hub is a store's release subscriptions. The zero value is ready.
+type hub struct {
+	mu    sync.Mutex
+	ps    *redis.PubSub
+	done  chan struct{} // closed when ps's reader has ended
+	chans map[string]*watched
+}
+
+// watched is the local watchers of one channel, oldest first.
+type watched struct {
+	waiters []chan struct{}
+	ready   chan struct{} // closed once Redis confirmed the subscription
+}
+
+// watch adds a watcher of channel ch, subscribing if it is the first.
+func (h *hub) watch(ctx context.Context, client redis.UniversalClient, ch string) (c chan struct{}, ready <-chan struct{}, stop func(), err error) {
+	h.mu.Lock()
+	if h.ps == nil {
+		h.ps = client.Subscribe(context.WithoutCancel(ctx))
+		h.done = make(chan struct{})
+		h.chans = make(map[string]*watched)
+		go h.read(h.ps, h.ps.ChannelWithSubscriptions(), h.done)
+	}
+	ps := h.ps
+	w := h.chans[ch]
+	first := w == nil
+	if first {
+		w = &watched{ready: make(chan struct{})}
+		h.chans[ch] = w
+	}
+	c = make(chan struct{}, 1)
+	w.waiters = append(w.waiters, c)
+	h.mu.Unlock()
+
+	var once sync.Once
+	stop = func() { once.Do(func() { h.unwatch(ch, w, c) }) }
+	if first {
+		if err := ps.Subscribe(ctx, ch); err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+	}
+	return c, w.ready, stop, nil
+}
+
+// unwatch removes watcher c of ch; it unsubscribes when ch has no watcher
+// left, and closes the connection when nothing is watched.
+func (h *hub) unwatch(ch string, w *watched, c chan struct{}) {
+	h.mu.Lock()
+	if i := slices.Index(w.waiters, c); i >= 0 {
+		w.waiters = slices.Delete(w.waiters, i, i+1)
+	}
+	if len(w.waiters) > 0 || h.chans[ch] != w {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.chans, ch)
+	ps, done := h.ps, h.done
+	if len(h.chans) > 0 {
+		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = ps.Unsubscribe(ctx, ch) // a failure only leaves messages to ignore
+		return
+	}
+	h.ps, h.done, h.chans = nil, nil, nil
+	h.mu.Unlock()
+	_ = ps.Close()
+	<-done
+}
+
+// read dispatches ps's messages until ps is closed.
+func (h *hub) read(ps *redis.PubSub, msgs <-chan any, done chan struct{}) {
+	defer close(done)
+	for m := range msgs {
+		h.mu.Lock()
+		if h.ps != ps {
+			h.mu.Unlock()
+			continue
+		}
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if w := h.chans[m.Channel]; w != nil && m.Kind == "subscribe" {
+				select {
+				case <-w.ready: // again: a reconnection, which may have lost messages
+					for _, c := range w.waiters {
+						signal(c)
+					}
+				default:
+					close(w.ready)
+				}
+			}
+		case *redis.Message:
+			if w := h.chans[m.Channel]; w != nil {
+				for _, c := range w.waiters {
+					if signal(c) {
+						break
+					}
+				}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// signal sends to c unless a signal is pending; it reports whether it sent.
+func signal(c chan struct{}) bool {
+	select {
+	case c <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
