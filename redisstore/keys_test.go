@@ -32,6 +32,7 @@ func exercise(t *testing.T, s throttle.Store, scope, key string) {
 	for i, a := range []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingLog, throttle.SlidingWindow} {
 		bs = append(bs, throttle.Bucket{Limit: throttle.Limit{Name: "l" + string(rune('0'+i)), Rate: 2, Per: time.Second, Algorithm: a}, Key: key})
 	}
+	bs = append(bs, throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 5, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: key})
 	require.NoError(t, s.Pause(c, scope, key, time.Second))
 	d := &throttle.Demand{Scope: scope, Limits: bs, Pauses: []string{key}, Cost: 1, MaxWait: 5 * time.Second}
 	for range 3 {
@@ -44,6 +45,13 @@ func exercise(t *testing.T, s throttle.Store, scope, key string) {
 	require.NoError(t, err)
 	require.True(t, dec.OK)
 	require.NoError(t, s.Cancel(c, dec.Reservation))
+	if ls, ok := s.(throttle.LeaseStore); ok {
+		dec, err := s.Take(c, d)
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+		require.NoError(t, ls.Renew(c, dec.Reservation))
+		require.NoError(t, ls.Release(c, dec.Reservation))
+	}
 }
 
 // escapeTag is the store's escaping of a scope inside its hash tag.
@@ -81,7 +89,7 @@ func checkLayout(t *testing.T, nodes []*redis.Client, prefix string, scopes []st
 			}
 			assert.True(t, found, "key %.80q: tag %.40q is no scope's", k, tag)
 			assert.NotContains(t, tag, "{")
-			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "p:", "r:"}, tail[:2], "key %.80q", k)
+			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:"}, tail[:2], "key %.80q", k)
 			if cluster {
 				slot, err := n.ClusterKeySlot(c, k).Result()
 				require.NoError(t, err)

@@ -1,0 +1,280 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/waiters"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// vendor is an httptest server that counts the requests in flight at it
+// and keeps the peak. A request with header Hang blocks until its context
+// ends. The count drops before the response is written out, so a client
+// that has its response has left the count.
+type vendor struct {
+	*httptest.Server
+	cur, peak, served atomic.Int64
+}
+
+func newVendor(t *testing.T) *vendor {
+	v := &vendor{}
+	v.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := v.cur.Add(1)
+		for p := v.peak.Load(); n > p && !v.peak.CompareAndSwap(p, n); p = v.peak.Load() {
+		}
+		if r.Header.Get("Hang") != "" {
+			<-r.Context().Done()
+			v.cur.Add(-1)
+			return
+		}
+		time.Sleep(time.Millisecond) // hold the slot a little, so callers contend
+		v.served.Add(1)
+		v.cur.Add(-1)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(v.Close)
+	return v
+}
+
+// instance is one instance of a service: its own Redis client, store,
+// HTTP transport and throttle.Transport.
+type instance struct {
+	rdb    *redis.Client
+	store  *redisstore.Store
+	client *http.Client
+	events chan throttle.LeaseEvent
+}
+
+func newInstance(t *testing.T, addr, prefix, host string, slots int, lease time.Duration) *instance {
+	in := &instance{rdb: redis.NewClient(&redis.Options{Addr: addr}), events: make(chan throttle.LeaseEvent, 1024)}
+	t.Cleanup(func() { _ = in.rdb.Close() })
+	in.store = newStoreOn(t, in.rdb, prefix)
+	base := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(base.CloseIdleConnections)
+	tr, err := throttle.NewTransport(base, throttle.Policy{Rules: []throttle.Rule{{
+		Name: "vendor", Host: host,
+		Limits: []throttle.Limit{
+			{Name: "rate", Rate: 1_000_000, Per: time.Second},
+			{Name: "inflight", Rate: slots, Per: lease, Algorithm: throttle.Concurrency},
+		},
+		Wait: waiters.Block(),
+	}}}, throttle.WithStore(in.store), throttle.WithHooks(throttle.Hooks{
+		OnLease: func(e throttle.LeaseEvent) {
+			select {
+			case in.events <- e:
+			default:
+			}
+		},
+	}))
+	require.NoError(t, err)
+	in.client = &http.Client{Transport: tr}
+	return in
+}
+
+// get sends one request and reads its body to the end.
+func (in *instance) get(ctx context.Context, u string, hdr http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header = hdr
+	resp, err := in.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && (resp.StatusCode != http.StatusOK || string(b) != "ok") {
+		err = fmt.Errorf("status %d, body %q", resp.StatusCode, b)
+	}
+	return err
+}
+
+// TestInFlightFleet: 8 instances (separate Redis clients, stores and
+// transports) x 32 goroutines send through a limit of 5 in flight, blocking
+// for a slot. The vendor never sees more than 5 at once, and every request
+// completes. Redis sees a bounded number of scripts per request, however
+// many callers wait (INFO commandstats on a server of its own).
+func TestInFlightFleet(t *testing.T) {
+	const (
+		instances, goroutines, perG, slots = 8, 32, 2, 5
+		requests                           = instances * goroutines * perG
+	)
+	own := redistest.Start(t)
+	admin := newClient(t, own.Addr())
+	require.NoError(t, admin.ConfigResetStat(ctx(t)).Err())
+	v := newVendor(t)
+	u, _ := url.Parse(v.URL)
+	prefix := redistest.Prefix(t)
+
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int64
+	)
+	for range instances {
+		in := newInstance(t, own.Addr(), prefix, u.Host, slots, 10*time.Second)
+		for range goroutines {
+			wg.Go(func() {
+				for range perG {
+					if err := in.get(ctx(t), v.URL, nil); err != nil {
+						failed.Add(1)
+						t.Errorf("request: %v", err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.Zero(t, failed.Load())
+	assert.Equal(t, int64(requests), v.served.Load(), "requests served")
+	assert.LessOrEqual(t, v.peak.Load(), int64(slots), "peak in flight at the vendor")
+	assert.Equal(t, int64(slots), v.peak.Load(), "peak in flight at the vendor (contended, so every slot was used)")
+
+	stats, err := commandStats(ctx(t), admin)
+	require.NoError(t, err)
+	evalsha, publish := stats["evalsha"].Calls+stats["eval"].Calls, stats["publish"].Calls
+	perRequest := float64(evalsha) / requests
+	t.Logf("%d requests, %d callers waiting on %d slots: %d scripts (%.1f per request), %d PUBLISH",
+		requests, instances*goroutines, slots, evalsha, perRequest, publish)
+	// Each request: its grant and its release; each release wakes at most
+	// one waiter per instance; each waiter polls a few times at a growing
+	// interval in case a wake-up was lost. A busy poll every 10 ms would
+	// cost about (callers x run time / 10 ms) scripts: tens of thousands.
+	assert.LessOrEqual(t, perRequest, float64(2+2+instances+4), "scripts per request")
+
+	// Every lease was released: the key is gone.
+	keys, err := admin.Keys(ctx(t), prefix+"*:c:*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "concurrency keys left")
+}
+
+// TestInFlightCrash: an instance takes every slot with requests that hang,
+// then "crashes": its Redis client is closed mid-request, so it can neither
+// renew nor release. Its leases outlive it until they expire: a fail-fast
+// request is refused; then the other instances, blocking, all complete once
+// the leases expire, and the vendor never sees more than the limit.
+func TestInFlightCrash(t *testing.T) {
+	const (
+		slots = 5
+		lease = time.Second
+	)
+	own := redistest.Start(t)
+	v := newVendor(t)
+	u, _ := url.Parse(v.URL)
+	prefix := redistest.Prefix(t)
+	admin := newClient(t, own.Addr())
+
+	crashed := newInstance(t, own.Addr(), prefix, u.Host, slots, lease)
+	hangCtx, crash := context.WithCancel(context.Background())
+	defer crash()
+	var hanging sync.WaitGroup
+	for range slots {
+		hanging.Go(func() {
+			err := crashed.get(hangCtx, v.URL, http.Header{"Hang": {"1"}})
+			assert.ErrorIs(t, err, context.Canceled)
+		})
+	}
+	require.Eventually(t, func() bool { return v.cur.Load() == slots }, time.Minute, time.Millisecond, "the hanging requests reach the vendor")
+
+	// Crash: no more Redis for this instance, and its connections drop.
+	require.NoError(t, crashed.rdb.Close())
+	crash()
+	hanging.Wait()
+	var releaseFailed int
+	for len(crashed.events) > 0 {
+		if e := <-crashed.events; e.Kind == throttle.LeaseReleaseFailed {
+			releaseFailed++
+			assert.ErrorIs(t, e.Err, redis.ErrClosed)
+		}
+	}
+	assert.Equal(t, slots, releaseFailed, "releases that failed with the crash")
+
+	others := make([]*instance, 7)
+	for i := range others {
+		others[i] = newInstance(t, own.Addr(), prefix, u.Host, slots, lease)
+	}
+	// The crashed instance's leases still hold every slot.
+	ff := throttle.WithWaiter(ctx(t), waiters.FailFast())
+	err := others[0].get(ff, v.URL, nil)
+	var le *throttle.LimitError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, "inflight", le.Limit)
+	assert.Positive(t, le.RetryAfter)
+	assert.LessOrEqual(t, le.RetryAfter, lease)
+
+	var wg sync.WaitGroup
+	for _, in := range others {
+		for range 32 {
+			wg.Go(func() { assert.NoError(t, in.get(ctx(t), v.URL, nil)) })
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, int64(7*32), v.served.Load(), "requests served after the crash")
+	assert.LessOrEqual(t, v.peak.Load(), int64(slots), "peak in flight at the vendor")
+	n, err := admin.Exists(ctx(t), prefix+"v1:{vendor}:c:inflight:").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the concurrency key is gone once every lease expired or was released")
+}
+
+// TestLeaseKeyTTL: the concurrency key lives just past its latest lease,
+// renewals extend it, and it is gone when the last lease is released.
+func TestLeaseKeyTTL(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	c := newClient(t, srv.Addr())
+	s := newStoreOn(t, c, prefix)
+	b := throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 2, Per: 10 * time.Second, Algorithm: throttle.Concurrency}, Key: "k"}
+	d := &throttle.Demand{Scope: "ttl", Cost: 1, Limits: []throttle.Bucket{b}}
+	key := prefix + "v1:{ttl}:c:c:k"
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	require.True(t, dec.OK)
+	ttl, err := c.PTTL(ctx(t), key).Result()
+	require.NoError(t, err)
+	assert.Positive(t, ttl)
+	assert.LessOrEqual(t, ttl, 10*time.Second)
+
+	require.NoError(t, c.PExpire(ctx(t), key, time.Second).Err()) // as if time passed
+	require.NoError(t, s.Renew(ctx(t), dec.Reservation))
+	ttl, err = c.PTTL(ctx(t), key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, time.Second, "renew raised the TTL")
+
+	require.NoError(t, s.Release(ctx(t), dec.Reservation))
+	n, err := c.Exists(ctx(t), key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.ErrorIs(t, s.Renew(ctx(t), dec.Reservation), throttle.ErrLeaseLost)
+	assert.NoError(t, s.Release(ctx(t), dec.Reservation), "a second release is a no-op")
+}
+
+// TestLeaseErrors: malformed reservations and a closed client are errors
+// that wrap their cause.
+func TestLeaseErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	s := newStoreOn(t, c, redistest.Prefix(t))
+	assert.Error(t, s.Release(ctx(t), nil))
+	assert.Error(t, s.Renew(ctx(t), &throttle.Reservation{}))
+	d := &throttle.Demand{Scope: "e", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "c", Rate: 1, Per: time.Second, Algorithm: throttle.Concurrency}}}}
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	err = s.Release(ctx(t), dec.Reservation)
+	assert.True(t, errors.Is(err, redis.ErrClosed), "%v", err)
+	_, _, err = s.WatchRelease(ctx(t), "e", d.Limits[0])
+	assert.Error(t, err)
+}
