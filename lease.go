@@ -236,7 +236,9 @@ func (t *Transport) hold(r *rule, d *Demand) *hold {
 		}
 	}
 	d.held = nil
+	h.mu.Lock() // the timer's first run reads h.timer
 	h.timer = time.AfterFunc(h.lease/3, h.renew)
+	h.mu.Unlock()
 	return h
 }
 
