@@ -56,6 +56,18 @@
 // and nothing is charged. If the context ends while a request sleeps, its
 // reservation is given back.
 //
+// # In-flight limits
+//
+// A [Concurrency] limit bounds how many requests are in flight at once
+// (Rate slots) instead of how many start per period, and sits in the same
+// rule as rate limits: a request gets its rate quota and its slot, or
+// neither. Each slot is a lease with an expiry Per away; the transport
+// renews it while the request is in flight and releases it when the
+// response body is closed or read to the end, or the round trip fails. A
+// crashed instance's slots come back when their leases expire. A request
+// that finds no free slot waits, within its waiter's budget, until a
+// release wakes it. The store must be a [LeaseStore].
+//
 // # Pauses
 //
 // A store can pause a rule's scope until an instant ([Store.Pause]);

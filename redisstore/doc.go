@@ -26,6 +26,7 @@
 //	throttle:v1:{S}:f:NAME:KEY   fixed window: hash of window index -> count
 //	throttle:v1:{S}:w:NAME:KEY   sliding window: the same, two windows kept
 //	throttle:v1:{S}:l:NAME:KEY   sliding log: sorted set, member "cost:id"
+//	throttle:v1:{S}:c:NAME:KEY   concurrency: sorted set, lease id -> expiry, µs
 //	throttle:v1:{S}:p:KEY        pause: its end, µs
 //	throttle:v1:{S}:r:ID         a granted decision's reply (replay ids)
 //
@@ -34,8 +35,27 @@
 // misreads keys written by another. Every key has a TTL that ends when its
 // state can no longer affect a decision: at the GCRA arrival time, at the
 // end of the last window charged (one window later for the sliding
-// window), Per after the newest log entry, at the pause's end, or when the
-// replay window closes. Nothing lives forever.
+// window), Per after the newest log entry, when the latest lease expires
+// (a concurrency key whose last lease is released is deleted), at the
+// pause's end, or when the replay window closes. Nothing lives forever.
+//
+// # Concurrency limits and leases
+//
+// A [throttle.Concurrency] limit keeps one sorted set per bucket: each
+// member is a lease id (the decision id), scored by its expiry on Redis's
+// clock. take.lua prunes expired leases, counts the rest (ZCARD) and adds
+// the new lease (ZADD) in the same script as the other limits, so a demand
+// gets its rate quota and its slot, or neither. [Store.Release]
+// (release.lua) removes the lease by id, so a second release does nothing,
+// and announces the removal with PUBLISH on the channel
+// throttle:v1:{S}:n:NAME:KEY. [Store.Renew] (renew.lua) extends a lease
+// that is still held and reports one that is gone. A crashed instance's
+// leases simply expire. [Store.WatchRelease] subscribes one connection
+// per store, only while something waits and only to the watched
+// channels, and wakes one waiter of this store per release; so a release
+// costs at most one retry per instance with waiters, however many
+// requests wait. In Cluster mode PUBLISH is broadcast to every node; the
+// subscriber may connect to any of them.
 //
 // # Redis Cluster
 //
