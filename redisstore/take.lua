@@ -155,14 +155,18 @@ end
 
 -- Concurrency (alg 4): a slot must be free now, whatever t is, since a slot
 -- frees when its holder releases it, which no script can foresee. Leases
--- whose expiry is not after now are pruned first. A full limit refuses with
--- the delay until max(t, the expiry that frees a slot if nobody releases).
+-- whose expiry is not after now are pruned, but only when the set looks
+-- full: below Rate members there is a free slot anyway, and the set never
+-- grows past Rate. A full limit refuses with the delay until max(t, the
+-- expiry that frees a slot if nobody releases).
 for i = 1, nl do
   local j = 2 + 4 * i
   if ARGV[j] == '4' then
     local key = KEYS[np + i]
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now))
     local n, slots = redis.call('ZCARD', key), tonumber(ARGV[j + 2])
+    if n >= slots then
+      n = n - redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now))
+    end
     if n >= slots then
       local e = tonumber(redis.call('ZRANGE', key, n - slots, n - slots, 'WITHSCORES')[2])
       if e < t then e = t end

@@ -1,0 +1,106 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// Run with:
+//
+//	go test ./redisstore -run '^$' -bench Lease -benchtime 20000x
+//
+// BenchmarkLease measures a Concurrency slot's acquire+release (a Take,
+// then a Release: two script calls) against an EVALSHA of "return 1"
+// measured in the same run at the same concurrency. Besides ns/op it
+// reports x_evalsha (acquire+release throughput as a multiple of the
+// EVALSHA baseline's: 0.5 is what two bare round trips would give),
+// redis_us/op (Redis's own time for both scripts, INFO commandstats) and,
+// at concurrency 1, p50_us and p50_x_evalsha.
+func BenchmarkLease(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 128})
+	defer c.Close()
+	noRetry := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 128, MaxRetries: -1})
+	defer noRetry.Close()
+	bg := context.Background()
+	prefix := redistest.Prefix(b)
+	store := func(c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+		s, err := redisstore.New(c, append(opts, redisstore.WithPrefix(prefix))...)
+		require.NoError(b, err)
+		return s
+	}
+	ids, noIDs := store(c), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
+	slots := throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 1_000_000, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
+	rate := throttle.Bucket{Limit: throttle.Limit{Name: "g", Rate: 1_000_000, Per: time.Second}, Key: "k"}
+	acquireRelease := func(s *redisstore.Store, bs ...throttle.Bucket) func() error {
+		return func() error {
+			d := &throttle.Demand{Scope: "bench-lease", Limits: bs, Cost: 1}
+			dec, err := s.Take(bg, d)
+			if err != nil {
+				return err
+			}
+			if !dec.OK {
+				return fmt.Errorf("refused")
+			}
+			return s.Release(bg, dec.Reservation)
+		}
+	}
+	take := func(s *redisstore.Store, bs ...throttle.Bucket) func() error {
+		return func() error {
+			dec, err := s.Take(bg, &throttle.Demand{Scope: "bench-lease", Limits: bs, Cost: 1})
+			if err == nil && !dec.OK {
+				err = fmt.Errorf("refused")
+			}
+			return err
+		}
+	}
+	cases := []struct {
+		name string
+		op   func() error
+	}{
+		{"evalsha-return1", func() error { return returnOne.Run(bg, c, nil).Err() }},
+		{"gcra-take-noids", take(noIDs, rate)},
+		{"slot-acquire+release-noids", acquireRelease(noIDs, slots)},
+		{"slot-acquire+release", acquireRelease(ids, slots)},
+		{"gcra+slot-acquire+release-noids", acquireRelease(noIDs, rate, slots)},
+	}
+	base := map[int][2]float64{} // ns/op and p50 of the baseline, by concurrency
+	for _, conc := range []int{1, 8, 64} {
+		for _, tc := range cases {
+			b.Run(fmt.Sprintf("c=%d/%s", conc, tc.name), func(b *testing.B) {
+				require.NoError(b, tc.op()) // warm up: load scripts, open a connection
+				before, err := commandStats(bg, c)
+				require.NoError(b, err)
+				lat := run(b, conc, tc.op)
+				after, err := commandStats(bg, c)
+				require.NoError(b, err)
+				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				usec := after["evalsha"].Usec - before["evalsha"].Usec + after["eval"].Usec - before["eval"].Usec
+				b.ReportMetric(float64(usec)/float64(b.N), "redis_us/op")
+				var p50 float64
+				if lat != nil {
+					slices.Sort(lat)
+					p50 = float64(lat[len(lat)/2]) / 1e3
+					b.ReportMetric(p50, "p50_us")
+				}
+				if tc.name == "evalsha-return1" {
+					base[conc] = [2]float64{ns, p50}
+				}
+				if bl := base[conc]; bl[0] > 0 {
+					b.ReportMetric(bl[0]/ns, "x_evalsha")
+					if bl[1] > 0 && p50 > 0 {
+						b.ReportMetric(p50/bl[1], "p50_x_evalsha")
+					}
+				}
+			})
+		}
+	}
+}
