@@ -358,3 +358,34 @@ func TestLeaseStoreRequired(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, throttle.Concurrency, a)
 }
+
+// TestLeaseLost: a lease that expired before its renewal (the store's
+// clock jumped, as a stalled process would see it) is reported lost, and
+// renewals stop; the request still completes and releases nothing twice.
+func TestLeaseLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = time.Second
+		var skew atomic.Int64
+		store := &countingStore{MemoryStore: throttle.NewMemoryStore(throttle.WithStoreClock(func() time.Time {
+			return time.Now().Add(time.Duration(skew.Load()))
+		}))}
+		var ev leaseEvents
+		tr, err := throttle.NewTransport(&slowVendor{hold: 2 * lease}, inflightPolicy(1, lease, waiters.Block()), throttle.WithStore(store), throttle.WithHooks(ev.hooks()))
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp, err := get(&http.Client{Transport: tr}, context.Background())
+			if assert.NoError(t, err) {
+				assert.NoError(t, resp.Body.Close())
+			}
+		}()
+		synctest.Wait()
+		skew.Store(int64(2 * lease))
+		<-done
+		assert.Equal(t, 1, ev.count(throttle.LeaseLost))
+		assert.Zero(t, ev.count(throttle.LeaseRenewed))
+		assert.Equal(t, int64(1), store.renews.Load(), "no renewal after the loss")
+		assert.Equal(t, int64(1), store.releases.Load())
+	})
+}

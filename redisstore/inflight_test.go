@@ -278,3 +278,58 @@ func TestLeaseErrors(t *testing.T) {
 	_, _, err = s.WatchRelease(ctx(t), "e", d.Limits[0])
 	assert.Error(t, err)
 }
+
+// TestBlockedCallersDoNotFlood: 64 callers in 8 instances block behind
+// one slot held by a hanging request. While they wait, Redis sees only
+// their occasional safety polls (at a growing interval from 250 ms), not a
+// busy poll: INFO commandstats over a 2 s window stays within 5 scripts per
+// caller, where polling every millisecond would be 2000. When the holder
+// ends, its release wakes them and every caller completes.
+func TestBlockedCallersDoNotFlood(t *testing.T) {
+	const (
+		instances, perInstance = 8, 8
+		callers                = instances * perInstance
+		window                 = 2 * time.Second
+	)
+	own := redistest.Start(t)
+	admin := newClient(t, own.Addr())
+	v := newVendor(t)
+	u, _ := url.Parse(v.URL)
+	prefix := redistest.Prefix(t)
+	scripts := func() int64 {
+		st, err := commandStats(ctx(t), admin)
+		require.NoError(t, err)
+		return st["evalsha"].Calls + st["eval"].Calls
+	}
+
+	holder := newInstance(t, own.Addr(), prefix, u.Host, 1, time.Minute)
+	hangCtx, stopHang := context.WithCancel(context.Background())
+	defer stopHang()
+	held := make(chan error, 1)
+	go func() { held <- holder.get(hangCtx, v.URL, http.Header{"Hang": {"1"}}) }()
+	require.Eventually(t, func() bool { return v.cur.Load() == 1 }, time.Minute, time.Millisecond)
+
+	base := scripts()
+	var wg sync.WaitGroup
+	for range instances {
+		in := newInstance(t, own.Addr(), prefix, u.Host, 1, time.Minute)
+		for range perInstance {
+			wg.Go(func() { assert.NoError(t, in.get(ctx(t), v.URL, nil)) })
+		}
+	}
+	// Each caller asks, is refused, arms its watch and asks again.
+	require.Eventually(t, func() bool { return scripts()-base >= 2*callers }, time.Minute, time.Millisecond)
+	start := scripts()
+	time.Sleep(window) // an observation window, not an assertion of speed
+	during := scripts() - start
+	t.Logf("%d callers blocked for %v: %d scripts (%.1f per caller)", callers, window, during, float64(during)/callers)
+	assert.LessOrEqual(t, during, int64(5*callers), "scripts while blocked")
+
+	stopHang()
+	assert.ErrorIs(t, <-held, context.Canceled)
+	wg.Wait()
+	assert.Equal(t, int64(callers), v.served.Load())
+	assert.LessOrEqual(t, v.peak.Load(), int64(1))
+	total := scripts() - base
+	t.Logf("%d requests after the holder: %d scripts in all (%.1f per request)", callers, total, float64(total)/callers)
+}

@@ -53,6 +53,9 @@ func (s *Store) leaseKeys(r *throttle.Reservation, add func(ks keys, b *throttle
 // channel. Releasing twice does nothing. In the MULTI/EXEC mode, which has
 // no Concurrency limits, it does nothing.
 func (s *Store) Release(ctx context.Context, r *throttle.Reservation) error {
+	if s.multiExec {
+		return nil
+	}
 	args := []any{""}
 	keys, err := s.leaseKeys(r, func(ks keys, b *throttle.Bucket) { args = append(args, ks.released(b)) })
 	if err != nil {
@@ -72,8 +75,12 @@ func (s *Store) Release(ctx context.Context, r *throttle.Reservation) error {
 
 // Renew implements [throttle.LeaseStore.Renew] in one round trip, on
 // Redis's clock. A lease that is gone is reported with an error wrapping
-// [throttle.ErrLeaseLost] and is not taken again.
+// [throttle.ErrLeaseLost] and is not taken again. In the MULTI/EXEC mode it
+// does nothing.
 func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
+	if s.multiExec {
+		return nil
+	}
 	args := []any{s.nowArg(), ""}
 	var names []string
 	keys, err := s.leaseKeys(r, func(_ keys, b *throttle.Bucket) {
