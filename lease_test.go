@@ -22,7 +22,7 @@ import (
 // slowVendor is an in-memory base transport whose requests take hold to
 // answer (or until their context ends), so tests can run in a synctest
 // bubble. It counts requests in flight, from the request until the
-// response body is closed, and counts body closes.
+// response body is read to the end or closed, and counts body closes.
 type slowVendor struct {
 	hold   time.Duration
 	fail   bool // answer with an error instead of a response
@@ -60,6 +60,14 @@ type vendorBody struct {
 	io.Reader
 	v      *slowVendor
 	closed atomic.Bool
+}
+
+func (b *vendorBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if err == io.EOF && !b.closed.Swap(true) {
+		b.v.cur.Add(-1) // the whole answer is out: the request is over
+	}
+	return n, err
 }
 
 func (b *vendorBody) Close() error {
