@@ -274,3 +274,21 @@ type Retry struct {
 	// [DefaultMaxPause].
 	MaxWait time.Duration
 }
+
+// LearnedPause reports how much longer the rule that matches req is held
+// back by the latest pause this transport learned from a response (its
+// local copy; see [Learning]), or zero when there is none or no rule
+// matches. A retry loop outside the transport, such as go-retryablehttp's,
+// can wait this long instead of guessing.
+func (t *Transport) LearnedPause(req *http.Request) time.Duration {
+	r, _ := t.policy.match(req)
+	if r == nil {
+		return 0
+	}
+	now := t.now()
+	until, ok := t.learned.localPause(r.scope, now)
+	if !ok {
+		return 0
+	}
+	return until.Sub(now)
+}
