@@ -15,11 +15,13 @@
 //     go-retryablehttp's wrapping). A request that gave up while waiting
 //     for quota, and a request the policy cannot decide (a missing key, a
 //     cost above the limit, no rule) are never retried;
-//   - a "slow down" response (429, or 503 with Retry-After) is retried after
-//     the longer of its Retry-After (read with [throttle.ParseFeedback], so
-//     every format and the response's Date are understood) and the pause the
-//     transport learned for the request's rule; when that is longer than
-//     MaxWait, the response is returned to the caller at once instead;
+//   - a "slow down" response (429, 503 with Retry-After, or any answer after
+//     which the transport paused the rule, such as GitHub's 403 for a spent
+//     quota) is retried after the longer of its Retry-After (read with
+//     [throttle.ParseFeedback], so every format and the response's Date are
+//     understood) and the pause the transport learned for the request's
+//     rule; when that is longer than MaxWait, the response is returned to
+//     the caller at once instead;
 //   - everything else is decided by go-retryablehttp's own policy.
 //
 // Each retry is a new request through the transport: it is charged like any
@@ -102,7 +104,7 @@ func (p Policy) CheckRetry(ctx context.Context, resp *http.Response, err error) 
 	case errors.Is(err, throttle.ErrMissingKey), errors.Is(err, throttle.ErrCostTooHigh),
 		errors.Is(err, throttle.ErrNoRule), errors.Is(err, throttle.ErrInvalidPolicy):
 		return false, err // the same request would fail the same way
-	case err == nil && resp != nil && slowDown(resp):
+	case err == nil && resp != nil && p.slowDown(resp):
 		if p.responseWait(resp) > p.maxWait() {
 			return false, nil // the caller gets the response itself
 		}
@@ -144,7 +146,7 @@ func (p Policy) retryRefusal(ctx context.Context, le *throttle.LimitError, err e
 // CheckRetry has already waited for the refusal's RetryAfter, and Backoff
 // adds only the exponential backoff; keep the client's RetryWaitMin small.
 func (p Policy) Backoff(minWait, maxWait time.Duration, attempt int, resp *http.Response) time.Duration {
-	if resp != nil && slowDown(resp) {
+	if resp != nil && p.slowDown(resp) {
 		if d := p.responseWait(resp); d > 0 {
 			return min(d, p.maxWait())
 		}
@@ -179,10 +181,16 @@ func (p Policy) now() time.Time {
 	return time.Now()
 }
 
-// slowDown reports whether resp asks the client to slow down.
-func slowDown(resp *http.Response) bool {
-	return resp.StatusCode == http.StatusTooManyRequests ||
-		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
+// slowDown reports whether resp asks the client to slow down: a 429, a 503
+// with Retry-After, or any answer after which the transport paused the
+// request's rule (a GitHub 403 for a spent quota, say; see
+// [throttle.Profile]).
+func (p Policy) slowDown(resp *http.Response) bool {
+	if resp.StatusCode == http.StatusTooManyRequests ||
+		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+		return true
+	}
+	return p.Transport != nil && resp.Request != nil && p.Transport.LearnedPause(resp.Request) > 0
 }
 
 // exponential is min·2^attempt, at most max.

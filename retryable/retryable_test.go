@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,4 +292,39 @@ func TestBackoff(t *testing.T) {
 		})
 	}
 	assert.Equal(t, time.Second, p.Backoff(100*time.Millisecond, time.Second, 200, nil), "at most max")
+}
+
+func TestGitHubSpentQuotaIsRetriedAfterTheReset(t *testing.T) {
+	// GitHub answers a spent primary quota with a 403, which
+	// go-retryablehttp alone would not retry; the transport's GitHub
+	// profile pauses the rule until the reset, and the retry waits for it.
+	reset := time.Now().Add(1500 * time.Millisecond).Unix() // whole seconds, as GitHub sends it
+	v := newVendor(t, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			w.Header().Set("X-RateLimit-Remaining", "0")
+			w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"message":"API rate limit exceeded"}`)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	gh := throttle.GitHubProfile
+	gh.Hosts = []string{strings.TrimPrefix(v.URL, "http://")}
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	tr, err := throttle.NewTransport(base, throttle.Policy{Rules: []throttle.Rule{{
+		Name: "github", Wait: waiters.FailFast(), Learn: throttle.Learning{Jitter: -1},
+	}}}, throttle.WithProfiles(gh))
+	require.NoError(t, err)
+	c := retryable.NewClient(tr, retryable.Policy{})
+	c.RetryWaitMin, c.RetryWaitMax = time.Millisecond, 2*time.Millisecond
+
+	resp, err := c.Get(v.URL + "/repos/o/r")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	at, _ := v.received()
+	require.Len(t, at, 2)
+	assert.False(t, at[1].Before(time.Unix(reset, 0)), "not resent before the reset")
 }
