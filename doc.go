@@ -63,6 +63,19 @@
 // answers of a vendor ("429 Too Many Requests, Retry-After: 30") are shared
 // with every instance.
 //
+// # Learning from responses
+//
+// After each response the transport reads the vendor's rate-limit headers
+// ([ParseFeedback]: Retry-After, the X-RateLimit-* families, the IETF
+// RateLimit fields, OpenAI's and Anthropic's) and, as the rule's
+// [Learning] says, pauses the rule's scope in the store after a "slow
+// down" answer or a spent quota, so every instance holds back before its
+// own 429; it can also lower a limit's shared counter to the quota the
+// vendor reports ([Learning.Sync]). [Profile]s say how particular vendors
+// (GitHub, X, Discord) write their headers. A rule's [Retry] resends "slow
+// down" answers through the limiter; the retryable package does the same
+// for a hashicorp/go-retryablehttp client stacked on the transport.
+//
 // # Errors
 //
 // A request that is not sent returns an error from RoundTrip, which
