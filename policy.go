@@ -140,7 +140,8 @@ type rule struct {
 	path  *pathPattern
 	wait  Waiter
 
-	syncIdx int // index in Limits of Learn.Sync, or -1
+	syncIdx  int // index in Limits of Learn.Sync, or -1
+	pauseIdx int // index in Limits of Learn.PauseBy, or -1
 }
 
 // compiledPolicy is a validated Policy, ready to match requests.
@@ -177,7 +178,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if id == "" {
 			id = fmt.Sprintf("#%d", i)
 		}
-		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1}
+		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1, pauseIdx: -1}
 		cr.Limits = append([]Limit(nil), r.Limits...)
 		if cr.scope == "" {
 			cr.scope = r.Name
@@ -259,6 +260,11 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			if cr.syncIdx < 0 {
 				bad(id, "Learn.Sync", "names no limit of the rule: %q", r.Learn.Sync)
 			}
+		}
+		if i, err := pauseByIndex(r); err != nil {
+			bad(id, "Learn.PauseBy", "%v", err)
+		} else {
+			cr.pauseIdx = i
 		}
 		cp.rules = append(cp.rules, cr)
 	}

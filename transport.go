@@ -216,6 +216,10 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		}
 		d.Limits[i] = Bucket{Limit: l, Key: key}
 	}
+	pk := r.pauseKey(d)
+	if pk != "" {
+		d.Pauses = append(d.Pauses, pk)
+	}
 	if r.Cost != nil {
 		d.Cost = r.Cost(req)
 		if d.Cost < 1 {
@@ -241,11 +245,11 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 	}
 
 	// A pause this instance learned holds even if the store lost it.
-	if until, ok := t.learned.localPause(r.scope, now); ok {
+	if until, ok := t.learned.localPause(r.pauseID(pk), now); ok {
 		wait := until.Sub(now)
 		if wait > d.MaxWait {
 			ev.Outcome, ev.Wait = Refused, wait
-			return &LimitError{Rule: r.id, RetryAfter: wait}
+			return &LimitError{Rule: r.id, Pause: pauseName(pk), RetryAfter: wait}
 		}
 		ev.Outcome, ev.Wait = Waited, wait
 		if slept, err := t.sleep(ctx, wait, nil); err != nil {
@@ -260,7 +264,7 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		return fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
 	}
 	if !dec.OK {
-		le := &LimitError{Rule: r.id, Pause: dec.Pause, RetryAfter: dec.Delay}
+		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
 		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
 			le.Limit = r.Limits[dec.Limit].Name
 		}
