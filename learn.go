@@ -196,7 +196,12 @@ func (l *learner) record(r *rule, id string, now time.Time, d time.Duration) tim
 	// Stores count whole microseconds and round a pause up; do the same
 	// here so the local copy and the reported pause match the store's.
 	d = (d + time.Microsecond - 1).Truncate(time.Microsecond)
-	until := now.Add(d)
+	l.keep(id, now.Add(d))
+	return d
+}
+
+// keep makes the local pause id last at least until until.
+func (l *learner) keep(id string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pauses == nil {
@@ -205,7 +210,6 @@ func (l *learner) record(r *rule, id string, now time.Time, d time.Duration) tim
 	if until.After(l.pauses[id]) {
 		l.pauses[id] = until
 	}
-	return d
 }
 
 // learn reads resp, the answer to req under rule r whose demand was d,
@@ -231,6 +235,9 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	err := t.store.Pause(sctx, r.scope, pk, p)
+	// The store counted p from when it got the call: the local copy must
+	// not end before the shared pause does.
+	t.learned.keep(r.pauseID(pk), t.now().Add(p))
 	if t.hooks.OnPause != nil {
 		t.hooks.OnPause(PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err})
 	}
