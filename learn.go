@@ -220,7 +220,7 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 	p = t.learned.record(r, now, p)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.store.Pause(sctx, r.scope, "", p)
+	err := t.pause(sctx, r.scope, "", p)
 	if t.hooks.OnPause != nil {
 		t.hooks.OnPause(PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err})
 	}
@@ -249,7 +249,9 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, n
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := s.Sync(sctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	err := t.guard(sctx, func() error {
+		return s.Sync(sctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	})
 	if t.hooks.OnSync != nil {
 		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
 	}
