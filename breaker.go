@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,17 @@ type Breaker struct {
 	// MaxInFlight caps the store calls in progress at once. Zero or less
 	// means 256.
 	MaxInFlight int
+
+	// CallTimeout is the budget of one store call, separate from how long
+	// the caller may wait for its quota ([Waiter]): a call that has not
+	// answered within it counts as failed, and the request gets its
+	// rule's failure mode at once. The call itself is not waited for: it
+	// runs on with the same deadline on a goroutine of its own, still
+	// counted against MaxInFlight, and a decision it makes after the
+	// request moved on is given back ([Store.Cancel]). So a slow or
+	// silent store costs a request at most CallTimeout, whatever the
+	// store's client does with deadlines. Zero or less means 250 ms.
+	CallTimeout time.Duration
 }
 
 // Defaults of [Breaker].
@@ -50,6 +62,7 @@ const (
 	DefaultBreakerFailures    = 3
 	DefaultBreakerOpenFor     = 500 * time.Millisecond
 	DefaultBreakerMaxInFlight = 256
+	DefaultBreakerCallTimeout = 250 * time.Millisecond
 )
 
 // WithBreaker configures the transport's circuit breaker; see [Breaker].
@@ -109,9 +122,46 @@ type StoreEvent struct {
 	Outage time.Duration
 }
 
+// WithLogger makes the transport log every change of the store's state
+// (see [StoreEvent]) to l: once per change, never per request, at level
+// Warn when the store starts failing or the breaker opens and Info when it
+// answers again. Log records carry the states, the count of failed calls,
+// the outage's length and the store's error; never a key. A nil l (the
+// default) logs nothing; [Hooks].OnStoreState receives the same events.
+func WithLogger(l *slog.Logger) Option {
+	return func(t *Transport) { t.logger = l }
+}
+
+// reportStore hands a change of the store's state to the hook and the
+// logger.
+func (t *Transport) reportStore(ev StoreEvent) {
+	if t.hooks.OnStoreState != nil {
+		t.hooks.OnStoreState(ev)
+	}
+	if t.logger == nil {
+		return
+	}
+	switch ev.State {
+	case StoreUp:
+		t.logger.Info("throttle: store answers again; decisions are shared again",
+			"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures, "outage", ev.Outage)
+	case StoreFailing:
+		t.logger.Warn("throttle: store call failed; requests get their rules' failure modes",
+			"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures, "err", ev.Err)
+	default:
+		t.logger.Warn("throttle: store calls suspended after repeated failures; failure modes apply at once",
+			"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures, "err", ev.Err)
+	}
+}
+
 // errCircuitOpen is the cause of a failure mode applied without calling
 // the store, because the breaker is open.
 var errCircuitOpen = errors.New("throttle: store calls suspended after repeated failures")
+
+// errCallTimeout is the cause of a failure mode applied because the store
+// did not answer within [Breaker].CallTimeout. It is reported together with
+// [context.DeadlineExceeded].
+var errCallTimeout = errors.New("throttle: store call timed out")
 
 // errTooManyCalls is the cause of a failure mode applied without calling
 // the store, because MaxInFlight calls are already in progress.
@@ -122,6 +172,7 @@ type breaker struct {
 	failures int
 	openFor  time.Duration
 	maxCalls int64
+	timeout  time.Duration
 	now      func() time.Time
 	report   func(StoreEvent) // may be nil
 
@@ -142,6 +193,7 @@ func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *break
 		failures: b.Failures,
 		openFor:  b.OpenFor,
 		maxCalls: int64(b.MaxInFlight),
+		timeout:  b.CallTimeout,
 		now:      now,
 		report:   report,
 	}
@@ -154,14 +206,24 @@ func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *break
 	if br.maxCalls <= 0 {
 		br.maxCalls = DefaultBreakerMaxInFlight
 	}
+	if br.timeout <= 0 {
+		br.timeout = DefaultBreakerCallTimeout
+	}
 	br.healthy.Store(true)
 	return br
 }
 
-// call runs f, a store call made with ctx, unless the breaker is open or
-// too many calls are in progress, and records its outcome. It returns f's
-// error, or the reason f was not run.
-func (b *breaker) call(ctx context.Context, f func() error) error {
+// call runs f, a store call, with a context derived from ctx that ends
+// after the call budget, unless the breaker is open or too many calls are
+// in progress, and records its outcome. It returns f's error, or the
+// reason f was not run or not waited for.
+//
+// f runs on a goroutine of its own, so the caller waits for at most the
+// budget. If the budget ends first, the call is abandoned: it runs on
+// (counted in flight) until its context ends it, and then, if it
+// succeeded, undo (if not nil) runs on that goroutine to take back its
+// effect.
+func (b *breaker) call(ctx context.Context, f func(context.Context) error, undo func()) error {
 	probe := false
 	if !b.healthy.Load() {
 		var err error
@@ -178,8 +240,7 @@ func (b *breaker) call(ctx context.Context, f func() error) error {
 		}
 		return errTooManyCalls
 	}
-	err := f()
-	b.calls.Add(-1)
+	err := b.run(ctx, f, undo)
 	switch {
 	case err == nil:
 		if !probe && b.healthy.Load() {
@@ -194,6 +255,46 @@ func (b *breaker) call(ctx context.Context, f func() error) error {
 		b.mu.Unlock()
 	}
 	return err
+}
+
+// Outcomes of a detached call, in detached.state.
+const (
+	callRunning int32 = iota
+	callReturned
+	callAbandoned
+)
+
+// run runs f on its own goroutine and waits for it, for ctx, or for the
+// budget, whichever ends first; see call. It releases the in-flight slot
+// taken by call when f (and undo) are done.
+func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo func()) error {
+	cctx, cancel := context.WithTimeout(ctx, b.timeout)
+	var state atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		defer b.calls.Add(-1)
+		err := f(cctx)
+		cancel()
+		if state.CompareAndSwap(callRunning, callReturned) {
+			done <- err
+			return
+		}
+		if err == nil && undo != nil {
+			undo()
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-cctx.Done():
+	}
+	if !state.CompareAndSwap(callRunning, callAbandoned) {
+		return <-done // it returned just now
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w after %v: %w", errCallTimeout, b.timeout, context.DeadlineExceeded)
 }
 
 // admit decides whether a call may go while the breaker is not healthy,

@@ -126,7 +126,7 @@ type failover struct {
 func (t *Transport) failover() *failover {
 	f := &t.failure
 	f.once.Do(func() {
-		f.breaker = newBreaker(f.settings, t.now, t.hooks.OnStoreState)
+		f.breaker = newBreaker(f.settings, t.now, t.reportStore)
 		f.local = NewMemoryStore(WithStoreClock(t.now))
 	})
 	return f
@@ -152,10 +152,18 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 	}
 	f := t.failover()
 	var dec Decision
-	err := f.breaker.call(ctx, func() error {
+	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = t.store.Take(ctx, d)
 		return err
+	}, func() {
+		// The request moved on without this decision: give back what it
+		// charged, so an abandoned call costs the fleet no quota.
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+			defer cancel()
+			_ = t.store.Cancel(cctx, dec.Reservation)
+		}
 	})
 	if err == nil {
 		return dec, nil
@@ -176,14 +184,15 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 	for i, b := range d.Limits {
 		ld.Limits[i] = Bucket{Limit: r.local[i], Key: b.Key}
 	}
-	dec, lerr := f.local.Take(ctx, &ld)
+	// Not dec: an abandoned store call may still write it.
+	ldec, lerr := f.local.Take(ctx, &ld)
 	if lerr != nil {
 		return Decision{}, fmt.Errorf("throttle: rule %s: %w: local fallback: %w (store: %w)", r.id, ErrStoreUnavailable, lerr, err)
 	}
-	if dec.Reservation != nil {
-		dec.Reservation.ID = localMark
+	if ldec.Reservation != nil {
+		ldec.Reservation.ID = localMark
 	}
-	return dec, nil
+	return ldec, nil
 }
 
 // storeFault reports whether err, from a store call made with ctx, means
@@ -199,23 +208,23 @@ func (t *Transport) cancel(ctx context.Context, r *Reservation) error {
 	if r.ID == localMark {
 		return t.failover().local.Cancel(ctx, r)
 	}
-	return t.guard(ctx, func() error { return t.store.Cancel(ctx, r) })
+	return t.guard(ctx, func(ctx context.Context) error { return t.store.Cancel(ctx, r) })
 }
 
 // pause records a pause in the store, through the breaker. The learner's
 // local copy holds whether or not it succeeds.
 func (t *Transport) pause(ctx context.Context, scope, key string, d time.Duration) error {
-	return t.guard(ctx, func() error { return t.store.Pause(ctx, scope, key, d) })
+	return t.guard(ctx, func(ctx context.Context) error { return t.store.Pause(ctx, scope, key, d) })
 }
 
 // guard runs call, a store call made with ctx other than Take, through the
 // breaker: it is not made while the breaker is open, and its outcome
 // counts like a Take's.
-func (t *Transport) guard(ctx context.Context, call func() error) error {
+func (t *Transport) guard(ctx context.Context, call func(context.Context) error) error {
 	if t.inProcess() {
-		return call()
+		return call(ctx)
 	}
-	return t.failover().breaker.call(ctx, call)
+	return t.failover().breaker.call(ctx, call, nil)
 }
 
 // FailedOpen returns how many requests this transport has sent without a

@@ -249,8 +249,8 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, n
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.guard(sctx, func() error {
-		return s.Sync(sctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	err := t.guard(sctx, func(ctx context.Context) error {
+		return s.Sync(ctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
 	})
 	if t.hooks.OnSync != nil {
 		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -31,6 +32,7 @@ type Transport struct {
 	profileList []Profile // as given to WithProfiles
 	profiles    []profile
 	failure     failover
+	logger      *slog.Logger // store state changes; nil: none
 }
 
 // An Option configures a [Transport].
