@@ -74,12 +74,14 @@ func WithBreaker(b Breaker) Option {
 type StoreState int
 
 const (
-	// StoreUp: the store answers. Reported when it answers again after
-	// failing.
+	// StoreUp: the store answers. Reported (recovered) when a call
+	// succeeds at least [Breaker].OpenFor after the last failed one, so
+	// that a store that fails and answers in turn is one outage.
 	StoreUp StoreState = iota
 
-	// StoreFailing: a call to the store failed; requests whose call
-	// fails get their rule's [FailureMode], and calls continue.
+	// StoreFailing: a call to the store failed, and the fallback is
+	// active: requests whose call fails get their rule's [FailureMode],
+	// and calls continue.
 	StoreFailing
 
 	// StoreDown: calls failed [Breaker].Failures times in a row, and the
@@ -103,8 +105,11 @@ func (s StoreState) String() string {
 }
 
 // A StoreEvent reports a change of the store's state, once per change and
-// not per request: up to failing, failing to down (the breaker opened),
-// failing or down to up (recovered).
+// not per request: up to failing (the fallback is active), failing to down
+// (the breaker opened), up to down (when Failures is 1), failing or down
+// to up (recovered). An outage is reported as at most these three events,
+// however many requests it affects and however often the store answers in
+// between.
 type StoreEvent struct {
 	// State is the new state; Prev the one before.
 	State, Prev StoreState
@@ -113,8 +118,8 @@ type StoreEvent struct {
 	// StoreDown; nil for StoreUp.
 	Err error
 
-	// Failures is the number of calls in a row that had failed, at the
-	// change.
+	// Failures is the number of store calls that had failed since the
+	// outage began, at the change.
 	Failures int
 
 	// Outage is, for StoreUp, how long since the first failed call of the
@@ -177,15 +182,18 @@ type breaker struct {
 	report   func(StoreEvent) // may be nil
 
 	calls   atomic.Int64 // in progress
-	healthy atomic.Bool  // state is StoreUp and no failure is counted: no lock needed
+	healthy atomic.Bool  // state and reported are StoreUp, no failure counted: no lock needed
 
-	mu        sync.Mutex
-	state     StoreState
-	fails     int       // in a row
-	since     time.Time // first failure of the outage
-	openUntil time.Time
-	probing   bool
-	lastErr   error
+	mu          sync.Mutex
+	state       StoreState // of the breaker: calls go (Up, Failing) or not (Down)
+	reported    StoreState // as last reported: an outage lasts until quiet
+	lastFail    time.Time
+	outageFails int       // failed calls since the outage began
+	fails       int       // in a row
+	since       time.Time // first failure of the outage
+	openUntil   time.Time
+	probing     bool
+	lastErr     error
 }
 
 func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *breaker {
@@ -273,8 +281,10 @@ func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo f
 	done := make(chan error, 1)
 	go func() {
 		defer b.calls.Add(-1)
+		// Not before the verdict: cancel ends cctx, which the caller
+		// would take for the budget running out.
+		defer cancel()
 		err := f(cctx)
-		cancel()
 		if state.CompareAndSwap(callRunning, callReturned) {
 			done <- err
 			return
@@ -312,24 +322,32 @@ func (b *breaker) admit() (probe bool, err error) {
 	return true, nil
 }
 
+// succeeded records a call that succeeded. The breaker closes at once;
+// the recovery is reported once the store has answered for quiet (OpenFor)
+// since its last failure, so a store that fails and answers in turn (stale
+// pooled connections after a restart, a flapping link) is one outage, not
+// a report per request.
 func (b *breaker) succeeded(probe bool) {
 	b.mu.Lock()
 	if probe {
 		b.probing = false
 	}
-	ev := StoreEvent{State: StoreUp, Prev: b.state, Failures: b.fails}
-	changed := b.state != StoreUp
-	if changed {
-		ev.Outage = b.now().Sub(b.since)
-	}
+	now := b.now()
 	b.state, b.fails, b.lastErr = StoreUp, 0, nil
-	b.healthy.Store(true)
+	var ev StoreEvent
+	changed := false
+	if b.reported != StoreUp && now.Sub(b.lastFail) >= b.openFor {
+		ev = StoreEvent{State: StoreUp, Prev: b.reported, Failures: b.outageFails, Outage: now.Sub(b.since)}
+		b.reported, changed = StoreUp, true
+	}
+	b.healthy.Store(b.reported == StoreUp)
 	b.mu.Unlock()
 	if changed && b.report != nil {
 		b.report(ev)
 	}
 }
 
+// failed records a call that failed: err is the store's error.
 func (b *breaker) failed(probe bool, err error) {
 	b.mu.Lock()
 	now := b.now()
@@ -337,24 +355,38 @@ func (b *breaker) failed(probe bool, err error) {
 		b.probing = false
 	}
 	b.healthy.Store(false)
-	b.lastErr = err
+	b.lastErr, b.lastFail = err, now
 	b.fails++
-	prev := b.state
+	b.outageFails++
+	prevState := b.state
 	switch {
 	case b.state == StoreUp:
-		b.state, b.since = StoreFailing, now
+		b.state = StoreFailing
 		if b.fails >= b.failures {
 			b.state = StoreDown
 		}
 	case b.state == StoreFailing && b.fails >= b.failures:
 		b.state = StoreDown
 	}
-	if b.state == StoreDown && (prev != StoreDown || probe) {
+	if b.state == StoreDown && (prevState != StoreDown || probe) {
 		b.openUntil = now.Add(b.openFor)
 	}
-	ev := StoreEvent{State: b.state, Prev: prev, Err: err, Failures: b.fails}
+	var ev StoreEvent
+	changed := false
+	switch {
+	case b.reported == StoreUp:
+		b.since, b.outageFails = now, 1
+		ev = StoreEvent{State: max(b.state, StoreFailing), Prev: StoreUp, Err: err, Failures: b.outageFails}
+		changed = true
+	case b.reported == StoreFailing && b.state == StoreDown:
+		ev = StoreEvent{State: StoreDown, Prev: StoreFailing, Err: err, Failures: b.outageFails}
+		changed = true
+	}
+	if changed {
+		b.reported = ev.State
+	}
 	b.mu.Unlock()
-	if prev != ev.State && b.report != nil {
+	if changed && b.report != nil {
 		b.report(ev)
 	}
 }
