@@ -2,10 +2,11 @@ package faulttest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // quiet drops go-redis's own log lines ("failed to dial", ...), which the
@@ -16,5 +17,12 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if code == 0 {
+		if err := findLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
