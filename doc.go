@@ -82,6 +82,42 @@
 // [http.Client] wraps in a [*url.Error]; [errors.Is] and [errors.As] see
 // through it. [ErrLimited] matches every refusal by a limit or a pause,
 // and [*LimitError] carries the rule, the limit and RetryAfter. A store
-// failure (Redis unreachable, say) is returned wrapped, so the store's own
-// errors still match; the request is not sent.
+// failure (Redis unreachable, say) is handled by the rule's failure mode
+// (next section); with [FailClosed] the request fails with an error
+// matching [ErrStoreUnavailable] that wraps the store's own, and is not
+// sent.
+//
+// # When the store fails
+//
+// A shared store can be unreachable, slow, busy or restarted. Each rule
+// says what its requests do then ([Rule.OnStoreFailure], defaulting to
+// [Policy.OnStoreFailure]):
+//
+//   - [FailLocal] (the default) decides with an in-process store that
+//     gives this instance its share of every limit, the quota divided by
+//     [Policy.Instances] ([LocalShare]), so the fleet stays near the quota
+//     in total;
+//   - [FailOpen] sends without a decision, counted ([Transport.FailedOpen])
+//     and reported (DecisionEvent.Fallback);
+//   - [FailClosed] refuses with [ErrStoreUnavailable].
+//
+// Every store call has a budget of its own ([Breaker].CallTimeout, 250 ms
+// by default), separate from how long the caller may wait for quota: a
+// call that does not answer in time is abandoned (it finishes on its own
+// goroutine, and a grant it makes late is given back) and the request gets
+// its failure mode. After a few failures in a row the circuit breaker
+// ([Breaker]) stops calling the store for OpenFor (500 ms), so requests
+// get their failure mode at no added latency; then one request at a time
+// probes the store, and the first answer closes the breaker. The transport
+// never holds a store connection while a request waits for its slot (a
+// decision is one short call; the wait is a timer), and at most
+// MaxInFlight store calls run at once, so an outage cannot pile up
+// goroutines or connections. Changes of the store's state are reported
+// once each, not per request ([Hooks].OnStoreState, [WithLogger]).
+//
+// A store that loses its state (a Redis restart, FLUSHALL, a failover that
+// loses acknowledged writes) forgets what it charged: the fleet may then
+// admit at most one more burst per limit and key, per loss. Pauses
+// survive it on every instance that learned them: each keeps a local copy
+// and honours it whatever the store says.
 package throttle

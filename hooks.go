@@ -20,6 +20,13 @@ type Hooks struct {
 	// OnSync is called when a response makes the transport lower a
 	// limit to the vendor's remaining quota (see [Learning.Sync]).
 	OnSync func(SyncEvent)
+
+	// OnStoreState is called when the store's state changes as the
+	// transport sees it: it started failing, the breaker opened, it
+	// answers again (see [Breaker] and [FailureMode]). It is called once
+	// per change, not per request, on the goroutine of the request whose
+	// store call caused the change.
+	OnStoreState func(StoreEvent)
 }
 
 // A PauseEvent describes a pause learned from a response.
@@ -99,6 +106,10 @@ type DecisionEvent struct {
 	Wait time.Duration
 	// Err is the error returned to the caller, if any.
 	Err error
+	// Fallback is the rule's failure mode when the store could not
+	// decide and the mode did ([FailLocal], [FailOpen], [FailClosed]);
+	// FailDefault (zero) when the store decided.
+	Fallback FailureMode
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -234,7 +234,7 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 	p = t.learned.record(r, r.pauseID(pk), now, p)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.store.Pause(sctx, r.scope, pk, p)
+	err := t.pause(sctx, r.scope, pk, p)
 	// The store counted p from when it got the call: the local copy must
 	// not end before the shared pause does.
 	t.learned.keep(r.pauseID(pk), t.now().Add(p))
@@ -266,7 +266,9 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, n
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := s.Sync(sctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	err := t.guard(sctx, func(ctx context.Context) error {
+		return s.Sync(ctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	})
 	if t.hooks.OnSync != nil {
 		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -30,6 +31,8 @@ type Transport struct {
 
 	profileList []Profile // as given to WithProfiles
 	profiles    []profile
+	failure     failover
+	logger      *slog.Logger // store state changes; nil: none
 }
 
 // An Option configures a [Transport].
@@ -259,9 +262,9 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		d.MaxWait -= wait
 	}
 
-	dec, err := t.store.Take(ctx, d)
+	dec, err := t.take(ctx, r, d, ev)
 	if err != nil {
-		return fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
+		return err
 	}
 	if !dec.OK {
 		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
@@ -301,7 +304,7 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration, r *Reservation) 
 		// one of our own that keeps its values.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 		defer cancel()
-		if cerr := t.store.Cancel(cctx, r); cerr != nil {
+		if cerr := t.cancel(cctx, r); cerr != nil {
 			err = fmt.Errorf("%w (and returning the reservation failed: %v)", err, cerr)
 		}
 	}

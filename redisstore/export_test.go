@@ -9,3 +9,6 @@ var WithNow = withNow
 func WithoutReplayIDs() Option {
 	return func(s *Store) { s.replay = replayOffForTest }
 }
+
+// ClusterReloads returns how many cluster state reloads s has asked for.
+func ClusterReloads(s *Store) int64 { return s.reload.count.Load() }

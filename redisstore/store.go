@@ -30,6 +30,7 @@ type Store struct {
 	replayMS int64 // how long a reply is remembered; 0: not at all
 	idBase   string
 	seq      atomic.Uint64
+	reload   reloader // cluster state reloads on connection errors
 }
 
 var _ throttle.Store = (*Store)(nil)
@@ -47,6 +48,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	s.reload.init(client)
 	if strings.ContainsAny(s.prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", s.prefix)
 	}
@@ -152,6 +154,7 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	defer cancel()
 	res, err := takeScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
+		s.reload.note(err)
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	return parseTake(res, d, id)
@@ -232,6 +235,7 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	if err := cancelScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
+		s.reload.note(err)
 		return fmt.Errorf("redisstore: cancel: %w", err)
 	}
 	return nil
@@ -257,6 +261,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 		err = pauseScript.Run(ctx, s.client, []string{ks.pause(key)}, s.nowArg(), us).Err()
 	}
 	if err != nil {
+		s.reload.note(err)
 		return fmt.Errorf("redisstore: pause: %w", err)
 	}
 	return nil
