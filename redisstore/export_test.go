@@ -9,3 +9,9 @@ var WithNow = withNow
 func WithoutReplayIDs() Option {
 	return func(s *Store) { s.replay = replayOffForTest }
 }
+
+// WithGenericTake makes Take run take.lua even for demands whose limits
+// are all GCRA, so tests can compare it with take_gcra.lua.
+func WithGenericTake() Option {
+	return func(s *Store) { s.generic = true }
+}

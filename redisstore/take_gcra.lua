@@ -1,0 +1,102 @@
+-- take_gcra.lua: take.lua for the common case, a demand whose limits are
+-- all GCRA. It makes the same decision, charges the same keys with the
+-- same values and TTLs, and remembers replies under the same replay key in
+-- the same format; Take picks it when every limit of the demand is GCRA.
+-- It is kept apart so that take.lua stays general and this one stays
+-- short: Redis runs scripts on its only thread, and every redis.call, every
+-- number parsed or formatted and every table (a table reply costs Redis
+-- more than its SET) shows in throughput. A decision is TIME, one read of
+-- every key, and one SET PX per limit when granted.
+--
+-- Units: integer microseconds of Redis's clock, as in take.lua (values stay
+-- below 2^53, so doubles are exact; '%d' formats what goes back to Redis).
+--
+-- KEYS: the demand's pause keys (ARGV[3] of them), then one key per limit,
+-- then, when ARGV[4] is not '0', the key that remembers this decision's
+-- reply. All share one hash tag {scope}; no other key is touched.
+--
+-- ARGV[1]  "" to read TIME; tests may pass the current instant instead
+-- ARGV[2]  MaxWait
+-- ARGV[3]  number of pause keys
+-- ARGV[4]  how long to remember the reply, ms; '0': not at all
+-- then 2 per limit: a = cost*T, b = Burst*T - cost*T (T = ceil(Per/Rate))
+--
+-- Reply: an integer when granted at once on one limit: the arrival time
+-- (TAT) it set. Otherwise a string of integers, "1 delay -1 -1 TAT..."
+-- (one TAT per limit) when granted, "0 delay limit pause" when refused,
+-- with the binding limit and pause as 0-based indexes, -1 for none.
+
+local now, slack
+if ARGV[1] == '' then
+  local tm = redis.call('TIME')
+  now = tm[1] * 1000000 + tm[2]
+  slack = 0
+else
+  now = tonumber(ARGV[1]) -- tests: keys live an hour longer, as in take.lua
+  slack = 3600000
+end
+
+local nk = #KEYS
+local fmt = string.format
+
+if nk == 1 and #ARGV == 6 then
+  -- One limit, no pause, no replay key: the common case, without tables.
+  local tat = tonumber(redis.call('GET', KEYS[1])) or 0
+  local t = tat - ARGV[6]
+  if t <= now then
+    t = now
+  elseif t - now > tonumber(ARGV[2]) then
+    return fmt('0 %d 0 -1', t - now)
+  end
+  if tat < t then tat = t end
+  tat = tat + ARGV[5]
+  redis.call('SET', KEYS[1], fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  if t == now then return tat end
+  return fmt('1 %d -1 -1 %d', t - now, tat)
+end
+
+-- One read for every key: pauses, limits and the replay key.
+local v = redis.call('MGET', unpack(KEYS))
+local replay = ARGV[4] ~= '0'
+if replay and v[nk] then
+  -- A retry of a call whose reply was lost: answer as the first run did.
+  -- The stored reply is "t TAT..." (take.lua's format).
+  local t, marks = string.match(v[nk], '^(%d+)(.*)$')
+  t = tonumber(t)
+  local delay = 0
+  if t > now then delay = t - now end
+  return fmt('1 %d -1 -1', delay) .. marks
+end
+
+-- With GCRA only, take.lua's fixpoint is one pass: a limit's earliest
+-- instant, TAT - b, does not depend on t. The first of equals binds.
+local np = tonumber(ARGV[3])
+local nl = (#ARGV - 4) / 2
+local t, pause, binding = now, -1, -1
+for i = 1, np do
+  local p = tonumber(v[i])
+  if p and p > t then t, pause = p, i - 1 end
+end
+for i = 1, nl do
+  local e = (tonumber(v[np + i]) or 0) - ARGV[4 + 2 * i]
+  if e > t then t, binding = e, i - 1 end
+end
+if t - now > tonumber(ARGV[2]) then
+  return fmt('0 %d %d %d', t - now, binding, pause)
+end
+
+-- Charge every limit at t; each key lives until its new arrival time
+-- (ms, rounded up), after which it reads as a fresh bucket.
+local marks = ''
+for i = 1, nl do
+  local tat = tonumber(v[np + i]) or 0
+  if tat < t then tat = t end
+  tat = tat + ARGV[3 + 2 * i]
+  local s = fmt('%d', tat)
+  redis.call('SET', KEYS[np + i], s, 'PX', math.ceil((tat - now) / 1000) + slack)
+  marks = marks .. ' ' .. s
+end
+if replay then
+  redis.call('SET', KEYS[nk], fmt('%d', t) .. marks, 'PX', ARGV[4])
+end
+return fmt('1 %d -1 -1', t - now) .. marks
