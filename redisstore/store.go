@@ -161,12 +161,18 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	var args []any
 	if gcraOnly {
 		script = takeGCRAScript
-		args = make([]any, 0, 4+2*len(d.Limits))
-		args = append(args, s.nowArg(), maxWait, len(d.Pauses), s.replayArg)
+		args = make([]any, 0, 3+2*len(d.Limits))
+		args = append(args, maxWait, "")
+		if len(d.Pauses) > 0 || s.replayMS > 0 {
+			args[1] = strconv.Itoa(len(d.Pauses)) + " " + formatInt(s.replayMS)
+		}
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			t := gcraInterval(l)
 			args = append(args, cost*t, int64(burst(*l))*t-cost*t)
+		}
+		if s.now != nil {
+			args = append(args, s.nowArg())
 		}
 	} else {
 		args = make([]any, 0, 5+4*len(d.Limits))
