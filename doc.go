@@ -75,12 +75,61 @@
 // answers of a vendor ("429 Too Many Requests, Retry-After: 30") are shared
 // with every instance.
 //
+// # Learning from responses
+//
+// After each response the transport reads the vendor's rate-limit headers
+// ([ParseFeedback]: Retry-After, the X-RateLimit-* families, the IETF
+// RateLimit fields, OpenAI's and Anthropic's) and, as the rule's
+// [Learning] says, pauses the rule's scope in the store after a "slow
+// down" answer or a spent quota, so every instance holds back before its
+// own 429; it can also lower a limit's shared counter to the quota the
+// vendor reports ([Learning.Sync]). [Profile]s say how particular vendors
+// (GitHub, X, Discord) write their headers. A rule's [Retry] resends "slow
+// down" answers through the limiter; the retryable package does the same
+// for a hashicorp/go-retryablehttp client stacked on the transport.
+//
 // # Errors
 //
 // A request that is not sent returns an error from RoundTrip, which
 // [http.Client] wraps in a [*url.Error]; [errors.Is] and [errors.As] see
 // through it. [ErrLimited] matches every refusal by a limit or a pause,
 // and [*LimitError] carries the rule, the limit and RetryAfter. A store
-// failure (Redis unreachable, say) is returned wrapped, so the store's own
-// errors still match; the request is not sent.
+// failure (Redis unreachable, say) is handled by the rule's failure mode
+// (next section); with [FailClosed] the request fails with an error
+// matching [ErrStoreUnavailable] that wraps the store's own, and is not
+// sent.
+//
+// # When the store fails
+//
+// A shared store can be unreachable, slow, busy or restarted. Each rule
+// says what its requests do then ([Rule.OnStoreFailure], defaulting to
+// [Policy.OnStoreFailure]):
+//
+//   - [FailLocal] (the default) decides with an in-process store that
+//     gives this instance its share of every limit, the quota divided by
+//     [Policy.Instances] ([LocalShare]), so the fleet stays near the quota
+//     in total;
+//   - [FailOpen] sends without a decision, counted ([Transport.FailedOpen])
+//     and reported (DecisionEvent.Fallback);
+//   - [FailClosed] refuses with [ErrStoreUnavailable].
+//
+// Every store call has a budget of its own ([Breaker].CallTimeout, 250 ms
+// by default), separate from how long the caller may wait for quota: a
+// call that does not answer in time is abandoned (it finishes on its own
+// goroutine, and a grant it makes late is given back) and the request gets
+// its failure mode. After a few failures in a row the circuit breaker
+// ([Breaker]) stops calling the store for OpenFor (500 ms), so requests
+// get their failure mode at no added latency; then one request at a time
+// probes the store, and the first answer closes the breaker. The transport
+// never holds a store connection while a request waits for its slot (a
+// decision is one short call; the wait is a timer), and at most
+// MaxInFlight store calls run at once, so an outage cannot pile up
+// goroutines or connections. Changes of the store's state are reported
+// once each, not per request ([Hooks].OnStoreState, [WithLogger]).
+//
+// A store that loses its state (a Redis restart, FLUSHALL, a failover that
+// loses acknowledged writes) forgets what it charged: the fleet may then
+// admit at most one more burst per limit and key, per loss. Pauses
+// survive it on every instance that learned them: each keeps a local copy
+// and honours it whatever the store says.
 package throttle

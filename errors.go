@@ -40,7 +40,9 @@ type LimitError struct {
 	// pause did (see Pause).
 	Limit string
 
-	// Pause is the pause key that bound the decision, if a pause did.
+	// Pause is the pause key that bound the decision, if a pause did: ""
+	// for the rule's whole scope, or the name of the limit whose key was
+	// paused (see [Learning.PauseBy]), never the key itself.
 	Pause string
 
 	// RetryAfter is how long after the decision the request could earliest

@@ -22,6 +22,13 @@ type Hooks struct {
 	// limit to the vendor's remaining quota (see [Learning.Sync]).
 	OnSync func(SyncEvent)
 
+	// OnStoreState is called when the store's state changes as the
+	// transport sees it: it started failing, the breaker opened, it
+	// answers again (see [Breaker] and [FailureMode]). It is called once
+	// per change, not per request, on the goroutine of the request whose
+	// store call caused the change.
+	OnStoreState func(StoreEvent)
+
 	// OnLease is called when something happens to the lease of a
 	// request's [Concurrency] slot after it was granted: a renewal, a lost
 	// lease, a body left unread, a failed release. See [LeaseEvent]. It
@@ -106,6 +113,10 @@ type DecisionEvent struct {
 	Wait time.Duration
 	// Err is the error returned to the caller, if any.
 	Err error
+	// Fallback is the rule's failure mode when the store could not
+	// decide and the mode did ([FailLocal], [FailOpen], [FailClosed]);
+	// FailDefault (zero) when the store decided.
+	Fallback FailureMode
 }
 
 // WithHooks makes the transport report its decisions to h.

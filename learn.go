@@ -71,6 +71,15 @@ type Learning struct {
 	// SyncResource restricts Sync to one of the vendor's quotas, e.g.
 	// GitHub's "core" or "search".
 	SyncResource string
+
+	// PauseBy names a limit of the rule whose key scopes the pauses learned
+	// from responses: a "slow down" answer then holds back only the
+	// requests charged to the same key of that limit (one method in one
+	// Slack workspace, one GitHub token), not the rule's whole scope.
+	// Empty: a pause holds back the whole scope. Decisions still honour a
+	// pause of the whole scope. A request refused by such a pause gets a
+	// [LimitError] whose Pause is the limit's name, never its key.
+	PauseBy string
 }
 
 const defaultPause = 5 * time.Second
@@ -138,10 +147,10 @@ func (t *Transport) learnConfig(r *rule, host string) learnConfig {
 
 // pauseFor returns how long r's scope must pause after resp, whose
 // feedback is fb (or 0), and whether resp said "slow down".
-func (l *learner) pauseFor(r *rule, c learnConfig, resp *http.Response, fb Feedback, now time.Time) (time.Duration, bool) {
+func (l *learner) pauseFor(id string, c learnConfig, resp *http.Response, fb Feedback, now time.Time) (time.Duration, bool) {
 	if !c.limited(resp, fb) {
 		l.mu.Lock()
-		delete(l.backoff, r.scope)
+		delete(l.backoff, id)
 		l.mu.Unlock()
 		if fb.Remaining == 0 && fb.Reset.After(now) {
 			return min(fb.Reset.Sub(now), c.maxPause), false // quota spent: wait for the reset
@@ -154,7 +163,7 @@ func (l *learner) pauseFor(r *rule, c learnConfig, resp *http.Response, fb Feedb
 	// "Slow down" with no time given: back off exponentially per scope.
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.backoff[r.scope]
+	b := l.backoff[id]
 	if b == nil {
 		b = &backoff.ExponentialBackOff{
 			InitialInterval:     c.defaultPause,
@@ -169,14 +178,14 @@ func (l *learner) pauseFor(r *rule, c learnConfig, resp *http.Response, fb Feedb
 		if l.backoff == nil {
 			l.backoff = make(map[string]*backoff.ExponentialBackOff)
 		}
-		l.backoff[r.scope] = b
+		l.backoff[id] = b
 	}
 	return min(b.NextBackOff(), c.maxPause), true
 }
 
 // record keeps a pause of d for scope locally and returns it with jitter
 // added, for the store.
-func (l *learner) record(r *rule, now time.Time, d time.Duration) time.Duration {
+func (l *learner) record(r *rule, id string, now time.Time, d time.Duration) time.Duration {
 	j := r.Learn.Jitter
 	if j == 0 {
 		j = min(d/10, time.Second)
@@ -187,16 +196,20 @@ func (l *learner) record(r *rule, now time.Time, d time.Duration) time.Duration 
 	// Stores count whole microseconds and round a pause up; do the same
 	// here so the local copy and the reported pause match the store's.
 	d = (d + time.Microsecond - 1).Truncate(time.Microsecond)
-	until := now.Add(d)
+	l.keep(id, now.Add(d))
+	return d
+}
+
+// keep makes the local pause id last at least until until.
+func (l *learner) keep(id string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pauses == nil {
 		l.pauses = make(map[string]time.Time)
 	}
-	if until.After(l.pauses[r.scope]) {
-		l.pauses[r.scope] = until
+	if until.After(l.pauses[id]) {
+		l.pauses[id] = until
 	}
-	return d
 }
 
 // learn reads resp, the answer to req under rule r whose demand was d,
@@ -210,17 +223,21 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 	now := t.now()
 	c := t.learnConfig(r, req.URL.Host)
 	fb := ParseFeedback(resp.Header, now, ParseOptions{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
-	p, limited := t.learned.pauseFor(r, c, resp, fb, now)
+	pk := r.pauseKey(d)
+	p, limited := t.learned.pauseFor(r.pauseID(pk), c, resp, fb, now)
 	if r.syncIdx >= 0 && d != nil {
 		t.sync(ctx, r, d, fb, now)
 	}
 	if p <= 0 {
 		return limited
 	}
-	p = t.learned.record(r, now, p)
+	p = t.learned.record(r, r.pauseID(pk), now, p)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.store.Pause(sctx, r.scope, "", p)
+	err := t.pause(sctx, r.scope, pk, p)
+	// The store counted p from when it got the call: the local copy must
+	// not end before the shared pause does.
+	t.learned.keep(r.pauseID(pk), t.now().Add(p))
 	if t.hooks.OnPause != nil {
 		t.hooks.OnPause(PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err})
 	}
@@ -249,7 +266,9 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, n
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := s.Sync(sctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	err := t.guard(sctx, func(ctx context.Context) error {
+		return s.Sync(ctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+	})
 	if t.hooks.OnSync != nil {
 		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
 	}
@@ -273,4 +292,22 @@ type Retry struct {
 	// MaxWait caps the time spent waiting for resends, in all. Zero means
 	// [DefaultMaxPause].
 	MaxWait time.Duration
+}
+
+// LearnedPause reports how much longer the rule that matches req is held
+// back by the latest pause this transport learned from a response (its
+// local copy; see [Learning]), or zero when there is none or no rule
+// matches. A retry loop outside the transport, such as go-retryablehttp's,
+// can wait this long instead of guessing.
+func (t *Transport) LearnedPause(req *http.Request) time.Duration {
+	r, out := t.policy.match(req)
+	if r == nil {
+		return 0
+	}
+	now := t.now()
+	until, ok := t.learned.localPause(r.pauseID(r.pauseKeyOf(out)), now)
+	if !ok {
+		return 0
+	}
+	return until.Sub(now)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,28 +108,22 @@ const (
 	slotPollMax   = 5 * time.Second
 )
 
-// take decides d with the store. When a Concurrency limit refuses it and
-// the waiter allows a wait, it waits for a release of that limit's slot
-// (or the refusal's Delay, or a poll interval, whichever is first) and
-// asks again, within d.MaxWait. It records the granted reservation in d
-// for [Transport.hold]. An error is a store error, or a *LimitError if ctx
-// ended while waiting; ev says how long it waited.
-func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEvent) (Decision, error) {
-	dec, err := t.store.Take(ctx, d)
+// takeSlot decides d with [Transport.take] (the store, through the
+// breaker and the rule's failure mode). When a Concurrency limit refuses
+// it and the waiter allows a wait, it waits for a release of that limit's
+// slot (or the refusal's Delay, or a poll interval, whichever is first)
+// and asks again, within d.MaxWait. It records the granted reservation in
+// d for [Transport.hold]. An error is ready for the caller: t.take's, or a
+// *LimitError if ctx ended while waiting; ev says how long it waited.
+func (t *Transport) takeSlot(ctx context.Context, r *rule, d *Demand, ev *DecisionEvent) (Decision, error) {
+	dec, err := t.take(ctx, r, d, ev)
 	if err == nil && !dec.OK && d.MaxWait > 0 && slotBound(d, dec) {
 		dec, err = t.waitSlot(ctx, r, d, dec, ev)
 	}
-	if err != nil {
-		var le *LimitError
-		if errors.As(err, &le) {
-			return dec, err
-		}
-		return dec, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
-	}
-	if dec.OK && dec.Reservation != nil && hasLeases(d) {
+	if err == nil && dec.OK && dec.Reservation != nil && hasLeases(d) {
 		d.held = dec.Reservation
 	}
-	return dec, nil
+	return dec, err
 }
 
 // slotBound reports whether a Concurrency limit bound the refusal dec.
@@ -190,7 +185,7 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *Demand, dec Decisi
 		}
 		d.MaxWait = left
 		var err error
-		if dec, err = t.store.Take(ctx, d); err != nil || dec.OK || !slotBound(d, dec) {
+		if dec, err = t.take(ctx, r, d, ev); err != nil || dec.OK || !slotBound(d, dec) {
 			waited := t.now().Sub(start)
 			if err == nil && dec.OK {
 				ev.Outcome = Waited
@@ -201,12 +196,54 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *Demand, dec Decisi
 	}
 }
 
+// localReservation returns, for a reservation of the local fallback
+// store (see [FailLocal]), a copy carrying the local store's own id.
+func localReservation(r *Reservation) (*Reservation, bool) {
+	id, ok := strings.CutPrefix(r.ID, localMark)
+	if !ok {
+		return nil, false
+	}
+	lr := *r
+	lr.ID = id
+	return &lr, true
+}
+
+// leaseCalls routes the lease calls of r to the store that granted it: the
+// local fallback store, or the shared one through the breaker.
+type leaseCalls struct {
+	t     *Transport
+	local *MemoryStore // nil: the shared store
+	ls    LeaseStore
+	r     *Reservation
+}
+
+func (t *Transport) leaseCalls(r *Reservation) (leaseCalls, bool) {
+	if lr, ok := localReservation(r); ok {
+		return leaseCalls{t: t, local: t.failover().local, r: lr}, true
+	}
+	ls, ok := t.store.(LeaseStore)
+	return leaseCalls{t: t, ls: ls, r: r}, ok
+}
+
+func (c leaseCalls) release(ctx context.Context) error {
+	if c.local != nil {
+		return c.local.Release(ctx, c.r)
+	}
+	return c.t.guard(ctx, func(ctx context.Context) error { return c.ls.Release(ctx, c.r) })
+}
+
+func (c leaseCalls) renew(ctx context.Context) error {
+	if c.local != nil {
+		return c.local.Renew(ctx, c.r)
+	}
+	return c.t.guard(ctx, func(ctx context.Context) error { return c.ls.Renew(ctx, c.r) })
+}
+
 // A hold is the lease of a sent request's slots: it renews them while the
 // request is in flight and releases them once.
 type hold struct {
 	t     *Transport
-	ls    LeaseStore
-	r     *Reservation
+	calls leaseCalls
 	rule  string
 	lease time.Duration // the shortest lease of the demand's slots
 
@@ -225,11 +262,11 @@ func (t *Transport) hold(r *rule, d *Demand) *hold {
 	if d == nil || d.held == nil {
 		return nil
 	}
-	ls, ok := t.store.(LeaseStore)
+	calls, ok := t.leaseCalls(d.held)
 	if !ok {
 		return nil
 	}
-	h := &hold{t: t, ls: ls, r: d.held, rule: r.id}
+	h := &hold{t: t, calls: calls, rule: r.id}
 	for _, b := range d.Limits {
 		if l := b.Limit; l.Algorithm == Concurrency && (h.lease == 0 || l.Per < h.lease) {
 			h.lease = l.Per
@@ -309,7 +346,7 @@ func (h *hold) renew() {
 	h.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), min(storeCallTimeout, h.lease/3))
-	err := h.ls.Renew(ctx, h.r)
+	err := h.calls.renew(ctx)
 	cancel()
 
 	h.mu.Lock()
@@ -344,7 +381,7 @@ func (h *hold) release() {
 	h.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
-	err := h.ls.Release(ctx, h.r)
+	err := h.calls.release(ctx)
 	cancel()
 	if err != nil {
 		h.event(LeaseReleaseFailed, err)

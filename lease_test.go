@@ -128,7 +128,7 @@ func (e *leaseEvents) count(k throttle.LeaseEventKind) int {
 	return e.n[k]
 }
 
-func get(c *http.Client, ctx context.Context) (*http.Response, error) {
+func getVendor(c *http.Client, ctx context.Context) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://vendor.test/x", nil)
 	if err != nil {
 		return nil, err
@@ -151,7 +151,7 @@ func TestInFlightRenewedWhileLong(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Go(func() {
-				resp, err := get(c, context.Background())
+				resp, err := getVendor(c, context.Background())
 				if assert.NoError(t, err) {
 					b, err := io.ReadAll(resp.Body)
 					assert.NoError(t, err)
@@ -195,7 +195,7 @@ func TestLeaseReleasedOnce(t *testing.T) {
 			tr, err := throttle.NewTransport(tc.v, inflightPolicy(1, time.Minute, waiters.FailFast()), throttle.WithStore(store))
 			require.NoError(t, err)
 			c := &http.Client{Transport: tr}
-			resp, err := get(c, context.Background())
+			resp, err := getVendor(c, context.Background())
 			if tc.wantErr {
 				require.Error(t, err)
 				assert.NotErrorIs(t, err, throttle.ErrLimited)
@@ -204,7 +204,7 @@ func TestLeaseReleasedOnce(t *testing.T) {
 				tc.finish(resp)
 			}
 			assert.Equal(t, int64(1), store.releases.Load(), "releases")
-			resp, err = get(c, context.Background())
+			resp, err = getVendor(c, context.Background())
 			if !tc.wantErr {
 				require.NoError(t, err, "the slot is free again")
 				_ = resp.Body.Close()
@@ -224,10 +224,10 @@ func TestLeaseAbandoned(t *testing.T) {
 		tr, err := throttle.NewTransport(&slowVendor{}, inflightPolicy(1, lease, waiters.FailFast()), throttle.WithHooks(ev.hooks()))
 		require.NoError(t, err)
 		c := &http.Client{Transport: tr}
-		leaked, err := get(c, context.Background())
+		leaked, err := getVendor(c, context.Background())
 		require.NoError(t, err)
 
-		_, err = get(c, context.Background())
+		_, err = getVendor(c, context.Background())
 		var le *throttle.LimitError
 		require.ErrorAs(t, err, &le)
 		assert.Equal(t, "inflight", le.Limit)
@@ -240,7 +240,7 @@ func TestLeaseAbandoned(t *testing.T) {
 		assert.Positive(t, renewed)
 
 		time.Sleep(lease)
-		resp, err := get(c, context.Background())
+		resp, err := getVendor(c, context.Background())
 		require.NoError(t, err, "the abandoned slot was reclaimed at expiry")
 		require.NoError(t, resp.Body.Close())
 		assert.Equal(t, renewed, ev.count(throttle.LeaseRenewed), "no renewal after abandonment")
@@ -269,7 +269,7 @@ func TestWaitForSlot(t *testing.T) {
 		start := time.Now()
 		first := make(chan struct{})
 		go func() {
-			resp, err := get(c, context.Background())
+			resp, err := getVendor(c, context.Background())
 			if assert.NoError(t, err) {
 				close(first)
 				_ = resp.Body.Close()
@@ -278,7 +278,7 @@ func TestWaitForSlot(t *testing.T) {
 		synctest.Wait() // the first request holds the slot
 
 		// Up to a bound shorter than the hold: refused after the bound.
-		_, err = get(c, throttle.WithWaiter(context.Background(), waiters.UpTo(time.Second)))
+		_, err = getVendor(c, throttle.WithWaiter(context.Background(), waiters.UpTo(time.Second)))
 		var le *throttle.LimitError
 		require.ErrorAs(t, err, &le)
 		assert.Equal(t, "inflight", le.Limit)
@@ -287,14 +287,14 @@ func TestWaitForSlot(t *testing.T) {
 		// Cancelled while waiting: gave up.
 		cctx, cancel := context.WithCancel(context.Background())
 		stop := time.AfterFunc(time.Second, cancel)
-		_, err = get(c, cctx)
+		_, err = getVendor(c, cctx)
 		stop.Stop()
 		cancel()
 		require.ErrorAs(t, err, &le)
 		assert.ErrorIs(t, err, context.Canceled)
 
 		// Blocking: woken by the release, at the instant of it.
-		resp, err := get(c, context.Background())
+		resp, err := getVendor(c, context.Background())
 		require.NoError(t, err)
 		<-first
 		assert.Equal(t, hold+hold, time.Since(start), "the first request's hold, then its own")
@@ -323,7 +323,7 @@ func TestLeaseRetry(t *testing.T) {
 		store := &countingStore{MemoryStore: throttle.NewMemoryStore()}
 		tr, err := throttle.NewTransport(v, p, throttle.WithStore(store))
 		require.NoError(t, err)
-		resp, err := get(&http.Client{Transport: tr}, context.Background())
+		resp, err := getVendor(&http.Client{Transport: tr}, context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
 		require.NoError(t, resp.Body.Close())
@@ -383,7 +383,7 @@ func TestLeaseLost(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			resp, err := get(&http.Client{Transport: tr}, context.Background())
+			resp, err := getVendor(&http.Client{Transport: tr}, context.Background())
 			if assert.NoError(t, err) {
 				assert.NoError(t, resp.Body.Close())
 			}
@@ -396,4 +396,51 @@ func TestLeaseLost(t *testing.T) {
 		assert.Equal(t, int64(1), store.renews.Load(), "no renewal after the loss")
 		assert.Equal(t, int64(1), store.releases.Load())
 	})
+}
+
+// downStore is a LeaseStore whose every call fails, as a Redis that is
+// away; it counts the lease calls that reach it.
+type downStore struct {
+	throttle.Store
+	releases atomic.Int64
+}
+
+var errDown = errors.New("store down")
+
+func (s *downStore) Take(context.Context, *throttle.Demand) (throttle.Decision, error) {
+	return throttle.Decision{}, errDown
+}
+
+func (s *downStore) Release(context.Context, *throttle.Reservation) error {
+	s.releases.Add(1)
+	return errDown
+}
+
+func (s *downStore) Renew(context.Context, *throttle.Reservation) error { return errDown }
+
+func (s *downStore) WatchRelease(context.Context, string, throttle.Bucket) (<-chan struct{}, func(), error) {
+	return nil, nil, errDown
+}
+
+// TestLeaseLocalFallback: with the store away, a rule that fails locally
+// ([throttle.FailLocal]) holds its in-flight slots in the local fallback
+// store, and releases them there.
+func TestLeaseLocalFallback(t *testing.T) {
+	store := &downStore{Store: throttle.NewMemoryStore()}
+	tr, err := throttle.NewTransport(&slowVendor{}, inflightPolicy(1, time.Minute, waiters.FailFast()), throttle.WithStore(store))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	first, err := getVendor(c, context.Background())
+	require.NoError(t, err)
+
+	_, err = getVendor(c, context.Background())
+	var le *throttle.LimitError
+	require.ErrorAs(t, err, &le, "the local slot is held")
+	assert.Equal(t, "inflight", le.Limit)
+
+	require.NoError(t, first.Body.Close())
+	resp, err := getVendor(c, context.Background())
+	require.NoError(t, err, "released in the local store")
+	require.NoError(t, resp.Body.Close())
+	assert.Zero(t, store.releases.Load(), "no release sent to the store that did not grant")
 }

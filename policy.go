@@ -23,6 +23,18 @@ type Policy struct {
 	// RefuseUnmatched makes a request that matches no rule fail with
 	// [ErrNoRule] instead of passing through unlimited.
 	RefuseUnmatched bool
+
+	// OnStoreFailure is what a request does when the store cannot decide
+	// it, for rules that do not say: see [FailureMode]. Zero means
+	// [FailLocal].
+	OnStoreFailure FailureMode
+
+	// Instances is how many instances of the service are expected to share
+	// the store. [FailLocal] gives each instance 1/Instances of every
+	// limit while the store is away (see [LocalShare]), so the fleet stays
+	// near the quota. Zero means 1: each instance would get the whole
+	// quota, so a fleet should set it. It must not be negative.
+	Instances int
 }
 
 // A Rule matches a set of requests and names the limits they must all
@@ -80,6 +92,10 @@ type Rule struct {
 	// Retry, if Max is set, resends requests that got a "slow down"
 	// answer, through the limiter again; see [Retry].
 	Retry Retry
+
+	// OnStoreFailure is what a request does when the store cannot decide
+	// it. Zero means the policy's [Policy.OnStoreFailure].
+	OnStoreFailure FailureMode
 
 	// Scope groups counters and pauses in the store; the Redis store keeps
 	// a scope in one Cluster slot. Rules that share a limit (same limit
@@ -140,7 +156,11 @@ type rule struct {
 	path  *pathPattern
 	wait  Waiter
 
-	syncIdx int // index in Limits of Learn.Sync, or -1
+	syncIdx  int // index in Limits of Learn.Sync, or -1
+	pauseIdx int // index in Limits of Learn.PauseBy, or -1
+
+	failMode FailureMode // resolved: never FailDefault
+	local    []Limit     // LocalShare of each of Limits
 }
 
 // compiledPolicy is a validated Policy, ready to match requests.
@@ -171,13 +191,19 @@ func (p Policy) compile() (*compiledPolicy, error) {
 	names := make(map[string]bool)
 	limits := make(map[string]limitUse) // by limit name
 	cp := &compiledPolicy{refuse: p.RefuseUnmatched}
+	if !p.OnStoreFailure.valid() {
+		bad("", "OnStoreFailure", "unknown failure mode %v", p.OnStoreFailure)
+	}
+	if p.Instances < 0 {
+		bad("", "Instances", "must not be negative, got %d", p.Instances)
+	}
 
 	for i, r := range p.Rules {
 		id := r.Name
 		if id == "" {
 			id = fmt.Sprintf("#%d", i)
 		}
-		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1}
+		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1, pauseIdx: -1}
 		cr.Limits = append([]Limit(nil), r.Limits...)
 		if cr.scope == "" {
 			cr.scope = r.Name
@@ -223,6 +249,16 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		case r.Retry.MaxWait < 0:
 			bad(id, "Retry.MaxWait", "must not be negative, got %v", r.Retry.MaxWait)
 		}
+		cr.failMode = r.OnStoreFailure
+		if cr.failMode == FailDefault {
+			cr.failMode = p.OnStoreFailure
+		}
+		if cr.failMode == FailDefault {
+			cr.failMode = FailLocal
+		}
+		if !r.OnStoreFailure.valid() {
+			bad(id, "OnStoreFailure", "unknown failure mode %v", r.OnStoreFailure)
+		}
 		if r.Method != "" && !validMethod(r.Method) {
 			bad(id, "Method", "%q is not an HTTP method token", r.Method)
 		}
@@ -262,6 +298,14 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			case r.Limits[cr.syncIdx].Algorithm == Concurrency:
 				bad(id, "Learn.Sync", "names a concurrency limit, %q; a vendor's remaining quota is a rate", r.Learn.Sync)
 			}
+		}
+		if i, err := pauseByIndex(r); err != nil {
+			bad(id, "Learn.PauseBy", "%v", err)
+		} else {
+			cr.pauseIdx = i
+		}
+		for _, l := range cr.Limits {
+			cr.local = append(cr.local, LocalShare(l, p.Instances))
 		}
 		cp.rules = append(cp.rules, cr)
 	}

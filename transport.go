@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -30,6 +31,8 @@ type Transport struct {
 
 	profileList []Profile // as given to WithProfiles
 	profiles    []profile
+	failure     failover
+	logger      *slog.Logger // store state changes; nil: none
 }
 
 // An Option configures a [Transport].
@@ -225,6 +228,10 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		}
 		d.Limits[i] = Bucket{Limit: l, Key: key}
 	}
+	pk := r.pauseKey(d)
+	if pk != "" {
+		d.Pauses = append(d.Pauses, pk)
+	}
 	if r.Cost != nil {
 		d.Cost = r.Cost(req)
 		if d.Cost < 1 {
@@ -250,11 +257,11 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 	}
 
 	// A pause this instance learned holds even if the store lost it.
-	if until, ok := t.learned.localPause(r.scope, now); ok {
+	if until, ok := t.learned.localPause(r.pauseID(pk), now); ok {
 		wait := until.Sub(now)
 		if wait > d.MaxWait {
 			ev.Outcome, ev.Wait = Refused, wait
-			return &LimitError{Rule: r.id, RetryAfter: wait}
+			return &LimitError{Rule: r.id, Pause: pauseName(pk), RetryAfter: wait}
 		}
 		ev.Outcome, ev.Wait = Waited, wait
 		if slept, err := t.sleep(ctx, wait, nil); err != nil {
@@ -264,12 +271,12 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		d.MaxWait -= wait
 	}
 
-	dec, err := t.take(ctx, r, d, ev) // lease.go: waits for a released slot where the waiter allows
+	dec, err := t.takeSlot(ctx, r, d, ev) // lease.go: t.take, and waits for a released slot where the waiter allows
 	if err != nil {
 		return err
 	}
 	if !dec.OK {
-		le := &LimitError{Rule: r.id, Pause: dec.Pause, RetryAfter: dec.Delay}
+		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
 		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
 			le.Limit = r.Limits[dec.Limit].Name
 		}
@@ -306,7 +313,7 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration, r *Reservation) 
 		// one of our own that keeps its values.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 		defer cancel()
-		if cerr := t.store.Cancel(cctx, r); cerr != nil {
+		if cerr := t.cancel(cctx, r); cerr != nil {
 			err = fmt.Errorf("%w (and returning the reservation failed: %v)", err, cerr)
 		}
 	}

@@ -230,8 +230,9 @@ func TestTransportClosesBodyOnEveryPath(t *testing.T) {
 		{name: "cost zero", policy: rule(func(r *throttle.Rule) { r.Cost = func(*http.Request) int { return 0 } }), check: func(t *testing.T, err error) {
 			assert.ErrorContains(t, err, "cost must be at least 1")
 		}},
-		{name: "store down", policy: rule(nil), opts: []throttle.Option{throttle.WithStore(failingStore{errDown})}, check: func(t *testing.T, err error) {
+		{name: "store down, fail closed", policy: rule(func(r *throttle.Rule) { r.OnStoreFailure = throttle.FailClosed }), opts: []throttle.Option{throttle.WithStore(failingStore{errDown})}, check: func(t *testing.T, err error) {
 			assert.ErrorIs(t, err, errDown)
+			assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
 			assert.NotErrorIs(t, err, throttle.ErrLimited)
 		}},
 		{name: "body too large for a body key", policy: rule(func(r *throttle.Rule) {

@@ -5,9 +5,11 @@
 //	cd bench && go run .
 //
 // For each concurrency (1, 8 and 64 callers) it runs every contender for a
-// fixed time: plain PING and an EVALSHA of "return 1" (the physical
-// baseline), go-redis/redis_rate v10 (GCRA), ulule/limiter v3 (fixed
-// window), and throttle's redisstore with one and two limits. Throughput
+// fixed time (-d, split into -r rounds in which the contenders take turns,
+// so that noise on a shared machine falls on all of them alike): plain PING
+// and an EVALSHA of "return 1" (the physical baseline),
+// go-redis/redis_rate v10 (GCRA), ulule/limiter v3 (fixed window), and
+// throttle's redisstore with one and two limits. Throughput
 // is reported as a multiple of the EVALSHA baseline measured in the same
 // run at the same concurrency; Redis's own time per call comes from INFO
 // commandstats; p50 is measured at concurrency 1.
@@ -44,23 +46,55 @@ type contender struct {
 	op   func(ctx context.Context) error
 }
 
+// result is what one contender did at one concurrency, over all rounds.
 type result struct {
-	opsPerSec float64
-	redisUS   float64
-	p50       time.Duration
+	ops     int64
+	elapsed time.Duration
+	calls   int64 // script or command calls Redis counted
+	usec    int64 // Redis's time for them
+	lat     []time.Duration
+}
+
+func (r *result) add(o result) {
+	r.ops += o.ops
+	r.elapsed += o.elapsed
+	r.calls += o.calls
+	r.usec += o.usec
+	r.lat = append(r.lat, o.lat...)
+}
+
+func (r *result) opsPerSec() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+func (r *result) redisUS() float64 {
+	if r.calls == 0 {
+		return 0
+	}
+	return float64(r.usec) / float64(r.calls)
+}
+
+func (r *result) p50() time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	slices.Sort(r.lat)
+	return r.lat[len(r.lat)/2]
 }
 
 func main() {
 	dur := flag.Duration("d", 2*time.Second, "how long each contender runs at each concurrency")
 	concs := flag.String("c", "1,8,64", "concurrencies")
+	rounds := flag.Int("r", 5, "rounds each cell is split into, the contenders taking turns")
 	flag.Parse()
-	if err := run(*dur, *concs); err != nil {
+	if *rounds < 1 {
+		*rounds = 1
+	}
+	if err := run(*dur, *concs, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dur time.Duration, concList string) error {
+func run(dur time.Duration, concList string, rounds int) error {
 	srv, stop := redistest.StartMain()
 	defer stop()
 	ctx := context.Background()
@@ -139,19 +173,26 @@ func run(dur time.Duration, concList string) error {
 	for i := range results {
 		results[i] = make([]result, len(concs))
 	}
-	for j, conc := range concs {
-		for i, ct := range contenders {
-			if err := ct.op(ctx); err != nil { // warm up: scripts, connections
-				return fmt.Errorf("%s: %w", ct.name, err)
-			}
-			r, err := measure(ctx, c, ct, conc, dur)
-			if err != nil {
-				return fmt.Errorf("%s at concurrency %d: %w", ct.name, conc, err)
-			}
-			results[i][j] = r
+	for _, ct := range contenders {
+		if err := ct.op(ctx); err != nil { // warm up: scripts, connections
+			return fmt.Errorf("%s: %w", ct.name, err)
 		}
 	}
-	print(os.Stdout, srv.Addr(), contenders, concs, results, dur)
+	// Each cell runs in rounds slices, the contenders taking turns, so a
+	// burst of noise on the shared machine hits every contender alike.
+	slice := dur / time.Duration(rounds)
+	for j, conc := range concs {
+		for range rounds {
+			for i, ct := range contenders {
+				r, err := measure(ctx, c, ct, conc, slice)
+				if err != nil {
+					return fmt.Errorf("%s at concurrency %d: %w", ct.name, conc, err)
+				}
+				results[i][j].add(r)
+			}
+		}
+	}
+	print(os.Stdout, srv.Addr(), contenders, concs, results, dur, rounds)
 	return nil
 }
 
@@ -193,15 +234,13 @@ func measure(ctx context.Context, c *redis.Client, ct contender, conc int, dur t
 	if err != nil {
 		return result{}, err
 	}
-	r := result{opsPerSec: float64(ops.Load()) / elapsed.Seconds()}
-	if calls := after[ct.cmd].calls - before[ct.cmd].calls; calls > 0 {
-		r.redisUS = float64(after[ct.cmd].usec-before[ct.cmd].usec) / float64(calls)
-	}
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		r.p50 = lat[len(lat)/2]
-	}
-	return r, nil
+	return result{
+		ops:     ops.Load(),
+		elapsed: elapsed,
+		calls:   after[ct.cmd].calls - before[ct.cmd].calls,
+		usec:    after[ct.cmd].usec - before[ct.cmd].usec,
+		lat:     lat,
+	}, nil
 }
 
 type cmdStat struct{ calls, usec int64 }
@@ -233,9 +272,9 @@ func commandStats(ctx context.Context, c *redis.Client) (map[string]cmdStat, err
 	return out, nil
 }
 
-func print(w *os.File, addr string, cts []contender, concs []int, res [][]result, dur time.Duration) {
+func print(w *os.File, addr string, cts []contender, concs []int, res [][]result, dur time.Duration, rounds int) {
 	base := 1 // the EVALSHA baseline's row
-	fmt.Fprintf(w, "Redis %s on %s, %d CPUs, %s/%s, %v per cell.\n\n", redisVersion(addr), addr, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, dur)
+	fmt.Fprintf(w, "Redis %s on %s, %d CPUs, %s/%s, %v per cell in %d rounds.\n\n", redisVersion(addr), addr, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, dur, rounds)
 	fmt.Fprint(w, "| contender |")
 	for _, c := range concs {
 		fmt.Fprintf(w, " c=%d ops/s (x EVALSHA) |", c)
@@ -249,10 +288,10 @@ func print(w *os.File, addr string, cts []contender, concs []int, res [][]result
 		fmt.Fprintf(w, "| %s |", ct.name)
 		var us, n float64
 		for j := range concs {
-			r := res[i][j]
-			fmt.Fprintf(w, " %.0f (%.2f) |", r.opsPerSec, r.opsPerSec/res[base][j].opsPerSec)
-			if r.redisUS > 0 {
-				us += r.redisUS
+			r := &res[i][j]
+			fmt.Fprintf(w, " %.0f (%.2f) |", r.opsPerSec(), r.opsPerSec()/res[base][j].opsPerSec())
+			if u := r.redisUS(); u > 0 {
+				us += u
 				n++
 			}
 		}
@@ -262,7 +301,7 @@ func print(w *os.File, addr string, cts []contender, concs []int, res [][]result
 			fmt.Fprint(w, " – |")
 		}
 		if concs[0] == 1 {
-			p, b := res[i][0].p50, res[base][0].p50
+			p, b := res[i][0].p50(), res[base][0].p50()
 			fmt.Fprintf(w, " %.0f (%.2f) |\n", float64(p)/1e3, float64(p)/float64(b))
 		} else {
 			fmt.Fprint(w, " – |\n")

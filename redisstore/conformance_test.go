@@ -8,20 +8,40 @@ import (
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
+// TestConformance runs the suite on a single node in each of the ways Take
+// can run a demand: with replay ids (the default for a client that
+// retries), without them (a client that never retries, which takes
+// take_gcra.lua's one-key path), and with take.lua for every demand.
 func TestConformance(t *testing.T) {
-	prefix := redistest.Prefix(t)
-	storetest.Run(t, storetest.Config{
-		New: func(t *testing.T, now func() time.Time) throttle.Store {
-			return newStore(t, prefix, redisstore.WithNow(now))
-		},
-		Instances: func(t *testing.T, now func() time.Time, n int) []throttle.Store {
-			ss := make([]throttle.Store, n)
-			for i := range ss {
-				ss[i] = newStore(t, prefix, redisstore.WithNow(now))
+	noRetries := func(o *redis.Options) { o.MaxRetries = -1 }
+	for _, tc := range []struct {
+		name   string
+		client []func(*redis.Options)
+		opts   []redisstore.Option
+	}{
+		{"replay ids", nil, nil},
+		{"no retries", []func(*redis.Options){noRetries}, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
+		{"take.lua only", nil, []redisstore.Option{redisstore.WithGenericTake()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := redistest.Prefix(t)
+			newOne := func(t *testing.T, now func() time.Time) throttle.Store {
+				opts := append([]redisstore.Option{redisstore.WithNow(now)}, tc.opts...)
+				return newStoreOn(t, newClient(t, srv.Addr(), tc.client...), prefix, opts...)
 			}
-			return ss
-		},
-	})
+			storetest.Run(t, storetest.Config{
+				New: newOne,
+				Instances: func(t *testing.T, now func() time.Time, n int) []throttle.Store {
+					ss := make([]throttle.Store, n)
+					for i := range ss {
+						ss[i] = newOne(t, now)
+					}
+					return ss
+				},
+			})
+		})
+	}
 }

@@ -85,11 +85,53 @@
 // default 250 ms), separate from how long the caller may wait for quota.
 // go-redis only applies a context's deadline to socket reads and writes
 // when the client's ContextTimeoutEnabled is set; otherwise its
-// ReadTimeout (3 s by default) bounds a stalled read. Set one of them to
-// keep a slow Redis from costing more than the timeout. Errors are
-// wrapped with "redisstore: " and %w, so [errors.Is] sees go-redis's and
-// the context's errors. What a request does when the store fails is the
-// [throttle.Transport]'s decision, not the store's.
+// ReadTimeout (3 s by default) bounds a stalled read. Errors are wrapped
+// with "redisstore: " and %w, so [errors.Is] sees go-redis's and the
+// context's errors. What a request does when the store fails is the
+// [throttle.Transport]'s decision, not the store's: its failure modes,
+// call budget and circuit breaker ([throttle.FailureMode],
+// [throttle.Breaker]) keep a slow or dead Redis from costing a request
+// more than the budget.
+//
+// Recommended client options, so that go-redis gives up within the
+// budget instead of after its own multi-second defaults:
+//
+//	redis.Options{ // or redis.ClusterOptions
+//		ContextTimeoutEnabled: true,                   // honour the per-call timeout
+//		DialTimeout:           200 * time.Millisecond, // default 5 s
+//		DialerRetries:         1,                      // default 5, 100 ms apart
+//		ReadTimeout:           200 * time.Millisecond, // default 3 s
+//		WriteTimeout:          200 * time.Millisecond,
+//		MaxRetries:            2,                      // retries are safe: see Replay
+//		MaxRetryBackoff:       64 * time.Millisecond,  // default 512 ms
+//	}
+//
+// # Redis Cluster failover
+//
+// A *redis.ClusterClient learns the topology at start and then every
+// ClusterStateReloadInterval (60 s by default), and on MOVED replies. A
+// master killed outright answers nothing, so no MOVED comes, and by
+// itself the client would keep sending that master's slots to a dead
+// address until its next periodic reload. The store therefore asks the
+// client to reload (ClusterClient.ReloadState) after every connection-class
+// error (refused, reset, timed out, CLUSTERDOWN), at most once per 250 ms
+// ([WithClusterReload]); the client finds the promoted replica as soon as
+// the cluster has promoted it (cluster-node-timeout plus the election,
+// about 2 to 5 s with a 2 s node timeout). Keep MaxRedirects at its
+// default (3) or more. A manual failover (CLUSTER FAILOVER) answers MOVED
+// and costs no request an error.
+//
+// # State loss
+//
+// Redis keeps the counters in memory. A restart without persistence,
+// FLUSHALL, or a failover that loses writes the replica had not yet
+// received forgets what was charged: after each such loss the fleet may
+// admit up to one more burst (GCRA Burst, or Rate for the window
+// algorithms) per limit and key, and never more. Pauses recorded in Redis
+// are lost too, but every instance that learned a pause keeps its own
+// copy and honours it (see [throttle.Learning]). SCRIPT FLUSH loses
+// nothing: the next call answers NOSCRIPT and go-redis loads the script
+// again with EVAL.
 //
 // # Without Lua
 //

@@ -9,3 +9,12 @@ var WithNow = withNow
 func WithoutReplayIDs() Option {
 	return func(s *Store) { s.replay = replayOffForTest }
 }
+
+// ClusterReloads returns how many cluster state reloads s has asked for.
+func ClusterReloads(s *Store) int64 { return s.reload.count.Load() }
+
+// WithGenericTake makes Take run take.lua even for demands whose limits
+// are all GCRA, so tests can compare it with take_gcra.lua.
+func WithGenericTake() Option {
+	return func(s *Store) { s.generic = true }
+}

@@ -91,7 +91,32 @@ func algTag(a throttle.Algorithm) string {
 }
 
 func (k keys) limit(b *throttle.Bucket) string {
-	return k.base + algTag(b.Limit.Algorithm) + b.Limit.Name + ":" + b.Key
+	var sb strings.Builder
+	sb.Grow(len(k.base) + 3 + len(b.Limit.Name) + len(b.Key))
+	k.writeLimit(&sb, b)
+	return sb.String()
+}
+
+// writeLimit, writePause and writeReplay write what limit, pause and
+// replay return, to build many keys in one allocation.
+func (k keys) writeLimit(sb *strings.Builder, b *throttle.Bucket) {
+	sb.WriteString(k.base)
+	sb.WriteString(algTag(b.Limit.Algorithm))
+	sb.WriteString(b.Limit.Name)
+	sb.WriteByte(':')
+	sb.WriteString(b.Key)
+}
+
+func (k keys) writePause(sb *strings.Builder, key string) {
+	sb.WriteString(k.base)
+	sb.WriteString("p:")
+	sb.WriteString(key)
+}
+
+func (k keys) writeReplay(sb *strings.Builder, id string) {
+	sb.WriteString(k.base)
+	sb.WriteString("r:")
+	sb.WriteString(id)
 }
 
 // released is the channel on which releases of b's slots are announced.
@@ -103,11 +128,21 @@ func (k keys) txCounter(b *throttle.Bucket) string {
 	return k.base + "x:" + b.Limit.Name + ":" + b.Key
 }
 
-func (k keys) pause(key string) string { return k.base + "p:" + key }
+func (k keys) pause(key string) string {
+	var sb strings.Builder
+	sb.Grow(len(k.base) + 2 + len(key))
+	k.writePause(&sb, key)
+	return sb.String()
+}
 
 func (k keys) txPause(key string) string { return k.base + "q:" + key }
 
-func (k keys) replay(id string) string { return k.base + "r:" + id }
+func (k keys) replay(id string) string {
+	var sb strings.Builder
+	sb.Grow(len(k.base) + 2 + len(id))
+	k.writeReplay(&sb, id)
+	return sb.String()
+}
 
 // formatInt is strconv.FormatInt in base 10.
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -40,6 +40,7 @@ func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle
 		return nil
 	})
 	if err != nil {
+		s.reload.note(err)
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 

@@ -39,7 +39,9 @@ func charged(t *testing.T, c *redis.Client, prefix, scope string, rate int) int 
 }
 
 // TestReplayLostReply runs decisions whose reply is lost after Redis ran
-// them, so go-redis runs the script again, and counts the charges.
+// them, so go-redis runs the script again, and counts the charges. The
+// demand is GCRA-only, so it runs take_gcra.lua unless a case forces
+// take.lua.
 func TestReplayLostReply(t *testing.T) {
 	direct := newClient(t, srv.Addr())
 	cases := []struct {
@@ -53,6 +55,11 @@ func TestReplayLostReply(t *testing.T) {
 	}{{
 		name:  "dropped reply, ids",
 		fault: func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
+		want:  1,
+	}, {
+		name:  "dropped reply, ids, take.lua",
+		fault: func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
+		opts:  []redisstore.Option{redisstore.WithGenericTake()},
 		want:  1,
 	}, {
 		name:  "dropped reply, no ids (the double charge ids prevent)",

@@ -14,6 +14,12 @@ var (
 	takeSource string
 	takeScript = redis.NewScript(takeSource)
 
+	// take_gcra.lua is take.lua for demands whose limits are all GCRA
+	// (see Store.Take): the same decision in fewer Redis commands.
+	//go:embed take_gcra.lua
+	takeGCRASource string
+	takeGCRAScript = redis.NewScript(takeGCRASource)
+
 	//go:embed cancel.lua
 	cancelSource string
 	cancelScript = redis.NewScript(cancelSource)

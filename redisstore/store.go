@@ -26,11 +26,14 @@ type Store struct {
 	replay    Replay
 	multiExec bool
 	now       func() time.Time // tests only; nil: Redis's TIME
+	generic   bool             // tests only: take.lua even for GCRA-only demands
 
-	replayMS int64 // how long a reply is remembered; 0: not at all
-	idBase   string
-	seq      atomic.Uint64
-	hub      hub // lease.go: release notifications
+	replayMS  int64 // how long a reply is remembered; 0: not at all
+	replayArg any   // replayMS, boxed once for the scripts' arguments
+	idBase    string
+	seq       atomic.Uint64
+	reload    reloader // cluster state reloads on connection errors
+	hub       hub      // lease.go: release notifications
 }
 
 var _ throttle.Store = (*Store)(nil)
@@ -48,6 +51,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	s.reload.init(client)
 	if strings.ContainsAny(s.prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", s.prefix)
 	}
@@ -67,6 +71,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("redisstore: unknown Replay %d", s.replay)
 	}
+	s.replayArg = s.replayMS
 	var b [9]byte
 	_, _ = rand.Read(b[:]) // never fails; see crypto/rand.Read
 	s.idBase = base64.RawURLEncoding.EncodeToString(b[:]) + "."
@@ -99,12 +104,19 @@ func (s *Store) nextID() string {
 	return s.idBase + strconv.FormatUint(s.seq.Add(1), 36)
 }
 
+// callContext bounds one call to the per-call timeout. A ctx that ends
+// sooner already bounds it, and then no timer is started.
 func (s *Store) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.timeout > 0 {
-		return context.WithTimeout(ctx, s.timeout)
+	if s.timeout <= 0 {
+		return ctx, noCancel
 	}
-	return ctx, func() {}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, s.timeout)
 }
+
+func noCancel() {}
 
 // nowArg is the instant the scripts use: "" (Redis's TIME) except in tests.
 func (s *Store) nowArg() string {
@@ -116,6 +128,10 @@ func (s *Store) nowArg() string {
 
 // Take implements [throttle.Store.Take] in one round trip. An error wraps
 // the go-redis or context error; the demand may then have been charged.
+//
+// A demand whose limits are all GCRA, the common case, runs
+// take_gcra.lua, which decides as take.lua does in fewer Redis commands;
+// any other runs take.lua.
 func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
 	if err := checkDemand(d); err != nil {
 		return throttle.Decision{}, err
@@ -123,41 +139,161 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	if s.multiExec {
 		return s.takeMultiExec(ctx, d)
 	}
-	ks := newKeys(s.prefix, d.Scope)
-	id := s.nextID()
-	keys := make([]string, 0, len(d.Pauses)+len(d.Limits)+1)
-	for _, p := range d.Pauses {
-		keys = append(keys, ks.pause(p))
-	}
-	args := make([]any, 0, 5+4*len(d.Limits))
-	args = append(args, s.nowArg(), max(d.MaxWait, 0).Microseconds(), len(d.Pauses), s.replayMS, id)
-	cost := int64(d.Cost)
+	gcraOnly, needID := len(d.Limits) > 0 && !s.generic, s.replayMS > 0
 	for i := range d.Limits {
-		b := &d.Limits[i]
-		keys = append(keys, ks.limit(b))
-		l := b.Limit
-		p, r := l.Per.Microseconds(), int64(l.Rate)
-		switch l.Algorithm {
+		switch d.Limits[i].Limit.Algorithm {
 		case throttle.GCRA:
-			t := (p + r - 1) / r
-			args = append(args, 0, cost*t, int64(burst(l))*t-cost*t, cost)
+		case throttle.SlidingLog:
+			gcraOnly, needID = false, true // the id names the log entry
 		case throttle.Concurrency: // lease.go
-			args = append(args, 4, p, r, 1)
+			gcraOnly, needID = false, true // the id is the lease's
 		default:
-			args = append(args, int(l.Algorithm), p, r-cost, cost)
+			gcraOnly = false
 		}
 	}
+	var id string
+	if needID {
+		id = s.nextID()
+	}
+	var replayID string
 	if s.replayMS > 0 {
-		keys = append(keys, ks.replay(id))
+		replayID = id
+	}
+	keys := s.takeKeys(d, replayID)
+	maxWait := max(d.MaxWait, 0).Microseconds()
+	cost := int64(d.Cost)
+	script := takeScript
+	var args []any
+	if gcraOnly {
+		script = takeGCRAScript
+		args = make([]any, 0, 3+2*len(d.Limits))
+		args = append(args, maxWait, "")
+		if len(d.Pauses) > 0 || s.replayMS > 0 {
+			args[1] = strconv.Itoa(len(d.Pauses)) + " " + formatInt(s.replayMS)
+		}
+		for i := range d.Limits {
+			l := &d.Limits[i].Limit
+			t := gcraInterval(l)
+			args = append(args, cost*t, int64(burst(*l))*t-cost*t)
+		}
+		if s.now != nil {
+			args = append(args, s.nowArg())
+		}
+	} else {
+		args = make([]any, 0, 5+4*len(d.Limits))
+		args = append(args, s.nowArg(), maxWait, len(d.Pauses), s.replayArg, id)
+		for i := range d.Limits {
+			l := &d.Limits[i].Limit
+			switch l.Algorithm {
+			case throttle.GCRA:
+				t := gcraInterval(l)
+				args = append(args, 0, cost*t, int64(burst(*l))*t-cost*t, cost)
+			case throttle.Concurrency: // lease.go
+				args = append(args, 4, l.Per.Microseconds(), l.Rate, 1)
+			default:
+				p, r := l.Per.Microseconds(), int64(l.Rate)
+				args = append(args, int(l.Algorithm), p, r-cost, cost)
+			}
+		}
 	}
 
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	res, err := takeScript.Run(ctx, s.client, keys, args...).Slice()
+	cmd := script.Run(ctx, s.client, keys, args...)
+	if gcraOnly {
+		res, err := cmd.Result()
+		if err != nil {
+			s.reload.note(err)
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+		}
+		return parseTakeGCRA(res, d, id)
+	}
+	res, err := cmd.Slice()
 	if err != nil {
+		s.reload.note(err)
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	return parseTake(res, d, id)
+}
+
+// gcraInterval is the GCRA emission interval T = ceil(Per/Rate) in µs.
+func gcraInterval(l *throttle.Limit) int64 {
+	p, r := l.Per.Microseconds(), int64(l.Rate)
+	return (p + r - 1) / r
+}
+
+// takeKeys returns the keys of a take, in the scripts' order: pauses,
+// limits, then the replay key when replayID is not "". They are cut from
+// one string, so a decision allocates its key names once.
+func (s *Store) takeKeys(d *throttle.Demand, replayID string) []string {
+	ks := newKeys(s.prefix, d.Scope)
+	n := len(d.Pauses) + len(d.Limits)
+	size := 0
+	for _, p := range d.Pauses {
+		size += len(ks.base) + 2 + len(p)
+	}
+	for i := range d.Limits {
+		b := &d.Limits[i]
+		size += len(ks.base) + 3 + len(b.Limit.Name) + len(b.Key)
+	}
+	if replayID != "" {
+		n++
+		size += len(ks.base) + 2 + len(replayID)
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	var endsBuf [8]int
+	ends := endsBuf[:0]
+	for _, p := range d.Pauses {
+		ks.writePause(&sb, p)
+		ends = append(ends, sb.Len())
+	}
+	for i := range d.Limits {
+		ks.writeLimit(&sb, &d.Limits[i])
+		ends = append(ends, sb.Len())
+	}
+	if replayID != "" {
+		ks.writeReplay(&sb, replayID)
+		ends = append(ends, sb.Len())
+	}
+	all := sb.String()
+	keys := make([]string, n)
+	start := 0
+	for i, end := range ends {
+		keys[i] = all[start:end]
+		start = end
+	}
+	return keys
+}
+
+// parseTakeGCRA reads take_gcra.lua's reply: an int64 (granted at once on
+// one limit, the mark) or the fields of take.lua's reply as a string of
+// integers separated by spaces.
+func parseTakeGCRA(res any, d *throttle.Demand, id string) (throttle.Decision, error) {
+	switch v := res.(type) {
+	case int64:
+		if len(d.Limits) != 1 {
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: reply has 1 mark for %d limits", len(d.Limits))
+		}
+		r := newReservation(d, id)
+		r.Marks[0] = v
+		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
+	case string:
+		var buf [8]int64
+		n := buf[:0]
+		for f := range strings.SplitSeq(v, " ") {
+			x, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+			}
+			n = append(n, x)
+		}
+		if len(n) < 4 {
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+		}
+		return decide(n[0] == 1, n[1], n[2], n[3], n[4:], d, id, v)
+	}
+	return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 }
 
 // parseTake reads take.lua's reply.
@@ -165,22 +301,29 @@ func parseTake(res []any, d *throttle.Demand, id string) (throttle.Decision, err
 	if len(res) < 4 {
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 	}
-	var n [4]int64
-	for i := range n {
-		v, ok := res[i].(int64)
+	var buf [8]int64
+	n := buf[:0]
+	for _, x := range res {
+		v, ok := x.(int64)
 		if !ok {
 			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 		}
-		n[i] = v
+		n = append(n, v)
 	}
-	ok, delay, limit, pause := n[0] == 1, n[1], n[2], n[3]
+	return decide(n[0] == 1, n[1], n[2], n[3], n[4:], d, id, res)
+}
+
+// decide makes the Decision of a take's reply: granted or not, the delay
+// in µs, the binding limit and pause indexes, and the marks of a grant.
+// reply is only printed in errors.
+func decide(ok bool, delay, limit, pause int64, marks []int64, d *throttle.Demand, id string, reply any) (throttle.Decision, error) {
 	if delay < 0 {
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: negative delay %d in reply", delay)
 	}
 	dec := throttle.Decision{OK: ok, Delay: time.Duration(delay) * time.Microsecond, Limit: -1}
 	if !ok {
 		if limit < -1 || limit >= int64(len(d.Limits)) || pause < -1 || pause >= int64(len(d.Pauses)) {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
 		}
 		dec.Limit = int(limit)
 		if limit < 0 && pause >= 0 {
@@ -188,19 +331,28 @@ func parseTake(res []any, d *throttle.Demand, id string) (throttle.Decision, err
 		}
 		return dec, nil
 	}
-	if len(res) != 4+len(d.Limits) {
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(res)-4, len(d.Limits))
+	if len(marks) != len(d.Limits) {
+		return throttle.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(marks), len(d.Limits))
 	}
-	r := &throttle.Reservation{Demand: d, Marks: make([]int64, len(d.Limits)), ID: id}
-	for i := range r.Marks {
-		m, ok := res[4+i].(int64)
-		if !ok {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
-		}
-		r.Marks[i] = m
-	}
+	r := newReservation(d, id)
+	copy(r.Marks, marks)
 	dec.Reservation = r
 	return dec, nil
+}
+
+// newReservation returns a Reservation of d with room for its marks, in
+// one allocation for demands of up to two limits.
+func newReservation(d *throttle.Demand, id string) *throttle.Reservation {
+	n := len(d.Limits)
+	if n > 2 {
+		return &throttle.Reservation{Demand: d, Marks: make([]int64, n), ID: id}
+	}
+	rm := &struct {
+		r throttle.Reservation
+		m [2]int64
+	}{}
+	rm.r = throttle.Reservation{Demand: d, Marks: rm.m[:n:n], ID: id}
+	return &rm.r
 }
 
 // Cancel implements [throttle.Store.Cancel] in one round trip. It does
@@ -237,6 +389,7 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	if err := cancelScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
+		s.reload.note(err)
 		return fmt.Errorf("redisstore: cancel: %w", err)
 	}
 	return nil
@@ -262,6 +415,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 		err = pauseScript.Run(ctx, s.client, []string{ks.pause(key)}, s.nowArg(), us).Err()
 	}
 	if err != nil {
+		s.reload.note(err)
 		return fmt.Errorf("redisstore: pause: %w", err)
 	}
 	return nil

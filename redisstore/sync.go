@@ -62,6 +62,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b throttle.Bucket, remai
 		args = []any{s.nowArg(), int(l.Algorithm), int64(w), p, rate - left, s.nextID()}
 	}
 	if err := syncScript.Run(ctx, s.client, []string{ks.limit(&b)}, args...).Err(); err != nil {
+		s.reload.note(err)
 		return fmt.Errorf("redisstore: sync: %w", err)
 	}
 	return nil
@@ -94,6 +95,7 @@ func (s *Store) syncMultiExec(ctx context.Context, ks keys, b *throttle.Bucket, 
 		}
 	}
 	if err != nil && !errors.Is(err, redis.TxFailedErr) {
+		s.reload.note(err)
 		return fmt.Errorf("redisstore: sync: %w", err)
 	}
 	return nil

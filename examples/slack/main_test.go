@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/presets/slack"
+	"github.com/quotakit/throttle/presets/slack/slacktest"
+	"github.com/quotakit/throttle/waiters"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// maxMessages is the most the preset lets through to one channel in d:
+// the burst, then one a second.
+func maxMessages(channels int, d time.Duration) int {
+	return channels * (slack.PostBurst + int(d/time.Second) + 1)
+}
+
+func TestRunOffline(t *testing.T) {
+	cfg := config{instances: 3, channels: 2, duration: 3 * time.Second, progress: time.Second}
+	sum, err := run(context.Background(), cfg, io.Discard)
+	require.NoError(t, err)
+	assert.Zero(t, sum.rateLimited, "slack-go saw 429s")
+	assert.Zero(t, sum.fakeLimited, "the fake Slack answered 429s")
+	assert.Positive(t, sum.sent.Load())
+	assert.GreaterOrEqual(t, sum.messages, 2*slack.PostBurst, "every channel's burst went")
+	assert.LessOrEqual(t, sum.messages, maxMessages(2, cfg.duration))
+}
+
+// Two processes of the example side by side, sharing a Redis and the
+// Slack they talk to, stay within Slack's limits together.
+func TestRunsShareRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	fake := slacktest.NewServer(slacktest.Options{})
+	defer fake.Close()
+	cfg := config{instances: 2, channels: 2, duration: 3 * time.Second, redisURL: "redis://" + srv.Addr(), fake: fake}
+	var wg sync.WaitGroup
+	sums := make([]*summary, 2)
+	for i := range sums {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			sums[i], err = run(context.Background(), cfg, io.Discard)
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	st := fake.Stats()
+	assert.Zero(t, st.Limited, "the fake Slack answered 429s")
+	for _, s := range sums {
+		require.NotNil(t, s)
+		assert.Zero(t, s.rateLimited)
+		assert.Positive(t, s.sent.Load())
+	}
+	assert.LessOrEqual(t, st.Messages, maxMessages(2, cfg.duration), "both processes together")
+}
+
+// The real slack-go client, through the preset's transport.
+func TestSlackGoThroughTransport(t *testing.T) {
+	fake := slacktest.NewServer(slacktest.Options{Tiers: map[string]slack.Tier{"conversations.info": slack.Tier1}})
+	defer fake.Close()
+	tr, err := throttle.NewTransport(nil, slack.Policy(slack.Options{APIHost: fake.Host(), Wait: waiters.FailFast()}))
+	require.NoError(t, err)
+	hc := &http.Client{Transport: tr}
+	defer hc.CloseIdleConnections()
+	api := slackgo.New("xoxb-test-token", slackgo.OptionHTTPClient(hc), slackgo.OptionAPIURL(fake.APIURL()))
+	ctx := context.Background()
+
+	// chat.postMessage: the channel's burst, then refused before sending.
+	for range slack.PostBurst {
+		ch, _, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("hi", false))
+		require.NoError(t, err)
+		assert.Equal(t, "C1", ch)
+	}
+	_, _, err = api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("hi", false))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, throttle.ErrLimited, "slack-go passes our error through")
+	var le *throttle.LimitError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, slack.ChannelLimit, le.Limit)
+	_, _, err = api.PostMessageContext(ctx, "C2", slackgo.MsgOptionText("hi", false))
+	assert.NoError(t, err, "another channel")
+
+	// Other methods, with slack-go's own request encoding.
+	_, err = api.GetConversationHistoryContext(ctx, &slackgo.GetConversationHistoryParameters{ChannelID: "C1"})
+	assert.NoError(t, err)
+	u, err := api.GetUserInfoContext(ctx, "U1")
+	require.NoError(t, err)
+	assert.Equal(t, "U1", u.ID)
+
+	// A 429 from Slack (the fake is stricter for conversations.info):
+	// slack-go reports it, and the preset pauses conversations.info in
+	// this workspace.
+	info := func() error {
+		_, err := api.GetConversationInfoContext(ctx, &slackgo.GetConversationInfoInput{ChannelID: "C1"})
+		return err
+	}
+	var rl *slackgo.RateLimitedError
+	for range 3 { // the fake takes 2 a minute, the preset's Tier 3 a burst of 5
+		err = info()
+		if errors.As(err, &rl) {
+			break
+		}
+		require.NoError(t, err)
+	}
+	require.NotNil(t, rl, "slack-go saw the fake's 429")
+	assert.Equal(t, 60*time.Second, rl.RetryAfter)
+	assert.ErrorIs(t, info(), throttle.ErrLimited, "paused before sending")
+	_, err = api.GetUserInfoContext(ctx, "U1")
+	assert.NoError(t, err, "other methods go on")
+	assert.Equal(t, 1, fake.Stats().Limited)
+}

@@ -1,0 +1,405 @@
+package github_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/presets/github"
+	"github.com/quotakit/throttle/presets/github/githubtest"
+	"github.com/quotakit/throttle/waiters"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	tokenA = "ghp_aaaaSECRETaaaa"
+	tokenB = "ghp_bbbbSECRETbbbb"
+)
+
+// clock is a manual clock shared by the fake GitHub, the store and the
+// transport, for the hourly limits.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// keyStore records every key a MemoryStore is asked about.
+type keyStore struct {
+	*throttle.MemoryStore
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *keyStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	s.mu.Lock()
+	for _, b := range d.Limits {
+		s.keys = append(s.keys, b.Key)
+	}
+	s.keys = append(s.keys, d.Pauses...)
+	s.mu.Unlock()
+	return s.MemoryStore.Take(ctx, d)
+}
+
+type fixture struct {
+	t      *testing.T
+	clock  *clock
+	fake   *githubtest.Server
+	store  *keyStore
+	client *http.Client
+}
+
+func newFixture(t *testing.T, po github.Options, fo githubtest.Options) *fixture {
+	c := &clock{t: time.Now()}
+	fo.Now = c.Now
+	fake := githubtest.NewServer(fo)
+	t.Cleanup(fake.Close)
+	f := &fixture{t: t, clock: c, fake: fake}
+	f.client, f.store = f.newClient(po)
+	return f
+}
+
+// newClient is another instance: a transport with a store of its own.
+func (f *fixture) newClient(po github.Options) (*http.Client, *keyStore) {
+	po.Host, po.OAuthHost = f.fake.Host(), f.fake.Host()
+	if po.Wait == nil {
+		po.Wait = waiters.FailFast()
+	}
+	store := &keyStore{MemoryStore: throttle.NewMemoryStore(throttle.WithStoreClock(f.clock.Now))}
+	tr, err := throttle.NewTransport(nil, github.Policy(po), throttle.WithStore(store), throttle.WithClock(f.clock.Now))
+	require.NoError(f.t, err)
+	c := &http.Client{Transport: tr}
+	f.t.Cleanup(c.CloseIdleConnections)
+	return c, store
+}
+
+type result struct {
+	status int
+	header http.Header
+	le     *throttle.LimitError
+}
+
+func (f *fixture) send(c *http.Client, token, method, path, body string) result {
+	f.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, f.fake.URL+path, rd)
+	require.NoError(f.t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		var le *throttle.LimitError
+		require.ErrorAs(f.t, err, &le)
+		require.ErrorIs(f.t, err, throttle.ErrLimited)
+		return result{le: le}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(f.t, resp.Body.Close())
+	return result{status: resp.StatusCode, header: resp.Header}
+}
+
+func (f *fixture) do(token, method, path, body string) result {
+	f.t.Helper()
+	return f.send(f.client, token, method, path, body)
+}
+
+// upTo sends the request until it is refused, at most n+1 times; it
+// returns how many were answered 2xx and the refusal.
+func (f *fixture) upTo(n int, token, method, path, body string) (int, *throttle.LimitError) {
+	f.t.Helper()
+	ok := 0
+	for range n + 1 {
+		r := f.do(token, method, path, body)
+		if r.le != nil {
+			return ok, r.le
+		}
+		require.Equal(f.t, 2, r.status/100, "status %d", r.status)
+		ok++
+	}
+	return ok, nil
+}
+
+func TestLimits(t *testing.T) {
+	cases := []struct {
+		name         string
+		opts         github.Options
+		token        string
+		method, path string
+		body         string
+		admitted     int
+		rule, limit  string
+		retryAfter   time.Duration
+	}{
+		{"search", github.Options{}, tokenA, "GET", "/search/issues?q=bug", "", 30, "github-search", github.SearchLimit, 61 * time.Second},
+		{"code search", github.Options{}, tokenA, "GET", "/search/code?q=x", "", 9, "github-code-search", github.CodeSearchLimit, 61 * time.Second},
+		{"900 read points per endpoint", github.Options{}, tokenA, "GET", "/repos/o/r/issues", "", 900, "github-read", github.ReadPointsLimit, 61 * time.Second},
+		{"writes cost 5 points", github.Options{}, tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, 180, "github-write", github.WritePointsLimit, 61 * time.Second},
+		{"content creation per minute", github.Options{}, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, 80, "github-create", github.ContentMinuteLimit, 61 * time.Second},
+		{"GraphQL mutations cost 5 points", github.Options{}, tokenA, "POST", "/graphql", `{"query": "mutation { addStar(input: {}) { clientMutationId } }"}`, 400, "github-graphql", github.GraphQLPointsLimit, 61 * time.Second},
+		{"primary, standard token", github.Options{Hourly: 40}, tokenA, "GET", "/user", "", 40, "github-read", github.CoreLimit, time.Hour + time.Second},
+		{"unauthenticated", github.Options{}, "", "GET", "/repos/o/r", "", 60, "github-unauthenticated", github.UnauthenticatedLimit, time.Hour + time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts, githubtest.Options{Hourly: tc.opts.Hourly})
+			ok, le := f.upTo(tc.admitted, tc.token, tc.method, tc.path, tc.body)
+			assert.Equal(t, tc.admitted, ok)
+			require.NotNil(t, le)
+			assert.Equal(t, tc.rule, le.Rule)
+			// The limit refuses, or the pause learned from the answer that
+			// said nothing remains until the reset (at most a second of
+			// jitter later); both name the limit.
+			name := le.Limit
+			if name == "" {
+				name = le.Pause
+			}
+			assert.Equal(t, tc.limit, name)
+			assert.InDelta(t, tc.retryAfter.Seconds(), le.RetryAfter.Seconds(), 2)
+			assert.Zero(t, f.fake.Stats().Limited, "GitHub refused a request")
+			if tc.token != "" {
+				r := f.do(tokenB, tc.method, tc.path, tc.body)
+				assert.Nil(t, r.le, "another token has its own quota")
+			}
+		})
+	}
+}
+
+func TestEndpointsAreCountedApart(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{})
+	ok, le := f.upTo(900, tokenA, "GET", "/repos/o/r/issues", "")
+	require.Equal(t, 900, ok)
+	require.NotNil(t, le)
+	r := f.do(tokenA, "GET", "/repos/o/r", "")
+	assert.Nil(t, r.le, "another endpoint")
+	r = f.do(tokenA, "GET", "/repos/other/repo/issues", "")
+	assert.NotNil(t, r.le, "the same endpoint in another repository")
+	assert.Zero(t, f.fake.Stats().Limited)
+}
+
+func TestContentCreationPerHour(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{})
+	sent := 0
+	for round := 0; sent < github.ContentPerHour; round++ {
+		ok, le := f.upTo(github.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues/1/comments", `{"body":"x"}`)
+		sent += ok
+		require.NotNil(t, le)
+		if sent < github.ContentPerHour {
+			assert.Equal(t, github.ContentMinuteLimit, le.Limit, "round %d", round)
+		} else {
+			assert.Equal(t, github.ContentHourLimit, le.Limit, "round %d", round)
+			// The hour's first comments leave the window an hour (and the
+			// margin) after they were sent, 6 rounds of 61 s ago.
+			assert.Equal(t, time.Hour+time.Second-6*61*time.Second, le.RetryAfter)
+		}
+		f.clock.Add(61 * time.Second)
+	}
+	assert.Equal(t, github.ContentPerHour, sent)
+	st := f.fake.Stats()
+	assert.Zero(t, st.Limited)
+	assert.Equal(t, github.ContentPerHour, st.Created)
+}
+
+func TestPrimarySyncedWithHeaders(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f.fake.Use(tokenA, "core", 4990) // another service used the token
+	ok, le := f.upTo(20, tokenA, "GET", "/user", "")
+	assert.Equal(t, 10, ok, "what GitHub said remained, not our own 5000")
+	require.NotNil(t, le)
+	assert.Equal(t, "github-read", le.Rule)
+	assert.Equal(t, github.CoreLimit, le.Pause, "remaining 0 pauses the token's core quota until the reset")
+	assert.Zero(t, f.fake.Stats().Limited)
+
+	assert.Nil(t, f.do(tokenA, "GET", "/search/issues?q=x", "").le, "search is another resource")
+	assert.Nil(t, f.do(tokenB, "GET", "/user", "").le, "another token")
+}
+
+func TestPrimaryExhaustedBy403PausesUntilReset(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{Hourly: 3})
+	// Our preset believes in 5,000 and GitHub enforces 3: the 4th request
+	// gets GitHub's 403 with remaining 0. Sync lowers the counter on the
+	// way, so it is the preset that stops first.
+	ok, le := f.upTo(10, tokenA, "GET", "/user", "")
+	assert.Equal(t, 3, ok)
+	require.NotNil(t, le)
+	assert.Equal(t, github.CoreLimit, le.Pause)
+	assert.InDelta(t, time.Hour.Seconds(), le.RetryAfter.Seconds(), 2)
+	assert.Zero(t, f.fake.Stats().Limited)
+}
+
+func TestSecondaryLimitAnswers(t *testing.T) {
+	cases := []struct {
+		name  string
+		fake  githubtest.Options
+		pause time.Duration
+	}{
+		{"403 with Retry-After", githubtest.Options{}, 61 * time.Second},
+		{"429 with Retry-After", githubtest.Options{SecondaryStatus: http.StatusTooManyRequests}, 61 * time.Second},
+		{"403 without Retry-After: a minute", githubtest.Options{NoRetryAfter: true}, time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, github.Options{}, tc.fake)
+			// Instance A creates 80 comments; instance B, with a store of
+			// its own (no Redis), does not know and creates one more.
+			ok, _ := f.upTo(github.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`)
+			require.Equal(t, github.ContentPerMinute, ok)
+			b, _ := f.newClient(github.Options{})
+			r := f.send(b, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`)
+			require.Nil(t, r.le)
+			want := tc.fake.SecondaryStatus
+			if want == 0 {
+				want = http.StatusForbidden
+			}
+			assert.Equal(t, want, r.status)
+			assert.Equal(t, 1, f.fake.Stats().Limited)
+
+			// B now holds back every request of that token...
+			r = f.send(b, tokenA, "GET", "/user", "")
+			require.NotNil(t, r.le, "the token is paused")
+			assert.Equal(t, github.CoreLimit, r.le.Pause)
+			assert.GreaterOrEqual(t, r.le.RetryAfter, tc.pause-time.Second)
+			assert.LessOrEqual(t, r.le.RetryAfter, tc.pause+time.Second, "at most a second of jitter")
+			// ...but not other tokens.
+			assert.Nil(t, f.send(b, tokenB, "GET", "/user", "").le)
+			assert.Equal(t, 1, f.fake.Stats().Limited)
+		})
+	}
+}
+
+func TestPermission403IsNotAPause(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{})
+	r := f.do(tokenA, "GET", "/repos/o/private", "")
+	require.Nil(t, r.le)
+	assert.Equal(t, http.StatusForbidden, r.status)
+	r = f.do(tokenA, "GET", "/repos/o/private", "")
+	assert.Nil(t, r.le, "a permission 403 pauses nothing")
+	assert.Equal(t, http.StatusForbidden, r.status)
+	st := f.fake.Stats()
+	assert.Equal(t, 2, st.Forbidden)
+	assert.Zero(t, st.Limited)
+}
+
+func TestTokenRequestsHaveTheirOwnLane(t *testing.T) {
+	f := newFixture(t, github.Options{Hourly: 1}, githubtest.Options{Hourly: 1})
+	require.Nil(t, f.do(tokenA, "GET", "/user", "").le)
+	r := f.do(tokenA, "GET", "/user", "")
+	require.NotNil(t, r.le, "the token's quota is spent and it is paused")
+	// A request for a new installation token, signed with the App's JWT,
+	// goes at once.
+	r = f.do("app.jwt.value", "POST", "/app/installations/42/access_tokens", "")
+	require.Nil(t, r.le)
+	assert.Equal(t, http.StatusCreated, r.status)
+	// So it does even when the whole GitHub scope is paused.
+	require.NoError(t, f.store.Pause(context.Background(), github.Scope, "", time.Hour))
+	r = f.do(tokenA, "POST", "/app/installations/42/access_tokens", "")
+	assert.Nil(t, r.le)
+	assert.Zero(t, f.fake.Stats().Limited)
+}
+
+func TestActionsTokenPerRepository(t *testing.T) {
+	f := newFixture(t, github.Options{Token: github.Actions, Hourly: 4}, githubtest.Options{Hourly: 100})
+	for i, tok := range []string{"ghs_run1", "ghs_run2", "ghs_run1", "ghs_run2"} {
+		require.Nil(t, f.do(tok, "GET", "/repos/o/r/issues", "").le, "request %d", i)
+	}
+	r := f.do("ghs_run3", "GET", "/repos/o/r", "")
+	require.NotNil(t, r.le, "every token of the repository shares its 1,000 (here 4) an hour")
+	assert.Equal(t, github.CoreLimit, r.le.Limit)
+	assert.Nil(t, f.do("ghs_run3", "GET", "/repos/o/other", "").le, "another repository")
+}
+
+func TestTokenKinds(t *testing.T) {
+	assert.Equal(t, 5000, github.Standard.Hourly())
+	assert.Equal(t, 15000, github.EnterpriseCloud.Hourly())
+	assert.Equal(t, 1000, github.Actions.Hourly())
+	for _, tok := range []github.Token{github.Standard, github.EnterpriseCloud, github.Actions} {
+		require.NoError(t, github.Policy(github.Options{Token: tok}).Validate())
+	}
+	f := newFixture(t, github.Options{Token: github.EnterpriseCloud}, githubtest.Options{Hourly: 15000})
+	r := f.do(tokenA, "GET", "/user", "")
+	require.Nil(t, r.le)
+	assert.Equal(t, "15000", r.header.Get("X-Ratelimit-Limit"))
+}
+
+func TestTokensAreHashed(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f.do(tokenA, "GET", "/repos/o/r/issues", "")
+	f.do(tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`)
+	// "token X" and "Bearer X" are one token.
+	req, _ := http.NewRequest("GET", f.fake.URL+"/user", nil)
+	req.Header.Set("Authorization", "token "+tokenA)
+	resp, err := f.client.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+
+	f.store.mu.Lock()
+	defer f.store.mu.Unlock()
+	tokenKeys := map[string]bool{}
+	for _, k := range f.store.keys {
+		assert.NotContains(t, k, "SECRET")
+		assert.NotContains(t, k, "ghp_")
+		if strings.HasPrefix(k, "sha256:") && !strings.Contains(k, "%") {
+			tokenKeys[k] = true
+		}
+	}
+	assert.Len(t, tokenKeys, 1, "one hashed key for both spellings of the token")
+}
+
+func TestEndpointKey(t *testing.T) {
+	cases := map[string]string{
+		"GET /repos/octo/hello/issues":                                           "GET /repos/{owner}/{repo}/issues",
+		"POST /repos/octo/hello/issues/12/comments":                              "POST /repos/{owner}/{repo}/issues/{n}/comments",
+		"GET /repos/octo/hello/commits/0123456789abcdef0123456789abcdef01234567": "GET /repos/{owner}/{repo}/commits/{sha}",
+		"GET /repos/octo/hello/contents/docs/a/b.md":                             "GET /repos/{owner}/{repo}/contents/{path...}",
+		"GET /repos/octo/hello/git/ref/heads/main":                               "GET /repos/{owner}/{repo}/git/ref/{path...}",
+		"GET /users/octocat":                                                     "GET /users/{name}",
+		"GET /orgs/acme/repos":                                                   "GET /orgs/{name}/repos",
+		"GET /repos":                                                             "GET /repos",
+		"GET /":                                                                  "GET /",
+		"DELETE /repos/o":                                                        "DELETE /repos/{owner}",
+	}
+	for in, want := range cases {
+		method, path, _ := strings.Cut(in, " ")
+		req, err := http.NewRequest(method, "https://api.github.com"+path, nil)
+		require.NoError(t, err)
+		got, err := github.EndpointKey(req)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, in)
+	}
+}
+
+func TestGraphQLQueriesCostOnePoint(t *testing.T) {
+	f := newFixture(t, github.Options{}, githubtest.Options{})
+	// 400 mutations spend the 2,000 points; a query still costs 1, so it
+	// is refused too, and a fresh token's 2,000 queries all go.
+	ok, le := f.upTo(400, tokenA, "POST", "/graphql", `{"query":"\n  mutation { x }"}`)
+	require.Equal(t, 400, ok)
+	require.NotNil(t, le)
+	ok, _ = f.upTo(2000, tokenB, "POST", "/graphql", `{"query":"query { viewer { login } }"}`)
+	assert.Equal(t, 2000, ok)
+	assert.Zero(t, f.fake.Stats().Limited)
+}

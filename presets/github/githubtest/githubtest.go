@@ -1,0 +1,339 @@
+// Package githubtest runs a fake GitHub API for tests and examples: an
+// [httptest.Server] that answers a few REST routes, search and GraphQL, and
+// enforces GitHub's rate limits as GitHub documents them, answering a
+// request over a limit as GitHub does and counting it.
+//
+// It enforces, per token (no token: one anonymous client):
+//
+//   - primary limits: a quota per resource in a window that starts at the
+//     resource's first request ("core" and "graphql": Options.Hourly an
+//     hour; "search": 30 a minute; "code_search": 10 a minute; 60 an hour
+//     without a token), reported on every answer in x-ratelimit-limit,
+//     -remaining, -used, -reset (epoch seconds) and -resource. Over it: a
+//     403 with x-ratelimit-remaining: 0;
+//   - secondary limits over sliding windows: 900 points a minute per
+//     endpoint (the route pattern, method included; GET, HEAD and OPTIONS
+//     cost 1, others 5), 2,000 GraphQL points a minute (a mutation 5),
+//     and for REST POSTs 80 a minute and 500 an hour. Over one: a 403 (or
+//     Options.SecondaryStatus) whose body speaks of a secondary rate limit,
+//     with a Retry-After unless Options.NoRetryAfter.
+//
+// Requests for installation tokens are limited only to 2,000 an hour. A
+// repository named "private" answers a plain permission 403.
+package githubtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a fake GitHub.
+type Options struct {
+	// Hourly is a token's quota of "core" and "graphql" requests an hour.
+	// Zero means 5,000.
+	Hourly int
+
+	// SecondaryStatus is the status of a secondary-limit answer: 403 (the
+	// zero value) or 429.
+	SecondaryStatus int
+
+	// NoRetryAfter leaves Retry-After out of secondary-limit answers, as
+	// GitHub sometimes does; clients should then wait a minute.
+	NoRetryAfter bool
+
+	// Now is the server's clock; nil means time.Now. Tests of hourly
+	// limits share a fake clock with the client's store.
+	Now func() time.Time
+}
+
+// Stats are what a fake GitHub received.
+type Stats struct {
+	// Requests is every request received.
+	Requests int
+	// OK is the requests answered with a 2xx status.
+	OK int
+	// Limited is the requests refused by a primary or secondary limit
+	// (403 or 429): each one a request the client should not have sent.
+	Limited int
+	// Forbidden is the plain permission 403s.
+	Forbidden int
+	// Created is the content-creating requests accepted.
+	Created int
+	// ByResource is the requests per rate-limit resource ("core",
+	// "search", "code_search", "graphql", "tokens").
+	ByResource map[string]int
+}
+
+// Server is a fake GitHub API. Its URL + "/" is the API's base URL. It is
+// safe for concurrent use.
+type Server struct {
+	*httptest.Server
+	opts Options
+
+	mu      sync.Mutex
+	windows map[string]*window    // primary quota per token and resource
+	logs    map[string][]logEntry // secondary limits per counter
+	issues  int
+	stats   Stats
+}
+
+type window struct {
+	start time.Time
+	used  int
+}
+
+type logEntry struct {
+	at   time.Time
+	cost int
+}
+
+// NewServer starts a fake GitHub; Close it when done.
+func NewServer(o Options) *Server {
+	if o.Hourly <= 0 {
+		o.Hourly = 5000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.SecondaryStatus == 0 {
+		o.SecondaryStatus = http.StatusForbidden
+	}
+	s := &Server{opts: o, windows: make(map[string]*window), logs: make(map[string][]logEntry),
+		stats: Stats{ByResource: make(map[string]int)}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /repos/{owner}/{repo}", s.limited(func(r *http.Request) (int, any) {
+		return 200, map[string]any{"id": 1, "name": r.PathValue("repo"), "full_name": r.PathValue("owner") + "/" + r.PathValue("repo")}
+	}))
+	mux.HandleFunc("GET /repos/{owner}/{repo}/issues", s.limited(func(*http.Request) (int, any) {
+		return 200, []any{map[string]any{"number": 1, "title": "fake issue", "state": "open"}}
+	}))
+	mux.HandleFunc("POST /repos/{owner}/{repo}/issues", s.limited(func(*http.Request) (int, any) {
+		s.issues++
+		return 201, map[string]any{"number": s.issues + 1, "title": "created", "state": "open"}
+	}))
+	mux.HandleFunc("POST /repos/{owner}/{repo}/issues/{number}/comments", s.limited(func(*http.Request) (int, any) {
+		return 201, map[string]any{"id": 1, "body": "created"}
+	}))
+	mux.HandleFunc("PATCH /repos/{owner}/{repo}/issues/{number}", s.limited(func(*http.Request) (int, any) {
+		return 200, map[string]any{"number": 1, "title": "edited", "state": "open"}
+	}))
+	mux.HandleFunc("GET /search/issues", s.limited(searchAnswer))
+	mux.HandleFunc("GET /search/code", s.limited(searchAnswer))
+	mux.HandleFunc("POST /graphql", s.limited(func(*http.Request) (int, any) {
+		return 200, map[string]any{"data": map[string]any{"viewer": map[string]any{"login": "fake"}}}
+	}))
+	mux.HandleFunc("POST /app/installations/{installation_id}/access_tokens", s.limited(func(*http.Request) (int, any) {
+		return 201, map[string]any{"token": "ghs_fakeinstallationtoken", "expires_at": "2099-01-01T00:00:00Z"}
+	}))
+	mux.HandleFunc("GET /user", s.limited(func(*http.Request) (int, any) { return 200, map[string]any{"login": "fake"} }))
+	mux.HandleFunc("/", s.limited(func(*http.Request) (int, any) { return 200, map[string]any{} }))
+	s.Server = httptest.NewServer(mux)
+	return s
+}
+
+// Host is the server's host:port, for github.Options.Host.
+func (s *Server) Host() string { return strings.TrimPrefix(s.URL, "http://") }
+
+// Stats returns a copy of what the server received so far.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.stats
+	out.ByResource = make(map[string]int, len(s.stats.ByResource))
+	for k, v := range s.stats.ByResource {
+		out.ByResource[k] = v
+	}
+	return out
+}
+
+// Use spends n of the token's quota for resource, as another client of
+// the same token would.
+func (s *Server) Use(token, resource string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.window(token, resource, s.opts.Now())
+	w.used += n
+}
+
+func searchAnswer(*http.Request) (int, any) {
+	return 200, map[string]any{"total_count": 0, "incomplete_results": false, "items": []any{}}
+}
+
+// resource is the rate-limit resource of a request.
+func resource(r *http.Request) string {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/search/code"):
+		return "code_search"
+	case strings.HasPrefix(r.URL.Path, "/search/"):
+		return "search"
+	case r.URL.Path == "/graphql":
+		return "graphql"
+	case strings.HasSuffix(r.URL.Path, "/access_tokens"):
+		return "tokens"
+	}
+	return "core"
+}
+
+// quota is a resource's limit and window for a token.
+func (s *Server) quota(token, res string) (int, time.Duration) {
+	switch {
+	case res == "search":
+		return 30, time.Minute
+	case res == "code_search":
+		return 10, time.Minute
+	case res == "tokens":
+		return 2000, time.Hour
+	case token == "":
+		return 60, time.Hour
+	}
+	return s.opts.Hourly, time.Hour
+}
+
+func (s *Server) window(token, res string, now time.Time) *window {
+	_, per := s.quota(token, res)
+	k := token + "\x00" + res
+	w := s.windows[k]
+	if w == nil || !now.Before(w.start.Add(per)) {
+		w = &window{start: now}
+		s.windows[k] = w
+	}
+	return w
+}
+
+// room reports whether counter key has room for cost more within the last
+// per, and if not, when it will.
+func (s *Server) room(key string, cost, max int, per time.Duration, now time.Time) (bool, time.Duration) {
+	log := s.logs[key]
+	i := 0
+	for i < len(log) && !log[i].at.After(now.Add(-per)) {
+		i++
+	}
+	log = log[i:]
+	s.logs[key] = log
+	sum := 0
+	for _, e := range log {
+		sum += e.cost
+	}
+	if sum+cost <= max {
+		return true, 0
+	}
+	// Wait until enough has left the window.
+	for _, e := range log {
+		sum -= e.cost
+		if sum+cost <= max {
+			return false, e.at.Add(per).Sub(now)
+		}
+	}
+	return false, per
+}
+
+func (s *Server) charge(key string, cost int, now time.Time) {
+	s.logs[key] = append(s.logs[key], logEntry{at: now, cost: cost})
+}
+
+type check struct {
+	key       string
+	cost, max int
+	per       time.Duration
+}
+
+// limited wraps a route's handler with the rate limits.
+func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		token := r.Header.Get("Authorization")
+		for _, scheme := range []string{"Bearer ", "bearer ", "token ", "Token "} {
+			token = strings.TrimPrefix(token, scheme)
+		}
+		res := resource(r)
+		now := s.opts.Now()
+
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.stats.Requests++
+		s.stats.ByResource[res]++
+
+		limit, per := s.quota(token, res)
+		win := s.window(token, res, now)
+		reset := int64(math.Ceil(float64(win.start.Add(per).UnixNano()) / 1e9))
+		setQuota := func(used int) {
+			h := w.Header()
+			h.Set("X-Ratelimit-Limit", fmt.Sprint(limit))
+			h.Set("X-Ratelimit-Remaining", fmt.Sprint(max(limit-used, 0)))
+			h.Set("X-Ratelimit-Used", fmt.Sprint(used))
+			h.Set("X-Ratelimit-Reset", fmt.Sprint(reset))
+			h.Set("X-Ratelimit-Resource", res)
+		}
+		if win.used >= limit {
+			s.stats.Limited++
+			setQuota(win.used)
+			writeJSON(w, http.StatusForbidden, map[string]any{"message": "API rate limit exceeded for this token.",
+				"documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"})
+			return
+		}
+
+		var checks []check
+		cost := 1
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
+			cost = 5
+		}
+		switch res {
+		case "graphql":
+			cost = 1
+			if strings.Contains(strings.ReplaceAll(string(body), " ", ""), `"query":"mutation`) {
+				cost = 5
+			}
+			checks = append(checks, check{token + "\x00graphql-points", cost, 2000, time.Minute})
+		case "core":
+			checks = append(checks, check{token + "\x00endpoint\x00" + r.Pattern, cost, 900, time.Minute})
+			if r.Method == http.MethodPost {
+				checks = append(checks, check{token + "\x00create-minute", 1, 80, time.Minute},
+					check{token + "\x00create-hour", 1, 500, time.Hour})
+			}
+		}
+		for _, c := range checks {
+			if ok, wait := s.room(c.key, c.cost, c.max, c.per, now); !ok {
+				s.stats.Limited++
+				setQuota(win.used)
+				if !s.opts.NoRetryAfter {
+					w.Header().Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(wait.Seconds())))))
+				}
+				writeJSON(w, s.opts.SecondaryStatus, map[string]any{
+					"message":           "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+					"documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"})
+				return
+			}
+		}
+		for _, c := range checks {
+			s.charge(c.key, c.cost, now)
+		}
+		win.used++
+		setQuota(win.used)
+		if r.PathValue("repo") == "private" {
+			s.stats.Forbidden++
+			writeJSON(w, http.StatusForbidden, map[string]any{"message": "Resource not accessible by integration"})
+			return
+		}
+		status, v := h(r)
+		if status/100 == 2 {
+			s.stats.OK++
+			if r.Method == http.MethodPost && res == "core" {
+				s.stats.Created++
+			}
+		}
+		writeJSON(w, status, v)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,364 @@
+package slack_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/presets/slack"
+	"github.com/quotakit/throttle/presets/slack/slacktest"
+	"github.com/quotakit/throttle/waiters"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	tokenA = "xoxb-1111-secret-a"
+	tokenB = "xoxb-2222-secret-b"
+)
+
+// keyStore is a MemoryStore that records every key it is asked about, to
+// check that no token reaches a store.
+type keyStore struct {
+	*throttle.MemoryStore
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *keyStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	s.mu.Lock()
+	for _, b := range d.Limits {
+		s.keys = append(s.keys, b.Key)
+	}
+	s.keys = append(s.keys, d.Pauses...)
+	s.mu.Unlock()
+	return s.MemoryStore.Take(ctx, d)
+}
+
+type fixture struct {
+	t      *testing.T
+	fake   *slacktest.Server
+	store  *keyStore
+	client *http.Client
+}
+
+func newFixture(t *testing.T, po slack.Options, fo slacktest.Options) *fixture {
+	fake := slacktest.NewServer(fo)
+	t.Cleanup(fake.Close)
+	po.APIHost, po.WebhookHost = fake.Host(), fake.Host()
+	if po.Wait == nil {
+		po.Wait = waiters.FailFast()
+	}
+	store := &keyStore{MemoryStore: throttle.NewMemoryStore()}
+	tr, err := throttle.NewTransport(nil, slack.Policy(po), throttle.WithStore(store))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	t.Cleanup(c.CloseIdleConnections)
+	return &fixture{t: t, fake: fake, store: store, client: c}
+}
+
+// call calls a Web API method with a form body as slack-go does; it
+// returns the status (0 if not sent) and the refusal, if any.
+func (f *fixture) call(token, method string, form url.Values) (int, *throttle.LimitError) {
+	f.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.fake.APIURL()+method, strings.NewReader(form.Encode()))
+	require.NoError(f.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+token)
+	return f.do(req)
+}
+
+func (f *fixture) do(req *http.Request) (int, *throttle.LimitError) {
+	f.t.Helper()
+	resp, err := f.client.Do(req)
+	if err != nil {
+		var le *throttle.LimitError
+		require.ErrorAs(f.t, err, &le)
+		require.ErrorIs(f.t, err, throttle.ErrLimited)
+		return 0, le
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(f.t, resp.Body.Close())
+	return resp.StatusCode, nil
+}
+
+// burst calls method n times; it returns how many were sent, and the
+// first refusal.
+func (f *fixture) burst(token, method string, n int) (int, *throttle.LimitError) {
+	f.t.Helper()
+	sent := 0
+	var first *throttle.LimitError
+	for range n {
+		status, le := f.call(token, method, url.Values{"channel": {"C1"}})
+		if le != nil {
+			if first == nil {
+				first = le
+			}
+			continue
+		}
+		require.Equal(f.t, http.StatusOK, status)
+		sent++
+	}
+	return sent, first
+}
+
+func TestTiers(t *testing.T) {
+	cases := []struct {
+		name    string
+		opts    slack.Options
+		method  string
+		tier    slack.Tier
+		burst   int
+		nextIn  time.Duration // when the next call could go
+		ruleFor string
+	}{
+		{"tier1", slack.Options{}, "rtm.connect", slack.Tier1, 1, time.Minute, "slack-tier1"},
+		{"tier2", slack.Options{}, "users.list", slack.Tier2, 3, 3 * time.Second, "slack-tier2"},
+		{"tier3", slack.Options{}, "conversations.history", slack.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
+		{"tier4", slack.Options{}, "users.info", slack.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
+		{"unknown method: default tier 2", slack.Options{}, "admin.foo.bar", slack.Tier2, 3, 3 * time.Second, "slack-tier2"},
+		{"default tier set", slack.Options{DefaultTier: slack.Tier4}, "admin.foo.bar", slack.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
+		{"override", slack.Options{Tiers: map[string]slack.Tier{"users.list": slack.Tier4}}, "users.list", slack.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
+		{"non-Marketplace 2025: history", slack.Options{NonMarketplace2025: true}, "conversations.history", slack.Tier1, 1, time.Minute, "slack-tier1"},
+		{"non-Marketplace 2025: replies", slack.Options{NonMarketplace2025: true}, "conversations.replies", slack.Tier1, 1, time.Minute, "slack-tier1"},
+		{"non-Marketplace 2025, overridden", slack.Options{NonMarketplace2025: true, Tiers: map[string]slack.Tier{"conversations.replies": slack.Tier3}}, "conversations.replies", slack.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.tier, tc.opts.TierOf(tc.method))
+			f := newFixture(t, tc.opts, slacktest.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025})
+			sent, le := f.burst(tokenA, tc.method, tc.burst+3)
+			assert.Equal(t, tc.burst, sent, "a burst, then the tier's pace")
+			require.NotNil(t, le)
+			assert.Equal(t, tc.ruleFor, le.Rule)
+			assert.Equal(t, tc.tier.String(), le.Limit)
+			assert.InDelta(t, tc.nextIn.Seconds(), le.RetryAfter.Seconds(), 0.1)
+
+			// Per method per workspace: another workspace, and another
+			// method of the same tier, have their own counters.
+			sent, _ = f.burst(tokenB, tc.method, tc.burst)
+			assert.Equal(t, tc.burst, sent, "another workspace")
+			sent, _ = f.burst(tokenA, tc.method+"x", 1)
+			assert.Equal(t, 1, sent, "another method")
+
+			st := f.fake.Stats()
+			assert.Zero(t, st.Limited, "Slack answered 429")
+			assert.Equal(t, 2*tc.burst, st.ByMethod[tc.method])
+		})
+	}
+}
+
+func TestTierValues(t *testing.T) {
+	for tier, want := range map[slack.Tier][3]int{slack.Tier1: {1, 1}, slack.Tier2: {20, 3}, slack.Tier3: {50, 5}, slack.Tier4: {100, 10}} {
+		l := tier.Limit()
+		assert.Equal(t, [3]int{want[0], want[1], int(time.Minute / time.Second)}, [3]int{l.Rate, l.Burst, int(l.Per / time.Second)}, tier.String())
+		assert.True(t, tier.Valid())
+	}
+	assert.False(t, slack.Tier(0).Valid())
+	assert.Equal(t, "Tier(9)", slack.Tier(9).String())
+	assert.Zero(t, slack.Tier(9).Limit())
+	// An invalid override falls back to the default tier.
+	o := slack.Options{Tiers: map[string]slack.Tier{"users.info": 7}}
+	assert.Equal(t, slack.Tier2, o.TierOf("users.info"))
+	require.NoError(t, slack.Policy(slack.Options{}).Validate())
+}
+
+func TestPostMessagePerChannel(t *testing.T) {
+	f := newFixture(t, slack.Options{}, slacktest.Options{})
+	post := func(token, channel string, json bool) (int, *throttle.LimitError) {
+		var req *http.Request
+		var err error
+		if json {
+			req, err = http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage", strings.NewReader(`{"channel":"`+channel+`","text":"hi"}`))
+			req.Header.Set("Content-Type", "application/json; charset=utf-8")
+		} else {
+			req, err = http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage", strings.NewReader(url.Values{"channel": {channel}, "text": {"hi"}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return f.do(req)
+	}
+	for _, json := range []bool{false, true} {
+		ch := "C-form"
+		if json {
+			ch = "C-json"
+		}
+		for i := range slack.PostBurst {
+			status, le := post(tokenA, ch, json)
+			require.Nil(t, le, "message %d", i)
+			assert.Equal(t, http.StatusOK, status)
+		}
+		_, le := post(tokenA, ch, json)
+		require.NotNil(t, le, "the channel's burst is spent")
+		assert.Equal(t, slack.PostRule, le.Rule)
+		assert.Equal(t, slack.ChannelLimit, le.Limit)
+		assert.InDelta(t, 1, le.RetryAfter.Seconds(), 0.1)
+	}
+	// Another channel, the same channel in another workspace: their own.
+	_, le := post(tokenA, "C-other", false)
+	assert.Nil(t, le)
+	_, le = post(tokenB, "C-form", true)
+	assert.Nil(t, le)
+	// No channel: the request cannot be decided and is not sent.
+	req, _ := http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage", strings.NewReader("text=hi"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+tokenA)
+	_, err := f.client.Do(req)
+	assert.ErrorIs(t, err, throttle.ErrMissingKey)
+
+	st := f.fake.Stats()
+	assert.Zero(t, st.Limited)
+	assert.Equal(t, 2*slack.PostBurst+2, st.Messages)
+}
+
+func TestWebhookPerURLAndChannel(t *testing.T) {
+	f := newFixture(t, slack.Options{}, slacktest.Options{})
+	hook := func(n int, body string) *throttle.LimitError {
+		req, err := http.NewRequest(http.MethodPost, f.fake.WebhookURL(n), strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		status, le := f.do(req)
+		if le == nil {
+			assert.Equal(t, http.StatusOK, status)
+		}
+		return le
+	}
+	for range slack.PostBurst {
+		require.Nil(t, hook(1, `{"text":"hi"}`))
+	}
+	le := hook(1, `{"text":"hi"}`)
+	require.NotNil(t, le)
+	assert.Equal(t, slack.WebhookRule, le.Rule)
+	assert.Equal(t, slack.WebhookLimit, le.Limit)
+	assert.Nil(t, hook(2, `{"text":"hi"}`), "another webhook")
+	assert.Nil(t, hook(1, `{"text":"hi","channel":"#ops"}`), "a channel named in the body")
+	st := f.fake.Stats()
+	assert.Zero(t, st.Limited)
+	assert.Equal(t, slack.PostBurst+2, st.Messages)
+}
+
+func TestTokensAreHashed(t *testing.T) {
+	f := newFixture(t, slack.Options{}, slacktest.Options{})
+	f.call(tokenA, "users.info", url.Values{"user": {"U1"}})
+	f.call(tokenA, "chat.postMessage", url.Values{"channel": {"C1"}, "text": {"x"}})
+	// The older style: the token in the form body.
+	req, _ := http.NewRequest(http.MethodPost, f.fake.APIURL()+"users.info", strings.NewReader(url.Values{"token": {tokenB}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	status, le := f.do(req)
+	require.Nil(t, le)
+	assert.Equal(t, http.StatusOK, status)
+
+	f.store.mu.Lock()
+	defer f.store.mu.Unlock()
+	require.NotEmpty(t, f.store.keys)
+	hashed := 0
+	for _, k := range f.store.keys {
+		for _, secret := range []string{"secret", "1111", "2222", "xoxb"} {
+			assert.NotContains(t, k, secret)
+		}
+		if strings.Contains(k, "sha256") {
+			hashed++
+		}
+	}
+	assert.Positive(t, hashed)
+
+	// No token at all: not sent.
+	req, _ = http.NewRequest(http.MethodPost, f.fake.APIURL()+"users.info", strings.NewReader("user=U1"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	_, err := f.client.Do(req)
+	assert.ErrorIs(t, err, throttle.ErrMissingKey)
+	assert.NotContains(t, err.Error(), "xoxb")
+}
+
+// The fake is stricter than the preset for users.list (Tier1 against the
+// preset's Tier2: the fake takes 1+1 calls a minute, the preset sends a
+// burst of 3), so the preset's third call gets a 429; the pause it learns
+// holds back users.list in that workspace only.
+func TestRateLimitedPausesMethodInWorkspace(t *testing.T) {
+	f := newFixture(t, slack.Options{}, slacktest.Options{Tiers: map[string]slack.Tier{"users.list": slack.Tier1}})
+	for range 2 {
+		status, le := f.call(tokenA, "users.list", nil)
+		require.Nil(t, le)
+		assert.Equal(t, http.StatusOK, status)
+	}
+	status, le := f.call(tokenA, "users.list", nil)
+	require.Nil(t, le, "the preset allows a Tier 2 burst")
+	assert.Equal(t, http.StatusTooManyRequests, status, "a 429 is returned as a response")
+
+	_, le = f.call(tokenA, "users.list", nil)
+	require.NotNil(t, le, "users.list is paused in workspace A")
+	assert.Equal(t, "tier2", le.Pause, "the pause names the limit, not the key")
+	assert.InDelta(t, 60, le.RetryAfter.Seconds(), 7, "Retry-After, plus at most a second of jitter")
+
+	status, le = f.call(tokenA, "conversations.list", nil)
+	assert.Nil(t, le, "another method of the same tier in the same workspace")
+	assert.Equal(t, http.StatusOK, status)
+	status, le = f.call(tokenB, "users.list", nil)
+	assert.Nil(t, le, "the same method in another workspace")
+	assert.Equal(t, http.StatusOK, status)
+
+	st := f.fake.Stats()
+	assert.Equal(t, 1, st.Limited, "exactly the one 429 that taught the pause")
+	assert.Equal(t, 4, st.ByMethod["users.list"])
+}
+
+func TestRateLimitedPausesPostingChannel(t *testing.T) {
+	f := newFixture(t, slack.Options{}, slacktest.Options{PostPerSecond: 1})
+	form := func(ch string) url.Values { return url.Values{"channel": {ch}, "text": {"hi"}} }
+	status, _ := f.call(tokenA, "chat.postMessage", form("C1"))
+	assert.Equal(t, http.StatusOK, status)
+	status, _ = f.call(tokenA, "chat.postMessage", form("C1"))
+	assert.Equal(t, http.StatusTooManyRequests, status)
+
+	_, le := f.call(tokenA, "chat.postMessage", form("C1"))
+	require.NotNil(t, le, "channel C1 is paused")
+	assert.Equal(t, slack.ChannelLimit, le.Pause)
+	status, le = f.call(tokenA, "chat.postMessage", form("C2"))
+	assert.Nil(t, le, "channel C2 is not")
+	assert.Equal(t, http.StatusOK, status)
+	status, le = f.call(tokenA, "users.info", url.Values{"user": {"U1"}})
+	assert.Nil(t, le, "nor is any other method")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, 1, f.fake.Stats().Limited)
+}
+
+func TestWaitingKeepsUnderTheLimit(t *testing.T) {
+	f := newFixture(t, slack.Options{Wait: waiters.UpTo(5 * time.Second)}, slacktest.Options{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sent := 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage",
+				strings.NewReader(url.Values{"channel": {"C" + string(rune('0'+i%2))}, "text": {"hi"}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Authorization", "Bearer "+tokenA)
+			resp, err := f.client.Do(req)
+			if err != nil {
+				assert.True(t, errors.Is(err, throttle.ErrLimited))
+				return
+			}
+			_ = resp.Body.Close()
+			mu.Lock()
+			sent++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 8, sent, "4 messages on each of 2 channels wait at most 2 s each")
+	assert.Zero(t, f.fake.Stats().Limited)
+}

@@ -1,0 +1,117 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/storetest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTakeGCRAMatchesTake runs the same random GCRA-only demands through
+// take_gcra.lua and through take.lua, each on its own prefix, on one
+// clock, and asserts the same decisions and the same keys afterwards:
+// values equal, TTLs equal up to the real time between the two calls.
+func TestTakeGCRAMatchesTake(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("replay=%v/seed=%d", replay, seed), func(t *testing.T) {
+				t.Parallel()
+				compareTakes(t, replay, seed)
+			})
+		}
+	}
+}
+
+func compareTakes(t *testing.T, replay bool, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	clock := storetest.NewClock(storetest.Start)
+	var copts []func(*redis.Options)
+	opts := []redisstore.Option{redisstore.WithNow(clock.Now)}
+	if !replay {
+		copts = append(copts, func(o *redis.Options) { o.MaxRetries = -1 })
+		opts = append(opts, redisstore.WithReplay(redisstore.ReplayNoRetries))
+	}
+	c := newClient(t, srv.Addr(), copts...)
+	fastPrefix, slowPrefix := redistest.Prefix(t)+"fast:", redistest.Prefix(t)+"slow:"
+	fast := newStoreOn(t, c, fastPrefix, opts...)
+	slow := newStoreOn(t, c, slowPrefix, append(opts, redisstore.WithGenericTake())...)
+
+	limits := []throttle.Limit{
+		{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
+		{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
+		{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
+	}
+	pauses := []string{"p", "q"}
+	seen := map[string]int{}
+	for step := range 300 {
+		if rng.IntN(8) == 0 {
+			key, d := pauses[rng.IntN(2)], time.Duration(rng.IntN(3000))*time.Microsecond
+			require.NoError(t, fast.Pause(ctx(t), "s", key, d))
+			require.NoError(t, slow.Pause(ctx(t), "s", key, d))
+		}
+		d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
+		for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
+			d.Limits = append(d.Limits, throttle.Bucket{Limit: limits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
+		}
+		for _, p := range pauses {
+			if rng.IntN(3) == 0 {
+				d.Pauses = append(d.Pauses, p)
+			}
+		}
+		want, err := slow.Take(ctx(t), d)
+		require.NoError(t, err)
+		got, err := fast.Take(ctx(t), d)
+		require.NoError(t, err)
+		where := fmt.Sprintf("step %d: %+v", step, d)
+		switch {
+		case want.OK && want.Delay == 0 && len(d.Limits) == 1:
+			seen["granted now, one limit"]++
+		case want.OK && want.Delay == 0:
+			seen["granted now, several limits"]++
+		case want.OK:
+			seen["reserved"]++
+		case want.Limit >= 0:
+			seen["refused by a limit"]++
+		default:
+			seen["refused by a pause"]++
+		}
+		assert.Equal(t, want.OK, got.OK, where)
+		assert.Equal(t, want.Delay, got.Delay, where)
+		assert.Equal(t, want.Limit, got.Limit, where)
+		assert.Equal(t, want.Pause, got.Pause, where)
+		if want.OK && assert.NotNil(t, got.Reservation, where) {
+			assert.Equal(t, want.Reservation.Marks, got.Reservation.Marks, where)
+		}
+		for _, b := range d.Limits {
+			k := "v1:{s}:g:" + b.Limit.Name + ":" + b.Key
+			wv, wt := keyState(t, c, slowPrefix+k)
+			gv, gt := keyState(t, c, fastPrefix+k)
+			assert.Equal(t, wv, gv, "%s: value of %s", where, k)
+			assert.InDelta(t, wt, gt, 50, "%s: PTTL of %s (ms)", where, k)
+		}
+		clock.Advance(time.Duration(rng.IntN(2500)) * time.Microsecond)
+	}
+	t.Logf("outcomes: %v", seen)
+	assert.Len(t, seen, 5, "every kind of outcome occurs")
+}
+
+// keyState returns a key's value ("" if none) and its PTTL in ms.
+func keyState(t *testing.T, c *redis.Client, key string) (string, int64) {
+	t.Helper()
+	v, err := c.Get(ctx(t), key).Result()
+	if err == redis.Nil {
+		v, err = "", nil
+	}
+	require.NoError(t, err)
+	ttl, err := c.PTTL(ctx(t), key).Result()
+	require.NoError(t, err)
+	return v, ttl.Milliseconds()
+}
