@@ -36,8 +36,11 @@
 //     minute, 1 per query and 5 per mutation.
 //   - Content creation (REST POSTs): 80 a minute and 500 an hour per
 //     token.
-//   - At most 100 requests in flight: not enforced yet; it needs a
-//     concurrency limit, which throttle does not have (see the source).
+//   - At most 100 requests of a token in flight at once ([InFlightLimit],
+//     a [throttle.Concurrency] limit shared by every rule of the token's
+//     scope; Options.MaxInFlight changes it). A slot is held until the
+//     response body is closed or read to the end, so always close bodies;
+//     a slot whose body is abandoned comes back after [InFlightLease].
 //
 // A 403 or 429 that says a secondary limit was hit (or a 403 with no quota
 // left) pauses the token's requests: for its Retry-After, or 60 seconds
@@ -122,7 +125,13 @@ const (
 	ContentMinuteLimit   = "content-minute"
 	ContentHourLimit     = "content-hour"
 	TokenRequestsLimit   = "token-requests"
+	InFlightLimit        = "in-flight"
 )
+
+// InFlightLease is the lease time of an in-flight slot: a request renews
+// its slot while it runs, and an instance that dies gives its slots back
+// this long after its last renewal.
+const InFlightLease = 30 * time.Second
 
 // Scopes of the preset's rules: every token's requests share Scope; the
 // token lane and unauthenticated requests have their own.
@@ -160,6 +169,11 @@ type Options struct {
 	// Wait is the waiter of every rule; nil means block until the quota
 	// allows (or the request's context ends).
 	Wait throttle.Waiter
+
+	// MaxInFlight is how many requests of one token may be in flight at
+	// once. Zero means GitHub's 100; negative, no such limit (for a store
+	// that does not implement [throttle.LeaseStore]).
+	MaxInFlight int
 }
 
 // Policy returns a policy of [Rules](o).
@@ -204,10 +218,15 @@ func Rules(o Options) []throttle.Rule {
 		return l
 	}
 	// Limits every request of a token passes, whatever its resource.
-	// Pending issue 5 (a concurrency limit kind): GitHub's "at most 100
-	// requests in flight" goes here, one line, e.g.
-	//   {Name: "in-flight", Kind: throttle.Concurrency, Rate: 100, Key: TokenKey},
 	var everyRequest []throttle.Limit
+	if o.MaxInFlight >= 0 {
+		n := o.MaxInFlight
+		if n == 0 {
+			n = 100
+		}
+		everyRequest = append(everyRequest, throttle.Limit{Name: InFlightLimit, Rate: n, Per: InFlightLease,
+			Algorithm: throttle.Concurrency, Key: TokenKey})
+	}
 	limits := func(ls ...throttle.Limit) []throttle.Limit { return append(ls, everyRequest...) }
 	learn := func(sync, resource, pauseBy string) throttle.Learning {
 		return throttle.Learning{

@@ -403,3 +403,42 @@ func TestGraphQLQueriesCostOnePoint(t *testing.T) {
 	assert.Equal(t, 2000, ok)
 	assert.Zero(t, f.fake.Stats().Limited)
 }
+
+func TestInFlightLimit(t *testing.T) {
+	burst := func(t *testing.T, po github.Options) githubtest.Stats {
+		po.Wait = waiters.Block()
+		f := newFixture(t, po, githubtest.Options{Latency: 200 * time.Millisecond})
+		var wg sync.WaitGroup
+		for i := range 150 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, err := http.NewRequest(http.MethodGet, f.fake.URL+"/repos/o/r"+strings.Repeat("x", i%3), nil)
+				if !assert.NoError(t, err) {
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+tokenA)
+				resp, err := f.client.Do(req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				assert.NoError(t, resp.Body.Close())
+			}()
+		}
+		wg.Wait()
+		return f.fake.Stats()
+	}
+
+	t.Run("limited", func(t *testing.T) {
+		st := burst(t, github.Options{})
+		assert.LessOrEqual(t, st.MaxInFlight, 100, "never more than 100 of a token in flight")
+		assert.Equal(t, 0, st.Limited, "no secondary-limit answers")
+		assert.Equal(t, 150, st.OK, "every request went through")
+	})
+	t.Run("without the limit the fake GitHub refuses some", func(t *testing.T) {
+		st := burst(t, github.Options{MaxInFlight: -1})
+		assert.Greater(t, st.MaxInFlight, 100)
+		assert.Positive(t, st.Limited)
+	})
+}

@@ -16,7 +16,10 @@
 //     cost 1, others 5), 2,000 GraphQL points a minute (a mutation 5),
 //     and for REST POSTs 80 a minute and 500 an hour. Over one: a 403 (or
 //     Options.SecondaryStatus) whose body speaks of a secondary rate limit,
-//     with a Retry-After unless Options.NoRetryAfter.
+//     with a Retry-After unless Options.NoRetryAfter;
+//   - at most Options.MaxInFlight (100) requests of a token in flight at
+//     once (set Options.Latency so that requests overlap); one more gets
+//     the same secondary-limit answer.
 //
 // Requests for installation tokens are limited only to 2,000 an hour. A
 // repository named "private" answers a plain permission 403.
@@ -51,6 +54,15 @@ type Options struct {
 	// Now is the server's clock; nil means time.Now. Tests of hourly
 	// limits share a fake clock with the client's store.
 	Now func() time.Time
+
+	// Latency is how long each request takes to answer, so that requests
+	// overlap; zero answers at once.
+	Latency time.Duration
+
+	// MaxInFlight is how many requests of one token may be in flight at
+	// once; one more is answered with a secondary-limit answer. Zero
+	// means 100, as GitHub documents.
+	MaxInFlight int
 }
 
 // Stats are what a fake GitHub received.
@@ -66,6 +78,9 @@ type Stats struct {
 	Forbidden int
 	// Created is the content-creating requests accepted.
 	Created int
+	// MaxInFlight is the most requests of one token seen in flight at
+	// once.
+	MaxInFlight int
 	// ByResource is the requests per rate-limit resource ("core",
 	// "search", "code_search", "graphql", "tokens").
 	ByResource map[string]int
@@ -80,8 +95,9 @@ type Server struct {
 	mu      sync.Mutex
 	windows map[string]*window    // primary quota per token and resource
 	logs    map[string][]logEntry // secondary limits per counter
-	issues  int
-	stats   Stats
+	issues   int
+	stats    Stats
+	inFlight map[string]int // requests in flight per token
 }
 
 type window struct {
@@ -102,10 +118,13 @@ func NewServer(o Options) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 100
+	}
 	if o.SecondaryStatus == 0 {
 		o.SecondaryStatus = http.StatusForbidden
 	}
-	s := &Server{opts: o, windows: make(map[string]*window), logs: make(map[string][]logEntry),
+	s := &Server{opts: o, windows: make(map[string]*window), logs: make(map[string][]logEntry), inFlight: make(map[string]int),
 		stats: Stats{ByResource: make(map[string]int)}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /repos/{owner}/{repo}", s.limited(func(r *http.Request) (int, any) {
@@ -253,6 +272,20 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			token = strings.TrimPrefix(token, scheme)
 		}
 		res := resource(r)
+
+		s.mu.Lock()
+		s.inFlight[token]++
+		n := s.inFlight[token]
+		s.stats.MaxInFlight = max(s.stats.MaxInFlight, n)
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.inFlight[token]--
+			s.mu.Unlock()
+		}()
+		if s.opts.Latency > 0 {
+			time.Sleep(s.opts.Latency)
+		}
 		now := s.opts.Now()
 
 		s.mu.Lock()
@@ -298,16 +331,23 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 					check{token + "\x00create-hour", 1, 500, time.Hour})
 			}
 		}
+		secondary := func(wait time.Duration) {
+			s.stats.Limited++
+			setQuota(win.used)
+			if !s.opts.NoRetryAfter {
+				w.Header().Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(wait.Seconds())))))
+			}
+			writeJSON(w, s.opts.SecondaryStatus, map[string]any{
+				"message":           "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+				"documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"})
+		}
+		if n > s.opts.MaxInFlight {
+			secondary(time.Second) // too many concurrent requests
+			return
+		}
 		for _, c := range checks {
 			if ok, wait := s.room(c.key, c.cost, c.max, c.per, now); !ok {
-				s.stats.Limited++
-				setQuota(win.used)
-				if !s.opts.NoRetryAfter {
-					w.Header().Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(wait.Seconds())))))
-				}
-				writeJSON(w, s.opts.SecondaryStatus, map[string]any{
-					"message":           "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
-					"documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"})
+				secondary(wait)
 				return
 			}
 		}
