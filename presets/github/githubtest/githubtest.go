@@ -92,9 +92,9 @@ type Server struct {
 	*httptest.Server
 	opts Options
 
-	mu      sync.Mutex
-	windows map[string]*window    // primary quota per token and resource
-	logs    map[string][]logEntry // secondary limits per counter
+	mu       sync.Mutex
+	windows  map[string]*window    // primary quota per token and resource
+	logs     map[string][]logEntry // secondary limits per counter
 	issues   int
 	stats    Stats
 	inFlight map[string]int // requests in flight per token
