@@ -49,6 +49,8 @@ func BenchmarkDecision(b *testing.B) {
 		return s
 	}
 	ids, noIDs := store(c), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
+	// No per-call timeout: what the context.WithTimeout of every call costs.
+	noTimer := store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithTimeout(0))
 	// Limits that always admit, so every call commits: the costly path.
 	lim := func(name string, a throttle.Algorithm) throttle.Bucket {
 		return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: 1_000_000, Per: time.Second, Algorithm: a}, Key: "k"}
@@ -74,6 +76,7 @@ func BenchmarkDecision(b *testing.B) {
 		{"evalsha-return1", "evalsha", func() error { return returnOne.Run(bg, c, nil).Err() }},
 		{"gcra", "evalsha", take(ids, demand(lim("g1", throttle.GCRA)))},
 		{"gcra-noids", "evalsha", take(noIDs, demand(lim("g1n", throttle.GCRA)))},
+		{"gcra-noids-notimeout", "evalsha", take(noTimer, demand(lim("g1t", throttle.GCRA)))},
 		{"gcra+gcra", "evalsha", take(ids, demand(lim("g2a", throttle.GCRA), lim("g2b", throttle.GCRA)))},
 		{"gcra+gcra-noids", "evalsha", take(noIDs, demand(lim("g2c", throttle.GCRA), lim("g2d", throttle.GCRA)))},
 		{"fixed-window", "evalsha", take(ids, demand(lim("f1", throttle.FixedWindow)))},
