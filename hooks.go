@@ -117,6 +117,10 @@ type DecisionEvent struct {
 	// decide and the mode did ([FailLocal], [FailOpen], [FailClosed]);
 	// FailDefault (zero) when the store decided.
 	Fallback FailureMode
+	// Shadow reports that the rule is in shadow mode ([Rule.Shadow]): the
+	// request was sent at once whatever Outcome says, and Err was not
+	// returned to the caller.
+	Shadow bool
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -89,6 +89,15 @@ type Rule struct {
 	// with the defaults; see [Learning].
 	Learn Learning
 
+	// Shadow decides and records the rule's requests as usual (charging
+	// what is granted, reporting every refusal through [Hooks.OnDecision]
+	// with DecisionEvent.Shadow set) but never makes a request wait or
+	// fail: a request the rule would refuse, or could not decide, is sent
+	// at once. Use it to watch a new limit in production before enforcing
+	// it. What the rule learns from responses is still recorded (so that
+	// rules enforcing the same scope pause), but Retry is off.
+	Shadow bool
+
 	// Retry, if Max is set, resends requests that got a "slow down"
 	// answer, through the limiter again; see [Retry].
 	Retry Retry

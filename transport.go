@@ -134,7 +134,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	limited := t.learn(out.Context(), r, d, out, resp)
-	if r.Retry.Max > 0 && limited {
+	if r.Retry.Max > 0 && limited && !r.Shadow {
 		return t.retry(r, out, resp)
 	}
 	return resp, nil
@@ -199,7 +199,10 @@ func drainAndClose(body io.ReadCloser) {
 // request may be sent. The event goes to the OnDecision hook. The demand
 // is what was decided, nil if the decision failed before one was built.
 func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *Demand) {
-	ev := DecisionEvent{Rule: r.id}
+	ev := DecisionEvent{Rule: r.id, Shadow: r.Shadow}
+	if r.Shadow {
+		budget = 0 // decided as if it could not wait; never sleeps
+	}
 	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
 	if err := t.decide(r, req, budget, d, &ev); err != nil {
 		ev.Err = err
@@ -209,6 +212,9 @@ func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (Dec
 	}
 	if t.hooks.OnDecision != nil {
 		t.hooks.OnDecision(ev)
+	}
+	if r.Shadow {
+		ev.Err = nil // recorded, not enforced
 	}
 	return ev, d
 }
