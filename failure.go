@@ -143,9 +143,14 @@ func (t *Transport) inProcess() bool {
 // through the breaker, and applies r's failure mode when the store cannot
 // answer. Errors it returns are ready for the caller.
 func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEvent) (Decision, error) {
+	if t.hooks.OnDecision != nil {
+		start := time.Now()
+		defer func() { ev.StoreTime += time.Since(start) }()
+	}
 	if t.inProcess() {
 		dec, err := t.store.Take(ctx, d)
 		if err != nil {
+			ev.StoreErr = err
 			return dec, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
 		}
 		return dec, nil
@@ -168,6 +173,7 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 	if err == nil {
 		return dec, nil
 	}
+	ev.StoreErr = err
 	if !storeFault(ctx, err) {
 		return Decision{}, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
 	}

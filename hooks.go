@@ -117,6 +117,14 @@ type DecisionEvent struct {
 	// decide and the mode did ([FailLocal], [FailOpen], [FailClosed]);
 	// FailDefault (zero) when the store decided.
 	Fallback FailureMode
+	// StoreTime is how long the store's decision call took, measured only
+	// when OnDecision is set; zero when no call was made (for example a
+	// local pause refused the request first, or the breaker was open).
+	StoreTime time.Duration
+	// StoreErr is the error of the store's decision call, if it failed;
+	// when the store itself was at fault (unreachable, too slow) the
+	// rule's failure mode decided instead (see Fallback).
+	StoreErr error
 	// Shadow reports that the rule is in shadow mode ([Rule.Shadow]): the
 	// request was sent at once whatever Outcome says, and Err was not
 	// returned to the caller.

@@ -1,0 +1,62 @@
+package otelthrottle_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/otelthrottle"
+	"github.com/quotakit/throttle/waiters"
+)
+
+// Record a transport's decisions with the OpenTelemetry SDK. A real
+// service passes its own MeterProvider, wired to an exporter such as
+// go.opentelemetry.io/otel/exporters/prometheus.
+func ExampleHooks() {
+	vendor := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer vendor.Close()
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+
+	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t, err := throttle.NewTransport(nil, throttle.Policy{Rules: []throttle.Rule{{
+		Name: "api", Wait: waiters.FailFast(),
+		Limits: []throttle.Limit{{Name: "per-minute", Rate: 1, Per: time.Minute}},
+	}}}, throttle.WithHooks(hooks))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: t}
+	for range 2 {
+		if resp, err := client.Get(vendor.URL); err == nil {
+			resp.Body.Close()
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(context.Background(), &rm)
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name != "throttle.decisions" {
+			continue
+		}
+		total := int64(0)
+		for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			total += p.Value
+		}
+		fmt.Println(m.Name, total)
+	}
+	// Output: throttle.decisions 2
+}

@@ -1,0 +1,199 @@
+package otelthrottle_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/otelthrottle"
+	"github.com/quotakit/throttle/waiters"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// downStore is a shared store that cannot be reached.
+type downStore struct{}
+
+var errDown = errors.New("connection refused")
+
+func (downStore) Take(context.Context, *throttle.Demand) (throttle.Decision, error) {
+	return throttle.Decision{}, errDown
+}
+func (downStore) Cancel(context.Context, *throttle.Reservation) error        { return errDown }
+func (downStore) Pause(context.Context, string, string, time.Duration) error { return errDown }
+
+// collect reads every metric from reader, by name.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]metricdata.Aggregation {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(t, otelthrottle.ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+// sums returns a counter's points as "attr=value,..." → value.
+func sums(t *testing.T, data metricdata.Aggregation) map[string]int64 {
+	t.Helper()
+	s, ok := data.(metricdata.Sum[int64])
+	require.True(t, ok, "%T is not an int64 sum", data)
+	out := map[string]int64{}
+	for _, p := range s.DataPoints {
+		out[attrs(p.Attributes)] = p.Value
+	}
+	return out
+}
+
+func gauge(t *testing.T, data metricdata.Aggregation) int64 {
+	t.Helper()
+	g, ok := data.(metricdata.Gauge[int64])
+	require.True(t, ok, "%T is not an int64 gauge", data)
+	require.Len(t, g.DataPoints, 1)
+	return g.DataPoints[0].Value
+}
+
+func attrs(s attribute.Set) string {
+	out := ""
+	for _, kv := range s.ToSlice() {
+		if out != "" {
+			out += ","
+		}
+		out += string(kv.Key) + "=" + kv.Value.Emit()
+	}
+	return out
+}
+
+func TestMetricsOfAScriptedSequence(t *testing.T) {
+	var calls atomic.Int64
+	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		calls.Add(1)
+	}))
+	defer vendor.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	var theirs atomic.Int64
+	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{OnDecision: func(throttle.DecisionEvent) { theirs.Add(1) }})
+	require.NoError(t, err)
+
+	policy := throttle.Policy{Rules: []throttle.Rule{
+		{Name: "api", Path: "/api", Wait: waiters.FailFast(),
+			Limits: []throttle.Limit{{Name: "per-minute", Rate: 2, Per: time.Minute}}},
+		{Name: "slow", Path: "/slow", Wait: waiters.Block(),
+			Limits: []throttle.Limit{{Name: "paced", Rate: 1, Per: 50 * time.Millisecond, Burst: 1}}},
+		{Name: "busy", Path: "/busy", Wait: waiters.FailFast(), Learn: throttle.Learning{Jitter: -1}},
+		{Name: "new", Path: "/new", Wait: waiters.FailFast(), Shadow: true,
+			Limits: []throttle.Limit{{Name: "tight", Rate: 1, Per: time.Minute}}},
+	}}
+	tr, err := throttle.NewTransport(base, policy, throttle.WithHooks(hooks))
+	require.NoError(t, err)
+	send := func(tr http.RoundTripper, path string) error {
+		req, _ := http.NewRequest(http.MethodGet, vendor.URL+path, nil)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+
+	// api: 2 allowed, 1 refused by its limit.
+	require.NoError(t, send(tr, "/api"))
+	require.NoError(t, send(tr, "/api"))
+	require.ErrorIs(t, send(tr, "/api"), throttle.ErrLimited)
+	// slow: 1 allowed, 1 waited for its slot.
+	require.NoError(t, send(tr, "/slow"))
+	require.NoError(t, send(tr, "/slow"))
+	// busy: the vendor says 429, Retry-After 30: a pause; the next is refused by it.
+	require.NoError(t, send(tr, "/busy"))
+	require.ErrorIs(t, send(tr, "/busy"), throttle.ErrLimited)
+	// new (shadow): 1 allowed, 1 refused but sent.
+	require.NoError(t, send(tr, "/new"))
+	require.NoError(t, send(tr, "/new"))
+
+	got := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"limit=,outcome=allowed,rule=api,shadow=false":           2,
+		"limit=per-minute,outcome=refused,rule=api,shadow=false": 1,
+		"limit=,outcome=allowed,rule=slow,shadow=false":          1,
+		"limit=,outcome=waited,rule=slow,shadow=false":           1,
+		"limit=,outcome=allowed,rule=busy,shadow=false":          1,
+		"limit=,outcome=refused,rule=busy,shadow=false":          1,
+		"limit=,outcome=allowed,rule=new,shadow=true":            1,
+		"limit=tight,outcome=refused,rule=new,shadow=true":       1,
+	}, sums(t, got["throttle.decisions"]))
+	assert.Equal(t, map[string]int64{"rule=busy,status=429": 1}, sums(t, got["throttle.vendor.limited"]))
+	assert.Equal(t, int64(1), gauge(t, got["throttle.pauses.active"]), "busy is paused")
+	assert.Equal(t, int64(0), gauge(t, got["throttle.store.state"]))
+
+	wait, ok := got["throttle.wait"].(metricdata.Histogram[float64])
+	require.True(t, ok)
+	require.Len(t, wait.DataPoints, 1)
+	assert.Equal(t, uint64(1), wait.DataPoints[0].Count, "one request waited")
+	assert.Greater(t, wait.DataPoints[0].Sum, 0.0)
+	assert.Equal(t, "outcome=waited,rule=slow", attrs(wait.DataPoints[0].Attributes))
+
+	st, ok := got["throttle.store.duration"].(metricdata.Histogram[float64])
+	require.True(t, ok)
+	var n uint64
+	for _, p := range st.DataPoints {
+		n += p.Count
+	}
+	assert.Equal(t, uint64(8), n, "every decision but the one the local pause refused called the store")
+
+	assert.Equal(t, int64(9), theirs.Load(), "the caller's own hook still runs")
+	assert.Equal(t, int64(7), calls.Load(), "sent: api 2, slow 2, busy 1, new (shadow) 2")
+}
+
+func TestMetricsOfAStoreOutage(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{})
+	require.NoError(t, err)
+	vendor := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer vendor.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr, err := throttle.NewTransport(base, throttle.Policy{Instances: 2, Rules: []throttle.Rule{{
+		Name: "api", Wait: waiters.FailFast(),
+		Limits: []throttle.Limit{{Name: "per-minute", Rate: 10, Per: time.Minute}},
+	}}}, throttle.WithStore(downStore{}), throttle.WithHooks(hooks))
+	require.NoError(t, err)
+
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodGet, vendor.URL, nil)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err, "the local share decides")
+		resp.Body.Close()
+	}
+	got := collect(t, reader)
+	fallbacks := sums(t, got["throttle.fallback"])
+	assert.Equal(t, int64(3), fallbacks["mode=local,rule=api"])
+	errs := sums(t, got["throttle.store.errors"])
+	assert.Positive(t, errs["operation=take,rule=api"])
+	assert.Equal(t, int64(2), gauge(t, got["throttle.store.state"]), "after 3 failures the breaker is open")
+}
