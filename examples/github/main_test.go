@@ -33,7 +33,10 @@ func TestRunOffline(t *testing.T) {
 	assert.Equal(t, github.ContentPerMinute, sum.fake.Created)
 	assert.Equal(t, github.SearchPerMinute, sum.fake.ByResource["search"])
 	assert.Equal(t, github.CodeSearchPerMinute, sum.fake.ByResource["code_search"])
-	assert.Equal(t, 2*github.EndpointPoints+github.ContentPerMinute, sum.fake.ByResource["core"], "two read endpoints and the comments")
+	// The reads fill two endpoints' windows only if the machine keeps up
+	// (under -race on a loaded machine it may not in 2 s): never more.
+	assert.LessOrEqual(t, sum.fake.ByResource["core"], 2*github.EndpointPoints+github.ContentPerMinute, "two read endpoints and the comments")
+	assert.Greater(t, sum.fake.ByResource["core"], github.ContentPerMinute)
 }
 
 // Two processes of the example side by side, sharing a Redis and the
