@@ -26,6 +26,10 @@ func TestCluster(t *testing.T) {
 	}
 	prefix := redistest.Prefix(t)
 
+	t.Run("Inspect", func(t *testing.T) {
+		inspectConcurrency(t, newStoreOn(t, newCluster(t), prefix))
+	})
+
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, storetest.Config{
 			New: func(t *testing.T, now func() time.Time) throttle.Store {

@@ -1,0 +1,252 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// A State is what [Store.Inspect] reports about one counter or pause of a
+// scope, read without charging anything.
+type State struct {
+	// Limit is the limit's name; empty for a pause.
+	Limit string
+
+	// Algorithm is the limit's algorithm (zero for a pause).
+	Algorithm throttle.Algorithm
+
+	// Key is the counter's key within the limit, or the pause key, as
+	// stored: escaped, with secrets already hashed by the key functions.
+	Key string
+
+	// Used and Remaining are how much of the limit is taken and left now:
+	// for GCRA, of its burst; for the window algorithms, of the current
+	// window; for Concurrency, slots. Zero for a pause.
+	Used, Remaining int64
+
+	// Reset is how long until the counter is back to full (the limit), or
+	// until the pause ends.
+	Reset time.Duration
+}
+
+// Pause reports whether s describes a pause.
+func (s State) Pause() bool { return s.Limit == "" }
+
+// Inspect reports the live state of every counter and pause of scope
+// whose limit is one of limits (a counter of another limit is skipped:
+// its parameters are needed to read it). It reads Redis's clock once and
+// each key once; it writes nothing. States come sorted by limit, then
+// key; pauses first.
+func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Limit) ([]State, error) {
+	byName := make(map[string]throttle.Limit, len(limits))
+	for _, l := range limits {
+		byName[algTag(l.Algorithm)+l.Name] = l
+	}
+	ks := newKeys(s.prefix, scope)
+	names, err := s.scopeKeys(ctx, ks)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: inspect: %w", err)
+	}
+	tm, err := s.client.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: inspect: %w", err)
+	}
+	now := tm.UnixMicro()
+	var out []State
+	for _, name := range names {
+		rest := strings.TrimPrefix(name, ks.base)
+		if key, ok := strings.CutPrefix(rest, "p:"); ok {
+			end, err := s.client.Get(ctx, name).Int64()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("redisstore: inspect: %w", err)
+			}
+			if end > now {
+				out = append(out, State{Key: key, Reset: micros(end - now)})
+			}
+			continue
+		}
+		tag, after, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		lname, key, ok := strings.Cut(after, ":")
+		if !ok {
+			continue
+		}
+		l, ok := byName[tag+":"+lname]
+		if !ok {
+			continue // replies, MULTI/EXEC counters, limits not asked for
+		}
+		st, err := s.inspectLimit(ctx, name, l, key, now)
+		if errors.Is(err, redis.Nil) {
+			continue // expired since the scan
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: inspect: %w", err)
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Limit != out[j].Limit {
+			return out[i].Limit < out[j].Limit
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out, nil
+}
+
+// inspectLimit reads one limit key.
+func (s *Store) inspectLimit(ctx context.Context, name string, l throttle.Limit, key string, now int64) (State, error) {
+	st := State{Limit: l.Name, Algorithm: l.Algorithm, Key: key}
+	per, rate := l.Per.Microseconds(), int64(l.Rate)
+	switch l.Algorithm {
+	case throttle.GCRA:
+		tat, err := s.client.Get(ctx, name).Int64()
+		if err != nil {
+			return st, err
+		}
+		b := int64(burst(l))
+		t := (per + rate - 1) / rate
+		if tat > now {
+			st.Used = min((tat-now+t-1)/t, b)
+			st.Reset = micros(tat - now)
+		}
+		st.Remaining = b - st.Used
+	case throttle.FixedWindow, throttle.SlidingWindow:
+		h, err := s.client.HGetAll(ctx, name).Result()
+		if err != nil {
+			return st, err
+		}
+		k := now / per
+		cur := hashInt(h, k)
+		if l.Algorithm == throttle.FixedWindow {
+			st.Used = cur
+			if cur > 0 {
+				st.Reset = micros((k+1)*per - now)
+			}
+		} else {
+			prev, e := hashInt(h, k-1), now%per
+			st.Used = cur + (prev*(per-e)+per-1)/per // the weighted count, rounded up
+			switch {
+			case cur > 0:
+				st.Reset = micros((k+2)*per - now)
+			case prev > 0:
+				st.Reset = micros((k+1)*per - now)
+			}
+		}
+		st.Remaining = max(rate-st.Used, 0)
+	case throttle.SlidingLog, throttle.Concurrency:
+		from := "(" + strconv.FormatInt(now-per, 10) // log entries of the last Per
+		if l.Algorithm == throttle.Concurrency {
+			from = "(" + strconv.FormatInt(now, 10) // unexpired leases
+		}
+		zs, err := s.client.ZRangeByScoreWithScores(ctx, name, &redis.ZRangeBy{Min: from, Max: "+inf"}).Result()
+		if err != nil {
+			return st, err
+		}
+		var last int64
+		for _, z := range zs {
+			cost := int64(1)
+			if m, ok := z.Member.(string); ok && l.Algorithm == throttle.SlidingLog {
+				if c, _, ok := strings.Cut(m, ":"); ok {
+					if n, err := strconv.ParseInt(c, 10, 64); err == nil {
+						cost = n
+					}
+				}
+			}
+			st.Used += cost
+			last = max(last, int64(z.Score))
+		}
+		if len(zs) > 0 {
+			if l.Algorithm == throttle.SlidingLog {
+				last += per
+			}
+			st.Reset = micros(last - now)
+		}
+		st.Remaining = max(rate-st.Used, 0)
+	}
+	return st, nil
+}
+
+func hashInt(h map[string]string, k int64) int64 {
+	n, _ := strconv.ParseInt(h[strconv.FormatInt(k, 10)], 10, 64)
+	return n
+}
+
+func micros(us int64) time.Duration { return time.Duration(max(us, 0)) * time.Microsecond }
+
+// scopeKeys lists the keys of a scope, on whichever node holds its slot.
+func (s *Store) scopeKeys(ctx context.Context, ks keys) ([]string, error) {
+	match := escapeGlob(ks.base) + "*"
+	scan := func(ctx context.Context, c *redis.Client) ([]string, error) {
+		var out []string
+		iter := c.Scan(ctx, 0, match, 1000).Iterator()
+		for iter.Next(ctx) {
+			out = append(out, iter.Val())
+		}
+		return out, iter.Err()
+	}
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return scan(ctx, c)
+	case *redis.ClusterClient:
+		var (
+			mu  sync.Mutex
+			out []string
+		)
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			names, err := scan(ctx, m)
+			mu.Lock()
+			out = append(out, names...)
+			mu.Unlock()
+			return err
+		})
+		return out, err
+	}
+	return nil, fmt.Errorf("inspecting needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+}
+
+// escapeGlob escapes the glob characters of SCAN's MATCH.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// ResetLimit forgets everything charged to key of limit l in scope: the
+// next decision finds the limit full. It does not touch pauses.
+func (s *Store) ResetLimit(ctx context.Context, scope string, l throttle.Limit, key string) error {
+	ks := newKeys(s.prefix, scope)
+	b := throttle.Bucket{Limit: l, Key: key}
+	if err := s.client.Del(ctx, ks.limit(&b)).Err(); err != nil {
+		return fmt.Errorf("redisstore: reset: %w", err)
+	}
+	return nil
+}
+
+// ClearPause ends the pause key of scope now (the empty key is the
+// scope-wide pause). Instances that learned the pause themselves keep
+// their local copy until it ends.
+func (s *Store) ClearPause(ctx context.Context, scope, key string) error {
+	ks := newKeys(s.prefix, scope)
+	if err := s.client.Del(ctx, ks.pause(key)).Err(); err != nil {
+		return fmt.Errorf("redisstore: clear pause: %w", err)
+	}
+	return nil
+}
