@@ -17,6 +17,10 @@
 //	      - {name: global, rate: 100, per: 30m}
 //	      - {name: category, rate: 10, per: 30m, key: "context:category", algorithm: sliding-log}
 //
+// presets: [slack, github] appends the rules of those presets (with their
+// default options; see [Presets]) after the file's own rules, so the
+// file's rules take precedence.
+//
 // Rule fields: name, host, method, path, scope, wait, cost (a number),
 // cost_by_method ({default: 5, GET: 1}), shadow, on_store_failure, limits,
 // learn (off, max_pause, default_pause, jitter, sync, sync_resource,
@@ -35,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -42,8 +47,26 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/presets/github"
+	"github.com/quotakit/throttle/presets/slack"
 	"github.com/quotakit/throttle/waiters"
 )
+
+// Presets are the presets a file can name, each giving its rules with the
+// preset's default options. Add your own before loading files.
+var Presets = map[string]func() []throttle.Rule{
+	"slack":  func() []throttle.Rule { return slack.Rules(slack.Options{}) },
+	"github": func() []throttle.Rule { return github.Rules(github.Options{}) },
+}
+
+func presetNames() string {
+	names := make([]string, 0, len(Presets))
+	for n := range Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
 
 // An Error reports one problem in a policy file. It matches
 // [throttle.ErrInvalidPolicy] with errors.Is, and unwraps to the
@@ -153,10 +176,11 @@ func yamlLine(err error) int {
 
 // file is the document's schema.
 type file struct {
-	Instances       int    `yaml:"instances"`
-	OnStoreFailure  string `yaml:"on_store_failure"`
-	RefuseUnmatched bool   `yaml:"refuse_unmatched"`
-	Rules           []rule `yaml:"rules"`
+	Presets         []string `yaml:"presets"`
+	Instances       int      `yaml:"instances"`
+	OnStoreFailure  string   `yaml:"on_store_failure"`
+	RefuseUnmatched bool     `yaml:"refuse_unmatched"`
+	Rules           []rule   `yaml:"rules"`
 }
 
 type rule struct {
@@ -225,6 +249,14 @@ func (b *builder) policy(f file) throttle.Policy {
 	}
 	for i, fr := range f.Rules {
 		p.Rules = append(p.Rules, b.rule(i, fr))
+	}
+	for i, name := range f.Presets {
+		rules, ok := Presets[name]
+		if !ok {
+			b.bad(-1, "", fmt.Sprintf("presets[%d]", i), fmt.Errorf("unknown preset %q (%s)", name, presetNames()))
+			continue
+		}
+		p.Rules = append(p.Rules, rules()...)
 	}
 	return p
 }

@@ -193,3 +193,26 @@ func TestReadmeExample(t *testing.T) {
 	_, err = throttle.NewTransport(nil, p)
 	require.NoError(t, err)
 }
+
+func TestPresetsByName(t *testing.T) {
+	doc := "presets: [slack, github]\nrules:\n  - name: mine\n    host: api.example.com\n"
+	p, err := policyfile.Load("p.yaml", []byte(doc))
+	require.NoError(t, err)
+	require.Greater(t, len(p.Rules), 3)
+	assert.Equal(t, "mine", p.Rules[0].Name, "the file's rules come first")
+	names := map[string]bool{}
+	for _, r := range p.Rules {
+		names[r.Host] = true
+	}
+	assert.True(t, names["slack.com"] || names["*.slack.com"], "slack rules: %v", names)
+	assert.True(t, names["api.github.com"], "github rules: %v", names)
+	_, err = throttle.NewTransport(nil, p)
+	require.NoError(t, err)
+
+	_, err = policyfile.Load("p.yaml", []byte("presets: [twitter]\n"))
+	var fe *policyfile.Error
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, 1, fe.Line)
+	assert.Equal(t, "presets[0]", fe.Field)
+	assert.ErrorContains(t, err, `unknown preset "twitter" (github, slack)`)
+}
