@@ -44,6 +44,13 @@ import (
 // ScopeName is the instrumentation scope of the meter.
 const ScopeName = "github.com/quotakit/throttle/otelthrottle"
 
+// Histogram bucket boundaries, in seconds: waits from a millisecond to ten
+// minutes (the default MaxPause), store calls from 50 µs to a second.
+var (
+	waitBounds  = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	storeBounds = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+)
+
 // recorder holds the instruments and what the gauges report.
 type recorder struct {
 	decisions, storeErrors, fallbacks, vendorLimited metric.Int64Counter
@@ -71,8 +78,9 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		err = firstErr(err, e)
 		return c
 	}
-	hist := func(name, desc string) metric.Float64Histogram {
-		h, e := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"))
+	hist := func(name, desc string, bounds []float64) metric.Float64Histogram {
+		h, e := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(bounds...))
 		err = firstErr(err, e)
 		return h
 	}
@@ -80,8 +88,8 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 	r.storeErrors = counter("throttle.store.errors", "Store calls that failed, by rule and operation.")
 	r.fallbacks = counter("throttle.fallback", "Decisions made by a failure mode because the store could not decide.")
 	r.vendorLimited = counter("throttle.vendor.limited", "Vendor answers that said slow down, by rule and status.")
-	r.wait = hist("throttle.wait", "Time requests waited for their quota.")
-	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call.")
+	r.wait = hist("throttle.wait", "Time requests waited for their quota.", waitBounds)
+	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call.", storeBounds)
 	_, e := m.Int64ObservableGauge("throttle.pauses.active",
 		metric.WithDescription("Rules whose learned pause has not ended."),
 		metric.WithInt64Callback(r.observePauses))
