@@ -127,12 +127,20 @@ type StoreEvent struct {
 	Outage time.Duration
 }
 
-// WithLogger makes the transport log every change of the store's state
-// (see [StoreEvent]) to l: once per change, never per request, at level
-// Warn when the store starts failing or the breaker opens and Info when it
-// answers again. Log records carry the states, the count of failed calls,
-// the outage's length and the store's error; never a key. A nil l (the
-// default) logs nothing; [Hooks].OnStoreState receives the same events.
+// WithLogger makes the transport log to l:
+//
+//   - every change of the store's state (see [StoreEvent]), once per
+//     change, never per request: Warn when the store starts failing or the
+//     breaker opens, Info when it answers again, with the count of failed
+//     calls, the outage's length and the store's error;
+//   - every pause learned from a vendor's answer, at Info (Warn when the
+//     store could not record it), with the rule, status and pause;
+//   - requests refused, given up or failed, at Debug only, with the rule,
+//     limit, outcome and retry time.
+//
+// Records never hold a key, a header or a URL, since those may carry
+// secrets. A nil l (the default) logs nothing; the hooks ([Hooks])
+// receive the same events.
 func WithLogger(l *slog.Logger) Option {
 	return func(t *Transport) { t.logger = l }
 }

@@ -238,8 +238,12 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 	// The store counted p from when it got the call: the local copy must
 	// not end before the shared pause does.
 	t.learned.keep(r.pauseID(pk), t.now().Add(p))
-	if t.hooks.OnPause != nil {
-		t.hooks.OnPause(PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err})
+	if t.hooks.OnPause != nil || t.logger != nil {
+		ev := PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err}
+		if t.hooks.OnPause != nil {
+			t.hooks.OnPause(ev)
+		}
+		t.logPause(ev)
 	}
 	return limited
 }

@@ -213,6 +213,7 @@ func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (Dec
 	if t.hooks.OnDecision != nil {
 		t.hooks.OnDecision(ev)
 	}
+	t.logDecision(req.Context(), ev)
 	if r.Shadow {
 		ev.Err = nil // recorded, not enforced
 	}
