@@ -85,26 +85,40 @@ func BenchmarkTransportOverhead(b *testing.B) {
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 	})
-	tr, err := throttle.NewTransport(base, notifierPolicy(1<<20, 1<<20, nil))
-	if err != nil {
-		b.Fatal(err)
-	}
-	reqs := make([]*http.Request, 8)
-	for i := range reqs {
-		ctx := throttle.WithKey(context.Background(), "category", "cat"+strconv.Itoa(i))
-		reqs[i], _ = http.NewRequestWithContext(ctx, "POST", "http://127.0.0.1/hook", nil)
-	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			resp, err := tr.RoundTrip(reqs[i%len(reqs)])
+	// "hooks" sets every hook to a no-op, to show what they cost; with
+	// none set ("no-hooks") the hook machinery allocates nothing.
+	for _, tc := range []struct {
+		name string
+		opts []throttle.Option
+	}{
+		{"no-hooks", nil},
+		{"hooks", []throttle.Option{throttle.WithHooks(throttle.Hooks{
+			OnDecision: func(throttle.DecisionEvent) {}, OnPause: func(throttle.PauseEvent) {},
+		})}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			tr, err := throttle.NewTransport(base, notifierPolicy(1<<20, 1<<20, nil), tc.opts...)
 			if err != nil {
-				b.Error(err)
-				return
+				b.Fatal(err)
 			}
-			resp.Body.Close()
-			i++
-		}
-	})
+			reqs := make([]*http.Request, 8)
+			for i := range reqs {
+				ctx := throttle.WithKey(context.Background(), "category", "cat"+strconv.Itoa(i))
+				reqs[i], _ = http.NewRequestWithContext(ctx, "POST", "http://127.0.0.1/hook", nil)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					resp, err := tr.RoundTrip(reqs[i%len(reqs)])
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					resp.Body.Close()
+					i++
+				}
+			})
+		})
+	}
 }
