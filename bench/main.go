@@ -2,7 +2,7 @@
 // with its peers, against one redis-server that it starts itself on a free
 // loopback port, and prints a markdown table.
 //
-//	cd bench && go run .
+//	cd bench && GOWORK=off go run .
 //
 // For each concurrency (1, 8 and 64 callers) it runs every contender for a
 // fixed time (-d, split into -r rounds in which the contenders take turns,
