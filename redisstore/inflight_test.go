@@ -73,14 +73,18 @@ func newInstance(t *testing.T, addr, prefix, host string, slots int, lease time.
 			{Name: "inflight", Rate: slots, Per: lease, Algorithm: throttle.Concurrency},
 		},
 		Wait: waiters.Block(),
-	}}}, throttle.WithStore(in.store), throttle.WithHooks(throttle.Hooks{
-		OnLease: func(e throttle.LeaseEvent) {
-			select {
-			case in.events <- e:
-			default:
-			}
-		},
-	}))
+	}}}, throttle.WithStore(in.store),
+		// A slow call under -race must not fall back to a local share,
+		// which would admit more than the shared slots.
+		throttle.WithBreaker(throttle.Breaker{CallTimeout: 10 * time.Second}),
+		throttle.WithHooks(throttle.Hooks{
+			OnLease: func(e throttle.LeaseEvent) {
+				select {
+				case in.events <- e:
+				default:
+				}
+			},
+		}))
 	require.NoError(t, err)
 	in.client = &http.Client{Transport: tr}
 	return in
