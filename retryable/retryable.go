@@ -41,7 +41,6 @@ package retryable
 import (
 	"context"
 	"errors"
-	"math"
 	"net/http"
 	"time"
 
@@ -151,7 +150,9 @@ func (p Policy) Backoff(minWait, maxWait time.Duration, attempt int, resp *http.
 			return min(d, p.maxWait())
 		}
 	}
-	return exponential(minWait, maxWait, attempt)
+	// No response to go by: go-retryablehttp's own exponential backoff
+	// (its Retry-After handling is what this Policy replaces).
+	return retryablehttp.DefaultBackoff(minWait, maxWait, attempt, nil)
 }
 
 // responseWait is how long resp asks to wait: its Retry-After or reset, or
@@ -191,16 +192,4 @@ func (p Policy) slowDown(resp *http.Response) bool {
 		return true
 	}
 	return p.Transport != nil && resp.Request != nil && p.Transport.LearnedPause(resp.Request) > 0
-}
-
-// exponential is min·2^attempt, at most max.
-func exponential(minWait, maxWait time.Duration, attempt int) time.Duration {
-	if minWait <= 0 {
-		return 0
-	}
-	f := float64(minWait) * math.Pow(2, float64(attempt))
-	if f >= float64(maxWait) || f >= math.MaxInt64 {
-		return max(maxWait, 0)
-	}
-	return time.Duration(f)
 }
