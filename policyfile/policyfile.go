@@ -31,6 +31,11 @@
 // hashed), "path:WILDCARD", "query:NAME", "body:FIELD", "constant:VALUE",
 // each optionally prefixed "hash:" to hash the value. Unknown fields are
 // errors, so a typo does not silently drop a limit.
+//
+// A [Reloader] serves requests with the file's policy and takes up a new
+// version of the file ([Reloader.Reload], or [Reloader.Watch] to poll)
+// without dropping requests; the store, and so what was charged, carries
+// over.
 package policyfile
 
 import (

@@ -15,36 +15,19 @@ import (
 )
 
 // A State is what [Store.Inspect] reports about one counter or pause of a
-// scope, read without charging anything.
-type State struct {
-	// Limit is the limit's name; empty for a pause.
-	Limit string
+// scope: the root's [throttle.LimitState], under the name this package
+// used first.
+type State = throttle.LimitState
 
-	// Algorithm is the limit's algorithm (zero for a pause).
-	Algorithm throttle.Algorithm
+var _ throttle.Inspector = (*Store)(nil)
 
-	// Key is the counter's key within the limit, or the pause key, as
-	// stored: escaped, with secrets already hashed by the key functions.
-	Key string
-
-	// Used and Remaining are how much of the limit is taken and left now:
-	// for GCRA, of its burst; for the window algorithms, of the current
-	// window; for Concurrency, slots. Zero for a pause.
-	Used, Remaining int64
-
-	// Reset is how long until the counter is back to full (the limit), or
-	// until the pause ends.
-	Reset time.Duration
-}
-
-// Pause reports whether s describes a pause.
-func (s State) Pause() bool { return s.Limit == "" }
-
-// Inspect reports the live state of every counter and pause of scope
-// whose limit is one of limits (a counter of another limit is skipped:
-// its parameters are needed to read it). It reads Redis's clock once and
-// each key once; it writes nothing. States come sorted by limit, then
-// key; pauses first.
+// Inspect implements [throttle.Inspector.Inspect]: it reports the live
+// state of every counter and pause of scope whose limit is one of limits
+// (a counter of another limit is skipped: its parameters are needed to
+// read it). It lists the scope's keys with SCAN (on every master of a
+// Cluster), reads Redis's clock once and each key once; it writes
+// nothing, and runs no script. States come sorted by limit, then key;
+// pauses first.
 func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Limit) ([]State, error) {
 	byName := make(map[string]throttle.Limit, len(limits))
 	for _, l := range limits {
@@ -55,11 +38,10 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Lim
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: inspect: %w", err)
 	}
-	tm, err := s.client.Time(ctx).Result()
+	now, err := s.clockMicros(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: inspect: %w", err)
 	}
-	now := tm.UnixMicro()
 	var out []State
 	for _, name := range names {
 		rest := strings.TrimPrefix(name, ks.base)
@@ -95,7 +77,9 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Lim
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: inspect: %w", err)
 		}
-		out = append(out, st)
+		if st.Used > 0 { // else the same as a fresh counter, about to expire
+			out = append(out, st)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Limit != out[j].Limit {
@@ -104,6 +88,19 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Lim
 		return out[i].Key < out[j].Key
 	})
 	return out, nil
+}
+
+// clockMicros is the instant the scripts would use: Redis's TIME, or the
+// test clock of withNow.
+func (s *Store) clockMicros(ctx context.Context) (int64, error) {
+	if s.now != nil {
+		return s.now().UnixMicro(), nil
+	}
+	tm, err := s.client.Time(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	return tm.UnixMicro(), nil
 }
 
 // inspectLimit reads one limit key.
@@ -229,8 +226,10 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// ResetLimit forgets everything charged to key of limit l in scope: the
-// next decision finds the limit full. It does not touch pauses.
+// ResetLimit implements [throttle.Inspector.ResetLimit]: it forgets
+// everything charged to key of limit l in scope, so the next decision
+// finds the limit full. It does not touch pauses. Callers waiting for a
+// Concurrency slot notice at their next poll.
 func (s *Store) ResetLimit(ctx context.Context, scope string, l throttle.Limit, key string) error {
 	ks := newKeys(s.prefix, scope)
 	b := throttle.Bucket{Limit: l, Key: key}
@@ -240,9 +239,10 @@ func (s *Store) ResetLimit(ctx context.Context, scope string, l throttle.Limit, 
 	return nil
 }
 
-// ClearPause ends the pause key of scope now (the empty key is the
-// scope-wide pause). Instances that learned the pause themselves keep
-// their local copy until it ends.
+// ClearPause implements [throttle.Inspector.ClearPause]: it ends the
+// pause key of scope now (the empty key is the scope-wide pause).
+// Instances that learned the pause themselves keep their local copy until
+// it ends.
 func (s *Store) ClearPause(ctx context.Context, scope, key string) error {
 	ks := newKeys(s.prefix, scope)
 	if err := s.client.Del(ctx, ks.pause(key)).Err(); err != nil {

@@ -45,6 +45,9 @@
 //   - Reservations (MaxWait > 0) at the earliest instant all limits and
 //     pauses allow, and Cancel's refunds.
 //   - Pauses, and errors: [throttle.ErrCostTooHigh], costs below 1.
+//   - For a [throttle.Inspector]: the live state of every algorithm and
+//     of pauses, read without charging anything; ResetLimit and
+//     ClearPause.
 //   - Exact admitted counts under contention (64 goroutines; with
 //     Config.Instances, also 8 instances of 8 goroutines), and
 //     concurrent reservations that never exceed a limit.

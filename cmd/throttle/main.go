@@ -128,8 +128,9 @@ func scopeOf(r throttle.Rule) string {
 	return r.Name
 }
 
-// state prints every scope's counters and pauses.
-func state(ctx context.Context, s *redisstore.Store, p throttle.Policy, out io.Writer) error {
+// state prints every scope's counters and pauses, as any
+// [throttle.Inspector] reports them.
+func state(ctx context.Context, s throttle.Inspector, p throttle.Policy, out io.Writer) error {
 	var scopes []string
 	limits := map[string][]throttle.Limit{}
 	for _, r := range p.Rules {

@@ -1,0 +1,75 @@
+package policyfile_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/policyfile"
+)
+
+// A Reloader puts a new version of the policy file in force without
+// dropping requests, keeps what was charged, and refuses a bad file.
+func ExampleNewReloader() {
+	dir, err := os.MkdirTemp("", "policy")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "policy.yaml")
+	write := func(rate int) {
+		doc := fmt.Sprintf(`rules:
+  - name: api
+    host: api.example.com
+    wait: fail-fast
+    limits:
+      - {name: calls, rate: %d, per: 1h, algorithm: fixed-window}
+`, rate)
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			fmt.Println(err)
+		}
+	}
+
+	write(1)
+	r, err := policyfile.NewReloader(path, okTransport{}) // okTransport: a vendor answering 200
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: r}
+	call := func() {
+		resp, err := client.Get("https://api.example.com/x")
+		if err != nil {
+			fmt.Println("refused:", errors.Is(err, throttle.ErrLimited))
+			return
+		}
+		resp.Body.Close()
+		fmt.Println("sent")
+	}
+	call()
+	call()
+
+	write(2) // in production: go r.Watch(ctx, 5*time.Second, report)
+	changed, err := r.Reload()
+	fmt.Println("reloaded:", changed, err)
+	call() // the first call still counts: 2 of 2
+	call()
+
+	write(0)
+	_, err = r.Reload()
+	var fe *policyfile.Error
+	if errors.As(err, &fe) {
+		fmt.Printf("kept the old policy: line %d, rule %s, field %s\n", fe.Line, fe.Rule, fe.Field)
+	}
+	// Output:
+	// sent
+	// refused: true
+	// reloaded: true <nil>
+	// sent
+	// refused: true
+	// kept the old policy: line 6, rule api, field limits[0].rate
+}
