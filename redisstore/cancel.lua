@@ -32,7 +32,12 @@ for i = 1, #KEYS do
     if tonumber(redis.call('GET', key)) == mark then
       local tat = mark - a
       if tat > now then
-        redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+        -- The expiry rule of GCRA keys (take_gcra.lua).
+        if slack > 0 then
+          redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+        else
+          redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (math.floor(tat / 1000000) + 2) * 1000))
+        end
       else
         redis.call('DEL', key) -- the same as a fresh bucket
       end

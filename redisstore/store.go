@@ -167,10 +167,7 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	if gcraOnly {
 		script = takeGCRAScript
 		args = make([]any, 0, 3+2*len(d.Limits))
-		args = append(args, maxWait, "")
-		if len(d.Pauses) > 0 || s.replayMS > 0 {
-			args[1] = strconv.Itoa(len(d.Pauses)) + " " + formatInt(s.replayMS)
-		}
+		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS))
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			t := gcraInterval(l)
@@ -214,6 +211,20 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	return parseTake(res, d, id)
+}
+
+// gcraMode is take_gcra.lua's second argument: "P M", P pause keys and
+// the reply remembered for M ms. The common ones are constants.
+func gcraMode(pauses int, replayMS int64) string {
+	if replayMS == 0 {
+		switch pauses {
+		case 0:
+			return "0 0"
+		case 1:
+			return "1 0"
+		}
+	}
+	return strconv.Itoa(pauses) + " " + formatInt(replayMS)
 }
 
 // gcraInterval is the GCRA emission interval T = ceil(Per/Rate) in µs.

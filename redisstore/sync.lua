@@ -41,7 +41,12 @@ if alg == '0' then
   local tat = now + within + a
   local cur = tonumber(redis.call('GET', key)) or 0
   if tat <= cur then return 0 end
-  redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  -- The expiry rule of GCRA keys (take_gcra.lua).
+  if slack > 0 then
+    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  else
+    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (math.floor(tat / 1000000) + 2) * 1000))
+  end
   return 1
 end
 

@@ -177,7 +177,8 @@ for i = 1, nl do
 end
 
 -- Charge every limit at t. TTLs (ms, rounded up) end when the state can no
--- longer matter: at the arrival time, at the end of the window (one window
+-- longer matter: 1 to 2 s after the arrival time (GCRA's expiry rule, see
+-- take_gcra.lua), at the end of the window (one window
 -- later for the sliding window, which reads it as the previous one), or
 -- Per after the newest log entry.
 local r = {1, t - now, -1, -1}
@@ -186,10 +187,21 @@ for i = 1, nl do
   local alg, a = ARGV[j], tonumber(ARGV[j + 1])
   local key = KEYS[np + i]
   if alg == '0' then
-    local tat = st[i]
+    local old = st[i]
+    local tat = old
     if tat < t then tat = t end
     tat = tat + a
-    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    -- The expiry rule of GCRA keys (take_gcra.lua): at the end of the
+    -- second after the one that holds the value, rewritten only when the
+    -- value moves to another second.
+    local s = fmt('%d', tat)
+    if slack > 0 then
+      redis.call('SET', key, s, 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and math.floor(old / 1000000) == math.floor(tat / 1000000) then
+      redis.call('SET', key, s, 'KEEPTTL')
+    else
+      redis.call('SET', key, s, 'PXAT', fmt('%d', (math.floor(tat / 1000000) + 2) * 1000))
+    end
     r[4 + i] = tat
   elseif alg == '4' then
     -- The lease runs from now (a reservation holds its slot while it

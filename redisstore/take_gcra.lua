@@ -6,7 +6,7 @@
 -- short: Redis runs scripts on its only thread, and every redis.call, every
 -- number parsed or formatted and every table (a table reply costs Redis
 -- more than its SET) shows in throughput. A decision is TIME, one read of
--- every key, and one SET PX per limit when granted.
+-- every key, and one SET per limit when granted.
 --
 -- Units: integer microseconds of Redis's clock, as in take.lua (values stay
 -- below 2^53, so doubles are exact; '%d' formats what goes back to Redis).
@@ -18,9 +18,7 @@
 -- one hash tag {scope}; no other key is touched.
 --
 -- ARGV[1]  MaxWait
--- ARGV[2]  "" when there is no pause key and no reply to remember (the
---          common case: one argument fewer to send and parse), else
---          "P M": P pause keys, and remember the reply for M ms (0: not)
+-- ARGV[2]  "P M": P pause keys, and remember the reply for M ms (0: not)
 -- then 2 per limit: a = cost*T, b = Burst*T - cost*T (T = ceil(Per/Rate))
 -- then, only from tests, the current instant to use instead of TIME; so
 --          #ARGV is odd exactly when it is given.
@@ -44,29 +42,76 @@ else
   na = na - 1
 end
 local nl = na / 2 - 1
-local fmt = string.format
+local fmt, floor = string.format, math.floor
 
-if nl == 1 and ARGV[2] == '' then
-  -- One limit, no pause, no replay key: the common case, without tables.
-  local tat = tonumber(redis.call('GET', KEYS[1])) or 0
-  local t = tat - ARGV[4]
-  if t <= now then
-    t = now
-  elseif t - now > tonumber(ARGV[1]) then
-    return fmt('0 %d 0 -1', t - now)
+-- Expiry rule, shared by every script that writes a GCRA key: a key
+-- whose value (its arrival time) lies in second n of Redis's clock expires
+-- at the end of second n + 1, i.e. at (floor(tat/G) + 2) * G µs. While a
+-- value stays within one second, as it does under load, its expiry need
+-- not be rewritten: SET KEEPTTL costs Redis much less than SET PX. A key
+-- thus outlives its arrival time by 1 to 2 s. Test clocks (slack > 0) keep
+-- SET PX. (The rule is inlined: a Lua closure per call costs more than it.)
+local G = 1000000
+
+local mode = ARGV[2]
+if nl <= 2 and (mode == '0 0' or mode == '1 0') then
+  -- At most one pause key, one or two limits, no reply to remember: the
+  -- common cases (a transport's demand has its scope's pause key), in
+  -- straight lines without tables.
+  local t, pause, k = now, -1, 1
+  if mode == '1 0' then
+    local p = tonumber(redis.call('GET', KEYS[1]))
+    if p and p > t then t, pause = p, 0 end
+    k = 2
   end
-  if tat < t then tat = t end
-  tat = tat + ARGV[3]
-  redis.call('SET', KEYS[1], fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-  if t == now then return tat end
-  return fmt('1 %d -1 -1 %d', t - now, tat)
+  local old1 = tonumber(redis.call('GET', KEYS[k])) or 0
+  local old2, binding = 0, -1
+  local e = old1 - ARGV[4]
+  if e > t then t, binding = e, 0 end
+  if nl == 2 then
+    old2 = tonumber(redis.call('GET', KEYS[k + 1])) or 0
+    e = old2 - ARGV[6]
+    if e > t then t, binding = e, 1 end
+  end
+  if t - now > tonumber(ARGV[1]) then
+    return fmt('0 %d %d %d', t - now, binding, pause)
+  end
+  local tat1, tat2
+  for i = 1, nl do
+    local old = old1
+    if i == 2 then old = old2 end
+    local tat = old
+    if tat < t then tat = t end
+    tat = tat + ARGV[1 + 2 * i]
+    local key = KEYS[k + i - 1]
+    if slack > 0 then
+      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and floor(old / G) == floor(tat / G) then
+      redis.call('SET', key, fmt('%d', tat), 'KEEPTTL')
+    else
+      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / G) + 2) * 1000))
+    end
+    if i == 1 then tat1 = tat else tat2 = tat end
+  end
+  if nl == 2 then return fmt('1 %d -1 -1 %d %d', t - now, tat1, tat2) end
+  if t == now then return tat1 end
+  return fmt('1 %d -1 -1 %d', t - now, tat1)
 end
 
-local np, rttl = 0, '0'
-if ARGV[2] ~= '' then
-  np, rttl = string.match(ARGV[2], '^(%d+) (%d+)$')
-  np = tonumber(np)
+-- put writes a limit's new arrival time tat over old (0: none), by the
+-- expiry rule above.
+local function put(key, old, tat)
+  if slack > 0 then
+    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  elseif old > 0 and floor(old / G) == floor(tat / G) then
+    redis.call('SET', key, fmt('%d', tat), 'KEEPTTL')
+  else
+    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / G) + 2) * 1000))
+  end
 end
+
+local np, rttl = string.match(mode, '^(%d+) (%d+)$')
+np = tonumber(np)
 local replay = rttl ~= '0'
 
 -- One read for every key: pauses, limits and the replay key.
@@ -89,27 +134,25 @@ for i = 1, np do
   local p = tonumber(v[i])
   if p and p > t then t, pause = p, i - 1 end
 end
-local tats = {}
+local olds = {}
 for i = 1, nl do
-  local tat = tonumber(v[np + i]) or 0
-  tats[i] = tat
-  local e = tat - ARGV[2 + 2 * i]
+  local old = tonumber(v[np + i]) or 0
+  olds[i] = old
+  local e = old - ARGV[2 + 2 * i]
   if e > t then t, binding = e, i - 1 end
 end
 if t - now > tonumber(ARGV[1]) then
   return fmt('0 %d %d %d', t - now, binding, pause)
 end
 
--- Charge every limit at t; each key lives until its new arrival time
--- (ms, rounded up), after which it reads as a fresh bucket.
+-- Charge every limit at t.
 local marks = ''
 for i = 1, nl do
-  local tat = tats[i]
+  local tat = olds[i]
   if tat < t then tat = t end
   tat = tat + ARGV[1 + 2 * i]
-  local s = fmt('%d', tat)
-  redis.call('SET', KEYS[np + i], s, 'PX', math.ceil((tat - now) / 1000) + slack)
-  marks = marks .. ' ' .. s
+  put(KEYS[np + i], olds[i], tat)
+  marks = marks .. ' ' .. fmt('%d', tat)
 end
 if replay then
   redis.call('SET', KEYS[nk], fmt('%d', t) .. marks, 'PX', rttl)

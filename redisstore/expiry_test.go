@@ -1,0 +1,110 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGCRAKeyExpiry checks the expiry rule of GCRA keys on Redis's clock,
+// after every script that writes one (both takes, with and without a
+// pause key, one to three limits; cancel; sync): a key whose arrival time
+// lies in second n expires exactly at the end of second n+1. That is what
+// lets take_gcra.lua skip rewriting the expiry (SET KEEPTTL) while the
+// value stays within its second, and it keeps every key alive past its
+// arrival time.
+func TestGCRAKeyExpiry(t *testing.T) {
+	c := newClient(t, srv.Addr())
+	noRetries := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
+	for _, tc := range []struct {
+		name string
+		c    redis.UniversalClient
+		opts []redisstore.Option
+	}{
+		{"take_gcra", noRetries, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
+		{"take_gcra replay ids", c, nil},
+		{"take", noRetries, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithGenericTake()}},
+		{"take replay ids", c, []redisstore.Option{redisstore.WithGenericTake()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := redistest.Prefix(t)
+			opts := tc.opts
+			s := newStoreOn(t, tc.c, prefix, opts...)
+			fast := throttle.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}  // stays within a second
+			slow := throttle.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take
+			third := throttle.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100} // 3 limits: the general path
+			keys := map[string]bool{}
+			check := func(where string) {
+				t.Helper()
+				var cursor uint64
+				for {
+					ks, next, err := c.Scan(ctx(t), cursor, prefix+"*", 100).Result()
+					require.NoError(t, err)
+					for _, k := range ks {
+						keys[k] = true
+					}
+					if cursor = next; cursor == 0 {
+						break
+					}
+				}
+				for k := range keys {
+					if !isGCRAKey(k) {
+						continue
+					}
+					v, err := c.Get(ctx(t), k).Int64()
+					if err == redis.Nil {
+						continue // expired or refunded away
+					}
+					require.NoError(t, err, k)
+					exp, err := c.PExpireTime(ctx(t), k).Result()
+					require.NoError(t, err, k)
+					want := (v/1_000_000 + 2) * 1000
+					assert.Equal(t, want, exp.Milliseconds(), "%s: key %s with arrival time %d µs", where, k, v)
+				}
+			}
+			demands := []*throttle.Demand{
+				{Scope: "s", Cost: 1, Limits: []throttle.Bucket{{Limit: fast, Key: "a"}}},
+				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []throttle.Bucket{{Limit: fast, Key: "b"}}},
+				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []throttle.Bucket{{Limit: fast, Key: "c"}, {Limit: slow, Key: "c"}}, MaxWait: time.Minute},
+				{Scope: "s", Cost: 1, Limits: []throttle.Bucket{{Limit: fast, Key: "d"}, {Limit: slow, Key: "d"}, {Limit: third, Key: "d"}}, MaxWait: time.Minute},
+			}
+			var reserved []*throttle.Reservation
+			for round := range 40 {
+				for i, d := range demands {
+					dec, err := s.Take(ctx(t), d)
+					require.NoError(t, err)
+					if dec.OK && dec.Delay > 0 && round%3 == 0 {
+						reserved = append(reserved, dec.Reservation)
+					}
+					check(fmt.Sprintf("round %d, demand %d", round, i))
+				}
+			}
+			require.NotEmpty(t, reserved, "no reservation to cancel")
+			for i := len(reserved) - 1; i >= 0; i-- {
+				require.NoError(t, s.Cancel(ctx(t), reserved[i]))
+				check(fmt.Sprintf("cancel %d", i))
+			}
+			require.NoError(t, s.Sync(ctx(t), "s", throttle.Bucket{Limit: fast, Key: "e"}, 0, 1500*time.Millisecond))
+			require.NoError(t, s.Sync(ctx(t), "s", throttle.Bucket{Limit: fast, Key: "a"}, 0, 3*time.Second))
+			check("sync")
+			n := 0
+			for k := range keys {
+				if isGCRAKey(k) {
+					n++
+				}
+			}
+			assert.Equal(t, 8, n, "GCRA keys seen: %v", keys)
+		})
+	}
+}
+
+// isGCRAKey reports whether k is a GCRA limit's key (layout in keys.go).
+func isGCRAKey(k string) bool { return strings.Contains(k, "}:g:") }
