@@ -20,6 +20,12 @@ var (
 	takeGCRASource string
 	takeGCRAScript = redis.NewScript(takeGCRASource)
 
+	// take_fixed.lua is take.lua for a demand of one fixed-window limit
+	// (see Store.Take).
+	//go:embed take_fixed.lua
+	takeFixedSource string
+	takeFixedScript = redis.NewScript(takeFixedSource)
+
 	//go:embed cancel.lua
 	cancelSource string
 	cancelScript = redis.NewScript(cancelSource)

@@ -130,8 +130,9 @@ func (s *Store) nowArg() string {
 // the go-redis or context error; the demand may then have been charged.
 //
 // A demand whose limits are all GCRA, the common case, runs
-// take_gcra.lua, which decides as take.lua does in fewer Redis commands;
-// any other runs take.lua.
+// take_gcra.lua, and one of a single fixed-window limit runs
+// take_fixed.lua (unless replies are remembered, [ReplayIDs]); both decide
+// as take.lua does, in fewer Redis commands. Any other runs take.lua.
 func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
 	if err := checkDemand(d); err != nil {
 		return throttle.Decision{}, err
@@ -164,7 +165,17 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	cost := int64(d.Cost)
 	script := takeScript
 	var args []any
-	if gcraOnly {
+	fixed := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
+		d.Limits[0].Limit.Algorithm == throttle.FixedWindow
+	switch {
+	case fixed:
+		script = takeFixedScript
+		l := &d.Limits[0].Limit
+		args = []any{maxWait, l.Per.Microseconds(), l.Rate, cost}
+		if s.now != nil {
+			args = append(args, s.nowArg())
+		}
+	case gcraOnly:
 		script = takeGCRAScript
 		args = make([]any, 0, 3+2*len(d.Limits))
 		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS))
@@ -176,7 +187,7 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		if s.now != nil {
 			args = append(args, s.nowArg())
 		}
-	} else {
+	default:
 		args = make([]any, 0, 5+4*len(d.Limits))
 		args = append(args, s.nowArg(), maxWait, len(d.Pauses), s.replayArg, id)
 		for i := range d.Limits {
@@ -197,13 +208,13 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	cmd := script.Run(ctx, s.client, keys, args...)
-	if gcraOnly {
+	if fixed || gcraOnly {
 		res, err := cmd.Result()
 		if err != nil {
 			s.reload.note(err)
 			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
-		return parseTakeGCRA(res, d, id)
+		return parseTakeFast(res, d, id)
 	}
 	res, err := cmd.Slice()
 	if err != nil {
@@ -277,10 +288,10 @@ func (s *Store) takeKeys(d *throttle.Demand, replayID string) []string {
 	return keys
 }
 
-// parseTakeGCRA reads take_gcra.lua's reply: an int64 (granted at once on
-// one limit, the mark) or the fields of take.lua's reply as a string of
+// parseTakeFast reads the reply of take_gcra.lua and take_fixed.lua: an
+// int64 (granted at once on one limit, the mark) or the fields of take.lua's reply as a string of
 // integers separated by spaces.
-func parseTakeGCRA(res any, d *throttle.Demand, id string) (throttle.Decision, error) {
+func parseTakeFast(res any, d *throttle.Demand, id string) (throttle.Decision, error) {
 	switch v := res.(type) {
 	case int64:
 		if len(d.Limits) != 1 {
