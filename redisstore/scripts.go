@@ -20,11 +20,11 @@ var (
 	takeGCRASource string
 	takeGCRAScript = redis.NewScript(takeGCRASource)
 
-	// take_fixed.lua is take.lua for a demand of one fixed-window limit
-	// (see Store.Take).
-	//go:embed take_fixed.lua
-	takeFixedSource string
-	takeFixedScript = redis.NewScript(takeFixedSource)
+	// take_window.lua is take.lua for a demand of one fixed-window or
+	// sliding-window limit (see Store.Take).
+	//go:embed take_window.lua
+	takeWindowSource string
+	takeWindowScript = redis.NewScript(takeWindowSource)
 
 	//go:embed cancel.lua
 	cancelSource string

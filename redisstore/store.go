@@ -130,8 +130,8 @@ func (s *Store) nowArg() string {
 // the go-redis or context error; the demand may then have been charged.
 //
 // A demand whose limits are all GCRA, the common case, runs
-// take_gcra.lua, and one of a single fixed-window limit runs
-// take_fixed.lua (unless replies are remembered, [ReplayIDs]); both decide
+// take_gcra.lua, and one of a single fixed-window or sliding-window limit
+// runs take_window.lua (unless replies are remembered, [ReplayIDs]); both decide
 // as take.lua does, in fewer Redis commands. Any other runs take.lua.
 func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
 	if err := checkDemand(d); err != nil {
@@ -165,13 +165,13 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	cost := int64(d.Cost)
 	script := takeScript
 	var args []any
-	fixed := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
-		d.Limits[0].Limit.Algorithm == throttle.FixedWindow
+	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
+		(d.Limits[0].Limit.Algorithm == throttle.FixedWindow || d.Limits[0].Limit.Algorithm == throttle.SlidingWindow)
 	switch {
-	case fixed:
-		script = takeFixedScript
+	case window:
+		script = takeWindowScript
 		l := &d.Limits[0].Limit
-		args = []any{maxWait, l.Per.Microseconds(), l.Rate, cost}
+		args = []any{int(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, cost}
 		if s.now != nil {
 			args = append(args, s.nowArg())
 		}
@@ -208,7 +208,7 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	cmd := script.Run(ctx, s.client, keys, args...)
-	if fixed || gcraOnly {
+	if window || gcraOnly {
 		res, err := cmd.Result()
 		if err != nil {
 			s.reload.note(err)
@@ -288,7 +288,7 @@ func (s *Store) takeKeys(d *throttle.Demand, replayID string) []string {
 	return keys
 }
 
-// parseTakeFast reads the reply of take_gcra.lua and take_fixed.lua: an
+// parseTakeFast reads the reply of take_gcra.lua and take_window.lua: an
 // int64 (granted at once on one limit, the mark) or the fields of take.lua's reply as a string of
 // integers separated by spaces.
 func parseTakeFast(res any, d *throttle.Demand, id string) (throttle.Decision, error) {

@@ -1,0 +1,105 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/storetest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTakeWindowMatchesTake runs the same random one-limit fixed-window
+// and sliding-window demands (with no pause key or one) through
+// take_window.lua and through take.lua, each on its own prefix, on one clock, with some reservations
+// cancelled, and asserts the same decisions and the same hashes and TTLs.
+func TestTakeWindowMatchesTake(t *testing.T) {
+	for _, alg := range []throttle.Algorithm{throttle.FixedWindow, throttle.SlidingWindow} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%v/seed=%d", alg, seed), func(t *testing.T) {
+				compareWindowTakes(t, alg, seed)
+			})
+		}
+	}
+}
+
+func compareWindowTakes(t *testing.T, alg throttle.Algorithm, seed uint64) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	clock := storetest.NewClock(storetest.Start)
+	c := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
+	opts := []redisstore.Option{redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries)}
+	fastPrefix, slowPrefix := redistest.Prefix(t)+"fast:", redistest.Prefix(t)+"slow:"
+	fast := newStoreOn(t, c, fastPrefix, opts...)
+	slow := newStoreOn(t, c, slowPrefix, append(opts, redisstore.WithGenericTake())...)
+	limits := []throttle.Limit{
+		{Name: "a", Rate: 4, Per: time.Millisecond, Algorithm: alg},
+		{Name: "b", Rate: 6, Per: 1500 * time.Microsecond, Algorithm: alg},
+	}
+	seen := map[string]int{}
+	var held [][2]*throttle.Reservation
+	for step := range 400 {
+		if rng.IntN(8) == 0 {
+			d := time.Duration(rng.IntN(3000)) * time.Microsecond
+			require.NoError(t, fast.Pause(ctx(t), "s", "p", d))
+			require.NoError(t, slow.Pause(ctx(t), "s", "p", d))
+		}
+		if len(held) > 0 && rng.IntN(6) == 0 {
+			i := rng.IntN(len(held))
+			require.NoError(t, slow.Cancel(ctx(t), held[i][0]))
+			require.NoError(t, fast.Cancel(ctx(t), held[i][1]))
+			held = append(held[:i], held[i+1:]...)
+		}
+		b := throttle.Bucket{Limit: limits[rng.IntN(2)], Key: []string{"x", "y"}[rng.IntN(2)]}
+		d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(3), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond,
+			Limits: []throttle.Bucket{b}}
+		if rng.IntN(2) == 0 {
+			d.Pauses = []string{"p"}
+		}
+		want, err := slow.Take(ctx(t), d)
+		require.NoError(t, err)
+		got, err := fast.Take(ctx(t), d)
+		require.NoError(t, err)
+		where := fmt.Sprintf("step %d: %+v", step, d)
+		switch {
+		case want.OK && want.Delay == 0:
+			seen["granted now"]++
+		case want.OK:
+			seen["reserved"]++
+		case want.Limit >= 0:
+			seen["refused by the limit"]++
+		default:
+			seen["refused by the pause"]++
+		}
+		assert.Equal(t, want.OK, got.OK, where)
+		assert.Equal(t, want.Delay, got.Delay, where)
+		assert.Equal(t, want.Limit, got.Limit, where)
+		assert.Equal(t, want.Pause, got.Pause, where)
+		if want.OK && assert.NotNil(t, got.Reservation, where) {
+			assert.Equal(t, want.Reservation.Marks, got.Reservation.Marks, where)
+			if want.Delay > 0 {
+				held = append(held, [2]*throttle.Reservation{want.Reservation, got.Reservation})
+			}
+		}
+		k := "v1:{s}:" + map[throttle.Algorithm]string{throttle.FixedWindow: "f", throttle.SlidingWindow: "w"}[alg] + ":" + b.Limit.Name + ":" + b.Key
+		wv, err := c.HGetAll(ctx(t), slowPrefix+k).Result()
+		require.NoError(t, err)
+		gv, err := c.HGetAll(ctx(t), fastPrefix+k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, wv, gv, "%s: hash %s", where, k)
+		wt, err := c.PTTL(ctx(t), slowPrefix+k).Result()
+		require.NoError(t, err)
+		gt, err := c.PTTL(ctx(t), fastPrefix+k).Result()
+		require.NoError(t, err)
+		assert.InDelta(t, wt.Milliseconds(), gt.Milliseconds(), 50, "%s: PTTL of %s", where, k)
+		clock.Advance(time.Duration(rng.IntN(700)) * time.Microsecond)
+	}
+	t.Logf("outcomes: %v", seen)
+	assert.Len(t, seen, 4, "every kind of outcome occurs")
+}
