@@ -54,12 +54,33 @@ local fmt, floor = string.format, math.floor
 local G = 1000000
 
 local mode = ARGV[2]
-if nl <= 2 and (mode == '0 0' or mode == '1 0') then
-  -- At most one pause key, one or two limits, no reply to remember: the
-  -- common cases (a transport's demand has its scope's pause key), in
-  -- straight lines without tables.
+local np, rttl = 0, 0
+if mode == '1 0' then
+  np = 1
+elseif mode ~= '0 0' then
+  np, rttl = string.match(mode, '^(%d+) (%d+)$')
+  np, rttl = tonumber(np), tonumber(rttl)
+end
+local nk = #KEYS
+if rttl > 0 then
+  local prev = redis.call('GET', KEYS[nk])
+  if prev then
+    -- A retry of a call whose reply was lost: answer as the first run
+    -- did. The stored reply is "t TAT..." (take.lua's format).
+    local t, marks = string.match(prev, '^(%d+)(.*)$')
+    t = tonumber(t)
+    local delay = 0
+    if t > now then delay = t - now end
+    return fmt('1 %d -1 -1', delay) .. marks
+  end
+end
+
+if nl <= 2 and np <= 1 then
+  -- At most one pause key and one or two limits: the common cases (a
+  -- transport's demand has its scope's pause key), in straight lines
+  -- without tables.
   local t, pause, k = now, -1, 1
-  if mode == '1 0' then
+  if np == 1 then
     local p = tonumber(redis.call('GET', KEYS[1]))
     if p and p > t then t, pause = p, 0 end
     k = 2
@@ -93,9 +114,14 @@ if nl <= 2 and (mode == '0 0' or mode == '1 0') then
     end
     if i == 1 then tat1 = tat else tat2 = tat end
   end
-  if nl == 2 then return fmt('1 %d -1 -1 %d %d', t - now, tat1, tat2) end
-  if t == now then return tat1 end
-  return fmt('1 %d -1 -1 %d', t - now, tat1)
+  if rttl == 0 and t == now and nl == 1 then return tat1 end
+  local marks
+  if nl == 2 then marks = fmt('%d %d', tat1, tat2) else marks = fmt('%d', tat1) end
+  if rttl > 0 then
+    redis.call('SET', KEYS[nk], fmt('%d ', t) .. marks, 'PX', rttl)
+    if t == now and nl == 1 then return tat1 end
+  end
+  return fmt('1 %d -1 -1 ', t - now) .. marks
 end
 
 -- put writes a limit's new arrival time tat over old (0: none), by the
@@ -110,22 +136,8 @@ local function put(key, old, tat)
   end
 end
 
-local np, rttl = string.match(mode, '^(%d+) (%d+)$')
-np = tonumber(np)
-local replay = rttl ~= '0'
-
--- One read for every key: pauses, limits and the replay key.
-local nk = #KEYS
-local v = redis.call('MGET', unpack(KEYS))
-if replay and v[nk] then
-  -- A retry of a call whose reply was lost: answer as the first run did.
-  -- The stored reply is "t TAT..." (take.lua's format).
-  local t, marks = string.match(v[nk], '^(%d+)(.*)$')
-  t = tonumber(t)
-  local delay = 0
-  if t > now then delay = t - now end
-  return fmt('1 %d -1 -1', delay) .. marks
-end
+-- One read for every pause and limit key.
+local v = redis.call('MGET', unpack(KEYS, 1, np + nl))
 
 -- With GCRA only, take.lua's fixpoint is one pass: a limit's earliest
 -- instant, TAT - b, does not depend on t. The first of equals binds.
@@ -154,7 +166,7 @@ for i = 1, nl do
   put(KEYS[np + i], olds[i], tat)
   marks = marks .. ' ' .. fmt('%d', tat)
 end
-if replay then
+if rttl > 0 then
   redis.call('SET', KEYS[nk], fmt('%d', t) .. marks, 'PX', rttl)
 end
 return fmt('1 %d -1 -1', t - now) .. marks
