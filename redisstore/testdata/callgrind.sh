@@ -1,0 +1,32 @@
+#!/bin/bash
+# callgrind.sh SCRIPT.lua N NUMKEYS KEY... ARG...
+#
+# Counts the user-space instructions redis-server executes per EVALSHA of
+# SCRIPT.lua (event loop, parsing and reply included), exactly and
+# independently of machine noise: it starts redis-server under valgrind's
+# callgrind on a random loopback port, loads the script, warms up with 200
+# calls, zeroes the counters, runs N calls from redis-benchmark (one
+# connection) and divides the instruction count by N. __rand_int__ in a
+# key or argument is replaced by redis-benchmark with a random number per
+# call (e.g. a fresh replay key). Needs valgrind and redis-tools.
+#
+#   redisstore/testdata/callgrind.sh redisstore/take_gcra.lua 3000 1 k 10000000 "0 0" 1 100000000
+set -e
+lua=$1; shift; n=$1; shift
+port=$((20000 + RANDOM % 20000))
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port $port --save '' --appendonly no >/dev/null 2>"$dir/vg.log" &
+vpid=$!
+for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.2; done
+sha=$(redis-cli -p $port script load "$(cat "$lua")")
+redis-benchmark -p $port -n 200 -c 1 -r 1000000000 EVALSHA "$sha" "$@" >/dev/null
+callgrind_control -z $vpid >/dev/null
+redis-benchmark -p $port -n "$n" -c 1 -r 1000000000 EVALSHA "$sha" "$@" >/dev/null
+callgrind_control -d $vpid >/dev/null
+sleep 0.5
+f=$(ls -t "$dir"/cg.* | head -1)
+ir=$(grep -m1 "^summary:\|^totals:" "$f" | awk '{print $2}')
+redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true
+wait $vpid 2>/dev/null || true
+echo "$(basename "$lua") $*: $((ir / n)) instructions/call"
