@@ -21,9 +21,9 @@ vpid=$!
 for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.2; done
 sha=$(redis-cli -p $port script load "$(cat "$lua")")
 redis-benchmark -p $port -n 200 -c 1 -r 1000000000 EVALSHA "$sha" "$@" >/dev/null
-callgrind_control -z $vpid >/dev/null
+callgrind_control -z $vpid >/dev/null 2>&1
 redis-benchmark -p $port -n "$n" -c 1 -r 1000000000 EVALSHA "$sha" "$@" >/dev/null
-callgrind_control -d $vpid >/dev/null
+callgrind_control -d $vpid >/dev/null 2>&1
 sleep 0.5
 f=$(ls -t "$dir"/cg.* | head -1)
 ir=$(grep -m1 "^summary:\|^totals:" "$f" | awk '{print $2}')
