@@ -42,7 +42,15 @@ type hammered struct {
 	failed   int64 // decisions that returned an error
 	firstErr error
 	last     time.Duration // when the last call returned
+
+	// redis holds, for ours' sliding log only, the instants Redis
+	// recorded in the log for the grants (the reservations' marks), on
+	// Redis's clock, sorted.
+	redis []time.Duration
 }
+
+// accKey is the key every contender of the accuracy part is limited on.
+const accKey = "acc"
 
 // accuracy runs the accuracy part: for each contender, fleet instances x
 // perMember goroutines ask for one unit of a limit of quota per second on
@@ -50,12 +58,23 @@ type hammered struct {
 // admission is recorded on the client's monotonic clock.
 func accuracy(ctx context.Context, e *env, cfg config) error {
 	cs := e.instances(fleet)
+	var (
+		mu  sync.Mutex
+		log []time.Duration // the log instants of ours' grants on accKey, Redis's clock
+	)
+	record := func(r *throttle.Reservation) {
+		if r.Demand.Limits[0].Key == accKey {
+			mu.Lock()
+			log = append(log, time.Duration(r.Marks[0])*time.Microsecond)
+			mu.Unlock()
+		}
+	}
 	libs := []struct {
 		l library
 		c claim
 	}{
-		{ours("ours: sliding log", nil, nil, false, one(throttle.SlidingLog)), logClaim},
-		{ours("ours: GCRA", nil, nil, false, one(throttle.GCRA)), gcraClaim},
+		{ours(oursConfig{name: "ours: sliding log", buckets: one(throttle.SlidingLog), granted: record}), logClaim},
+		{ours(oursConfig{name: "ours: GCRA", buckets: one(throttle.GCRA)}), gcraClaim},
 		{redisRate, gcraClaim},
 		{ululeLimiter, noClaim},
 		{throttledGCRA, gcraClaim},
@@ -68,6 +87,10 @@ func accuracy(ctx context.Context, e *env, cfg config) error {
 			return fmt.Errorf("%s: %w", l.l.name, err)
 		}
 		h.claim = l.c
+		if l.c == logClaim {
+			slices.Sort(log)
+			h.redis = log
+		}
 		out = append(out, h)
 	}
 	printAccuracy(out, cfg.accRun)
@@ -82,7 +105,7 @@ func hammer(ctx context.Context, cs []*redis.Client, l library, run time.Duratio
 			c = nil
 		}
 		var err error
-		if ds[i], err = l.new(c, "acc", quota); err != nil {
+		if ds[i], err = l.new(c, accKey, quota); err != nil {
 			return hammered{}, err
 		}
 		warm, err := l.new(c, "acc-warm", quota) // load scripts on another key
@@ -156,7 +179,7 @@ func printAccuracy(hs []hammered, run time.Duration) {
 	}
 	t.write(os.Stdout)
 
-	fmt.Printf("Claims. Sliding log: at most %d in any 1 s window. GCRA (ours, and the same bound for the other GCRA libraries with the same parameters): at most burst + rate·t over any interval of length t, i.e. ⌊%d + %d·t/1 s⌋. Held: \"yes\" when even the observed count is within the bound; \"yes, within jitter\" when only the observed count is over and the certain count is not; \"NO\" when the certain count is over.\n\n", quota, quota, quota)
+	fmt.Printf("Claims. Sliding log: at most %d in any 1 s window. GCRA (ours, and the same bound for the other GCRA libraries with the same parameters): at most burst + rate·t over any interval of length t, i.e. ⌊%d + %d·t/1 s⌋. Ours' sliding log is also checked on Redis's clock, exactly: the log instants its grants returned, in microseconds (a grant needs room in (t−1 s, t]). Held: \"yes\" when even the observed count is within the bound; \"yes, within jitter\" when only the observed count is over and the certain count is not; \"NO\" when the certain count is over.\n\n", quota, quota, quota)
 	c := table{head: []string{"contender", "interval t", "bound", "observed", "certain", "held"}}
 	for _, h := range hs {
 		ts := ends(h.spans)
@@ -172,7 +195,13 @@ func printAccuracy(hs []hammered, run time.Duration) {
 		}
 		switch h.claim {
 		case logClaim:
-			check("1 s", quota, maxIn(ts, time.Second), maxCertain(h.spans, time.Second))
+			check(time.Second.String(), quota, maxIn(ts, time.Second), maxCertain(h.spans, time.Second))
+			if h.redis != nil {
+				// The log admits when (t-1s, t] holds room: a closed
+				// window of 1s-1µs in whole microseconds.
+				n := maxIn(h.redis, time.Second-time.Microsecond)
+				check("1s on Redis's clock (log instants)", quota, n, n)
+			}
 		case gcraClaim:
 			for _, w := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
 				check(w.String(), gcraBound(w), maxIn(ts, w), maxCertain(h.spans, w))

@@ -115,24 +115,44 @@ func bucket(name string, a throttle.Algorithm, rate int, key string) throttle.Bu
 	return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: a}, Key: key}
 }
 
+// oursConfig configures our redisstore as a library.
+type oursConfig struct {
+	name string
+	opts []redisstore.Option // for redisstore.New
+
+	// buckets gives the demand's limits for a key and rate.
+	buckets func(key string, rate int) []throttle.Bucket
+
+	// pauses are the demand's pause keys; [throttle.Transport] always
+	// lists the rule's pause key "".
+	pauses []string
+
+	// release makes a granted decision release its Concurrency slots at
+	// once: Take, then Release, two calls.
+	release bool
+
+	// granted, if set, is called with every granted reservation.
+	granted func(*throttle.Reservation)
+}
+
 // ours returns our redisstore as a library: each instance is a Store made
-// with opts on its client. buckets gives the demand's limits; pauses its
-// pause keys ([throttle.Transport] always lists the rule's pause key "").
-// When release is set, a granted decision's Concurrency slots are
-// released at once (Take, then Release: two calls).
-func ours(name string, opts []redisstore.Option, pauses []string, release bool, buckets func(key string, rate int) []throttle.Bucket) library {
-	return library{name: name, new: func(c *redis.Client, key string, r int) (decider, error) {
-		s, err := redisstore.New(c, opts...)
+// with c.opts on its client, taking one demand.
+func ours(c oursConfig) library {
+	return library{name: c.name, new: func(rc *redis.Client, key string, r int) (decider, error) {
+		s, err := redisstore.New(rc, c.opts...)
 		if err != nil {
 			return nil, err
 		}
-		d := &throttle.Demand{Scope: scope, Limits: buckets(key, r), Pauses: pauses, Cost: 1}
+		d := &throttle.Demand{Scope: scope, Limits: c.buckets(key, r), Pauses: c.pauses, Cost: 1}
 		return func(ctx context.Context) (bool, time.Duration, error) {
 			dec, err := s.Take(ctx, d)
 			if err != nil || !dec.OK {
 				return false, dec.Delay, err
 			}
-			if release {
+			if c.granted != nil {
+				c.granted(dec.Reservation)
+			}
+			if c.release {
 				if err := s.Release(ctx, dec.Reservation); err != nil {
 					return false, 0, err
 				}

@@ -28,12 +28,12 @@ func memory(ctx context.Context, e *env) error {
 		return err
 	}
 	libs := []library{
-		ours("ours: GCRA", nil, nil, false, one(throttle.GCRA)),
-		ours("ours: fixed window", nil, nil, false, one(throttle.FixedWindow)),
-		ours("ours: sliding window", nil, nil, false, one(throttle.SlidingWindow)),
-		ours("ours: sliding log", nil, nil, false, one(throttle.SlidingLog)),
-		ours("ours: concurrency (lease held)", nil, nil, false, one(throttle.Concurrency)),
-		ours("ours: GCRA, 2 limits (all + per key)", nil, nil, false, hierarchy),
+		ours(oursConfig{name: "ours: GCRA", buckets: one(throttle.GCRA)}),
+		ours(oursConfig{name: "ours: fixed window", buckets: one(throttle.FixedWindow)}),
+		ours(oursConfig{name: "ours: sliding window", buckets: one(throttle.SlidingWindow)}),
+		ours(oursConfig{name: "ours: sliding log", buckets: one(throttle.SlidingLog)}),
+		ours(oursConfig{name: "ours: concurrency (lease held)", buckets: one(throttle.Concurrency)}),
+		ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}),
 		redisRate, ululeLimiter, throttledGCRA,
 	}
 	seen, err := e.keys(ctx)

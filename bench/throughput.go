@@ -109,19 +109,20 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 	}
 	libs := []lib{
 		{redisRate, c}, {ululeLimiter, c}, {throttledGCRA, c}, {xrate, nil},
-		{ours("ours: GCRA, 1 limit", nil, nil, false, one(throttle.GCRA)), c},
-		{ours("ours: GCRA, 2 limits (all + per key)", nil, nil, false, hierarchy), c},
-		{ours("ours: GCRA + concurrency limit (Take, Release)", nil, nil, true, withSlots), c},
-		{ours("ours: GCRA, 1 limit, with Transport's pause key", nil, []string{""}, false, one(throttle.GCRA)), c},
-		{ours("ours: GCRA, 1 limit, client without retries", noRetries, nil, false, one(throttle.GCRA)), noRetry},
-		{ours("ours: GCRA, 2 limits, client without retries", noRetries, nil, false, hierarchy), noRetry},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit", buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}), c},
+		{ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(throttle.GCRA), pauses: []string{""}}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.GCRA)}), noRetry},
+		{ours(oursConfig{name: "ours: GCRA, 2 limits, client without retries", opts: noRetries, buckets: hierarchy}), noRetry},
 	}
 	if variants {
 		libs = append(libs,
-			lib{ours("ours: fixed window, 1 limit", nil, nil, false, one(throttle.FixedWindow)), c},
-			lib{ours("ours: sliding window, 1 limit", nil, nil, false, one(throttle.SlidingWindow)), c},
-			lib{ours("ours: sliding log, 1 limit", nil, nil, false, one(throttle.SlidingLog)), c},
-			lib{ours("ours: MULTI/EXEC fixed window, 1 limit, client without retries", append(noRetries, redisstore.WithMultiExec()), nil, false, one(throttle.FixedWindow)), noRetry},
+			lib{ours(oursConfig{name: "ours: fixed window, 1 limit", buckets: one(throttle.FixedWindow)}), c},
+			lib{ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(throttle.SlidingWindow)}), c},
+			lib{ours(oursConfig{name: "ours: sliding log, 1 limit", buckets: one(throttle.SlidingLog)}), c},
+			lib{ours(oursConfig{name: "ours: MULTI/EXEC fixed window, 1 limit, client without retries",
+				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(throttle.FixedWindow)}), noRetry},
 		)
 	}
 	for _, l := range libs {
