@@ -26,6 +26,7 @@ const (
 // claim is what a library promises about what it admits.
 type claim int
 
+// The claims the accuracy part checks.
 const (
 	noClaim   claim = iota
 	logClaim        // sliding log: at most quota in any 1 s window
@@ -59,13 +60,13 @@ const accKey = "acc"
 func accuracy(ctx context.Context, e *env, cfg config) error {
 	cs := e.instances(fleet)
 	var (
-		mu  sync.Mutex
-		log []time.Duration // the log instants of ours' grants on accKey, Redis's clock
+		mu     sync.Mutex
+		logged []time.Duration // the log instants of ours' grants on accKey, Redis's clock
 	)
 	record := func(r *throttle.Reservation) {
 		if r.Demand.Limits[0].Key == accKey {
 			mu.Lock()
-			log = append(log, time.Duration(r.Marks[0])*time.Microsecond)
+			logged = append(logged, time.Duration(r.Marks[0])*time.Microsecond)
 			mu.Unlock()
 		}
 	}
@@ -88,8 +89,8 @@ func accuracy(ctx context.Context, e *env, cfg config) error {
 		}
 		h.claim = l.c
 		if l.c == logClaim {
-			slices.Sort(log)
-			h.redis = log
+			slices.Sort(logged)
+			h.redis = logged
 		}
 		out = append(out, h)
 	}

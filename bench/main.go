@@ -55,6 +55,7 @@ type config struct {
 // allParts are the parts in the order they run and print.
 var allParts = []string{"throughput", "accuracy", "overload", "memory"}
 
+// main reads the flags and runs the parts.
 func main() {
 	var cfg config
 	parts := flag.String("parts", strings.Join(allParts, ","), "parts to run, comma-separated: "+strings.Join(allParts, ", "))

@@ -53,6 +53,7 @@ func (c *cell) add(o cell) {
 	}
 }
 
+// opsPerSec returns the successful decisions per second.
 func (c *cell) opsPerSec() float64 { return float64(c.ok) / c.elapsed.Seconds() }
 
 // throughput runs the throughput part: every contender at every
