@@ -64,7 +64,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "r", 5, "throughput: rounds each cell is split into, the contenders taking turns")
 	flag.BoolVar(&cfg.variants, "variants", false, "throughput: also our fixed window, sliding window, sliding log and MULTI/EXEC mode")
 	flag.DurationVar(&cfg.accRun, "acc-d", 3*time.Second, "accuracy: how long each contender hammers the limit")
-	flag.DurationVar(&cfg.warm, "warm", time.Second, "overload: warm-up before the steady window")
+	flag.DurationVar(&cfg.warm, "warm", 1500*time.Millisecond, "overload: warm-up before the steady window (a whole number of periods and a half, so the window's edges fall between fixed-window bursts)")
 	flag.DurationVar(&cfg.steady, "steady", 4*time.Second, "overload: the steady window measured")
 	flag.Parse()
 	cfg.rounds = max(cfg.rounds, 1)
