@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// big is the limit of the throughput part: so high that every decision is
+// granted, so every decision writes.
+const big = 1_000_000
+
+// errRefused is a refusal where a grant was expected.
+var errRefused = errors.New("refused")
+
+// contender is one row of the throughput table.
+type contender struct {
+	name   string
+	local  bool // decided in process: a refusal counts as a decision, not a failure
+	decide decider
+}
+
+// cell is what one contender did at one concurrency, over all rounds.
+type cell struct {
+	ok, failed int64
+	elapsed    time.Duration
+	did        snapshot        // commands sent, and Redis's work
+	lat        []time.Duration // of the successful decisions
+	err        error           // the first failure
+}
+
+// add adds o, one round, to c.
+func (c *cell) add(o cell) {
+	c.ok += o.ok
+	c.failed += o.failed
+	c.elapsed += o.elapsed
+	c.did.sent += o.did.sent
+	c.did.srv.cmds += o.did.srv.cmds
+	c.did.srv.cpu += o.did.srv.cpu
+	c.lat = append(c.lat, o.lat...)
+	if c.err == nil {
+		c.err = o.err
+	}
+}
+
+// opsPerSec returns the successful decisions per second.
+func (c *cell) opsPerSec() float64 { return float64(c.ok) / c.elapsed.Seconds() }
+
+// throughput runs the throughput part: every contender at every
+// concurrency for cfg.dur, split into cfg.rounds slices in which the
+// contenders take turns, so that noise on a shared machine falls on all
+// of them alike. All share one client (go-redis defaults, a pool of 128),
+// except the rows marked as using the client without retries.
+func throughput(ctx context.Context, e *env, cfg config) error {
+	cts, err := throughputContenders(e, cfg.variants)
+	if err != nil {
+		return err
+	}
+	for _, ct := range cts { // warm up: scripts, connections
+		if ok, _, err := ct.decide(ctx); err != nil || !ok && !ct.local {
+			return fmt.Errorf("%s: warm-up: ok=%v, %v", ct.name, ok, err)
+		}
+	}
+	res := make([][]cell, len(cts))
+	for i := range res {
+		res[i] = make([]cell, len(cfg.concs))
+	}
+	slice := cfg.dur / time.Duration(cfg.rounds)
+	for j, conc := range cfg.concs {
+		for range cfg.rounds {
+			for i, ct := range cts {
+				c, err := measure(ctx, e, ct, conc, slice)
+				if err != nil {
+					return fmt.Errorf("%s at concurrency %d: %w", ct.name, conc, err)
+				}
+				res[i][j].add(c)
+			}
+		}
+	}
+	printThroughput(cts, cfg, res)
+	return nil
+}
+
+// throughputContenders returns the rows of the throughput table. The
+// EVALSHA baseline is the second.
+func throughputContenders(e *env, variants bool) ([]contender, error) {
+	c := e.client(redis.Options{})
+	noRetry := e.client(redis.Options{MaxRetries: -1})
+	returnOne := redis.NewScript("return 1")
+	noRetries := []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}
+	cts := []contender{
+		{name: "PING", decide: func(ctx context.Context) (bool, time.Duration, error) { return true, 0, c.Ping(ctx).Err() }},
+		{name: "EVALSHA `return 1` (baseline)", decide: func(ctx context.Context) (bool, time.Duration, error) {
+			return true, 0, returnOne.Run(ctx, c, nil).Err()
+		}},
+	}
+	type lib struct {
+		l library
+		c *redis.Client
+	}
+	libs := []lib{
+		{redisRate, c}, {ululeLimiter, c}, {throttledGCRA, c}, {xrate, nil},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit", buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}), c},
+		{ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(throttle.GCRA), pauses: []string{""}}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.GCRA)}), noRetry},
+		{ours(oursConfig{name: "ours: GCRA, 2 limits, client without retries", opts: noRetries, buckets: hierarchy}), noRetry},
+	}
+	if variants {
+		libs = append(libs,
+			lib{ours(oursConfig{name: "ours: fixed window, 1 limit", buckets: one(throttle.FixedWindow)}), c},
+			lib{ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(throttle.SlidingWindow)}), c},
+			lib{ours(oursConfig{name: "ours: sliding log, 1 limit", buckets: one(throttle.SlidingLog)}), c},
+			lib{ours(oursConfig{name: "ours: MULTI/EXEC fixed window, 1 limit, client without retries",
+				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(throttle.FixedWindow)}), noRetry},
+		)
+	}
+	for _, l := range libs {
+		d, err := l.l.new(l.c, "k", big)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.l.name, err)
+		}
+		cts = append(cts, contender{name: l.l.name, local: l.l.local, decide: d})
+	}
+	return cts, nil
+}
+
+// measure runs ct from conc goroutines for dur. A failed decision is
+// counted, not fatal; an error reading Redis's statistics is.
+func measure(ctx context.Context, e *env, ct contender, conc int, dur time.Duration) (cell, error) {
+	before, err := e.snap(ctx)
+	if err != nil {
+		return cell{}, err
+	}
+	var (
+		ok, failed atomic.Int64
+		firstErr   atomic.Pointer[error]
+		mu         sync.Mutex
+		lat        []time.Duration
+		wg         sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(dur)
+	for range conc {
+		wg.Go(func() {
+			var mine []time.Duration
+			for {
+				t := time.Now()
+				if !t.Before(deadline) {
+					break
+				}
+				granted, _, err := ct.decide(ctx)
+				if err == nil && !granted && !ct.local {
+					err = errRefused
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				mine = append(mine, time.Since(t))
+				ok.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	after, err := e.snap(ctx)
+	if err != nil {
+		return cell{}, err
+	}
+	c := cell{ok: ok.Load(), failed: failed.Load(), elapsed: elapsed, did: after.since(before), lat: lat}
+	if p := firstErr.Load(); p != nil {
+		c.err = *p
+	}
+	return c, nil
+}
+
+// printThroughput prints the throughput table and its notes.
+func printThroughput(cts []contender, cfg config, res [][]cell) {
+	const base = 1 // the EVALSHA baseline's row
+	fmt.Printf("### Throughput and latency\n\n%v per contender and concurrency, in %d rounds. Ops/s: successful decisions per second; ×: multiple of the EVALSHA `return 1` baseline at the same concurrency (for latency, > 1 is slower). Calls: commands the client sent per successful decision (a script call is one). Redis cmds: commands Redis executed per successful decision, those run inside scripts included (INFO commandstats). Redis CPU: redis-server's user+system CPU per successful decision (INFO cpu).\n\n", cfg.dur, cfg.rounds)
+	t := table{head: []string{"contender"}}
+	for _, c := range cfg.concs {
+		t.head = append(t.head, fmt.Sprintf("c=%d ops/s (×)", c), fmt.Sprintf("c=%d p50 / p99 µs (×)", c))
+	}
+	t.head = append(t.head, "calls", "Redis cmds", "Redis CPU µs", "failed (c="+joinInts(cfg.concs)+")")
+	for i, ct := range cts {
+		r := []string{ct.name}
+		var total cell
+		var fails []string
+		for j := range cfg.concs {
+			c, b := &res[i][j], &res[base][j]
+			slices.Sort(c.lat)
+			slices.Sort(b.lat)
+			p50, p99 := percentile(c.lat, 0.5), percentile(c.lat, 0.99)
+			b50, b99 := percentile(b.lat, 0.5), percentile(b.lat, 0.99)
+			r = append(r,
+				fmt.Sprintf("%.0f (%s)", c.opsPerSec(), ratio(c.opsPerSec(), b.opsPerSec())),
+				fmt.Sprintf("%s / %s (%s / %s)", micros(p50), micros(p99), ratio(float64(p50), float64(b50)), ratio(float64(p99), float64(b99))))
+			total.add(*c)
+			fails = append(fails, percent(float64(c.failed)/float64(max(c.ok+c.failed, 1))))
+		}
+		if ct.local {
+			r = append(r, "0", "0", "–")
+		} else {
+			n := float64(max(total.ok, 1))
+			r = append(r, fmt.Sprintf("%.2f", float64(total.did.sent)/n), fmt.Sprintf("%.2f", float64(total.did.srv.cmds)/n),
+				fmt.Sprintf("%.1f", float64(total.did.srv.cpu)/1e3/n))
+		}
+		r = append(r, strings.Join(fails, " / "))
+		t.row(r...)
+	}
+	t.write(os.Stdout)
+	for i, ct := range cts {
+		var total cell
+		for j := range cfg.concs {
+			total.add(res[i][j])
+		}
+		if total.err != nil {
+			fmt.Printf("- %s: %d of %d decisions failed; the first: %v\n", ct.name, total.failed, total.ok+total.failed, total.err)
+		}
+	}
+	fmt.Println("- x/time/rate decides in process (one limiter shared by the goroutines): it makes no Redis call, and a refusal counts as a decision.")
+	fmt.Println("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store remembers each decision's reply for replays (ReplayAuto: replay ids); \"client without retries\" rows use MaxRetries -1 and ReplayNoRetries.")
+	fmt.Println()
+}
+
+// joinInts formats ns separated by "/".
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, "/")
+}
