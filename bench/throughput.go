@@ -121,7 +121,9 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 		libs = append(libs,
 			lib{ours(oursConfig{name: "ours: fixed window, 1 limit", buckets: one(throttle.FixedWindow)}), c},
 			lib{ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(throttle.SlidingWindow)}), c},
-			lib{ours(oursConfig{name: "ours: sliding log, 1 limit", buckets: one(throttle.SlidingLog)}), c},
+			lib{ours(oursConfig{name: "ours: fixed window, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.FixedWindow)}), noRetry},
+			lib{ours(oursConfig{name: "ours: sliding window, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.SlidingWindow)}), noRetry},
+			lib{ours(oursConfig{name: "ours: sliding log, 1 limit (a log of about 1 s of decisions)", buckets: one(throttle.SlidingLog)}), c},
 			lib{ours(oursConfig{name: "ours: MULTI/EXEC fixed window, 1 limit, client without retries",
 				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(throttle.FixedWindow)}), noRetry},
 		)
