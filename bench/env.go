@@ -134,17 +134,18 @@ func (e *env) stats(ctx context.Context) (serverStats, error) {
 type snapshot struct {
 	sent int64
 	srv  serverStats
+	cpu  time.Duration // this process's CPU: the clients' side
 }
 
 // snap takes a snapshot.
 func (e *env) snap(ctx context.Context) (snapshot, error) {
 	srv, err := e.stats(ctx)
-	return snapshot{sent: e.sent.n.Load(), srv: srv}, err
+	return snapshot{sent: e.sent.n.Load(), srv: srv, cpu: processCPU()}, err
 }
 
 // since returns what happened between o and s.
 func (s snapshot) since(o snapshot) snapshot {
-	return snapshot{sent: s.sent - o.sent, srv: s.srv.sub(o.srv)}
+	return snapshot{sent: s.sent - o.sent, srv: s.srv.sub(o.srv), cpu: s.cpu - o.cpu}
 }
 
 // redisVersion returns the server's version, or "?".

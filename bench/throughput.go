@@ -47,6 +47,7 @@ func (c *cell) add(o cell) {
 	c.did.sent += o.did.sent
 	c.did.srv.cmds += o.did.srv.cmds
 	c.did.srv.cpu += o.did.srv.cpu
+	c.did.cpu += o.did.cpu
 	c.lat = append(c.lat, o.lat...)
 	if c.err == nil {
 		c.err = o.err
@@ -195,12 +196,12 @@ func measure(ctx context.Context, e *env, ct contender, conc int, dur time.Durat
 // printThroughput prints the throughput table and its notes.
 func printThroughput(cts []contender, cfg config, res [][]cell) {
 	const base = 1 // the EVALSHA baseline's row
-	fmt.Printf("### Throughput and latency\n\n%v per contender and concurrency, in %d rounds. Ops/s: successful decisions per second; ×: multiple of the EVALSHA `return 1` baseline at the same concurrency (for latency, > 1 is slower). Calls: commands the client sent per successful decision (a script call is one). Redis cmds: commands Redis executed per successful decision, those run inside scripts included (INFO commandstats). Redis CPU: redis-server's user+system CPU per successful decision (INFO cpu).\n\n", cfg.dur, cfg.rounds)
+	fmt.Printf("### Throughput and latency\n\n%v per contender and concurrency, in %d rounds. Ops/s: successful decisions per second; ×: multiple of the EVALSHA `return 1` baseline at the same concurrency (for latency, > 1 is slower). Calls: commands the client sent per successful decision (a script call is one). Redis cmds: commands Redis executed per successful decision, those run inside scripts included (INFO commandstats). Redis CPU: redis-server's user+system CPU per successful decision (INFO cpu). Client CPU: this program's user+system CPU per successful decision (getrusage), the goroutines' loop included: what the library costs the service that calls it, and on this machine it shares the CPUs with Redis.\n\n", cfg.dur, cfg.rounds)
 	t := table{head: []string{"contender"}}
 	for _, c := range cfg.concs {
 		t.head = append(t.head, fmt.Sprintf("c=%d ops/s (×)", c), fmt.Sprintf("c=%d p50 / p99 µs (×)", c))
 	}
-	t.head = append(t.head, "calls", "Redis cmds", "Redis CPU µs", "failed (c="+joinInts(cfg.concs)+")")
+	t.head = append(t.head, "calls", "Redis cmds", "Redis CPU µs", "client CPU µs", "failed (c="+joinInts(cfg.concs)+")")
 	for i, ct := range cts {
 		r := []string{ct.name}
 		var total cell
@@ -217,13 +218,14 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 			total.add(*c)
 			fails = append(fails, percent(float64(c.failed)/float64(max(c.ok+c.failed, 1))))
 		}
+		n := float64(max(total.ok, 1))
 		if ct.local {
 			r = append(r, "0", "0", "–")
 		} else {
-			n := float64(max(total.ok, 1))
 			r = append(r, fmt.Sprintf("%.2f", float64(total.did.sent)/n), fmt.Sprintf("%.2f", float64(total.did.srv.cmds)/n),
 				fmt.Sprintf("%.1f", float64(total.did.srv.cpu)/1e3/n))
 		}
+		r = append(r, fmt.Sprintf("%.2f", float64(total.did.cpu)/1e3/n))
 		r = append(r, strings.Join(fails, " / "))
 		t.row(r...)
 	}
