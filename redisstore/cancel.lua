@@ -3,7 +3,10 @@
 -- Units and key layout as in take.lua. KEYS: one key per limit of the
 -- demand, in order.
 --
--- ARGV[1]  "" to read TIME; tests may pass the current instant instead
+-- ARGV[1]  "" to read TIME; tests may pass the current instant instead;
+--          "R" when go-redis sends the call again (ReplayDetect, resend.go):
+--          refused with an error beginning "RESENT", nothing given back (a
+--          window's refund must not be given twice)
 -- ARGV[2]  the decision id
 -- then 4 per limit: algorithm, a, mark, cost
 --   0 GCRA            a = cost*T; mark = the arrival time the take set. It
@@ -12,6 +15,10 @@
 --   2 sliding log     mark = the instant; the member is "cost:id"
 --   4 concurrency     a = the channel announcing releases; the member is
 --                     the id. A removed lease is announced (see release.lua).
+
+if ARGV[1] == 'R' then
+  return redis.error_reply('RESENT: call sent again, not decided again')
+end
 
 local fmt = string.format
 local now, slack

@@ -18,3 +18,15 @@ func ClusterReloads(s *Store) int64 { return s.reload.count.Load() }
 func WithGenericTake() Option {
 	return func(s *Store) { s.generic = true }
 }
+
+// ReplayMode names what s does about calls sent again: "ids", "detect" or
+// "none".
+func ReplayMode(s *Store) string {
+	switch {
+	case s.replayMS > 0:
+		return "ids"
+	case s.detect:
+		return "detect"
+	}
+	return "none"
+}

@@ -36,8 +36,12 @@ func WithTimeout(d time.Duration) Option {
 type Replay int
 
 const (
-	// ReplayAuto remembers decision ids ([ReplayIDs]) unless the client
-	// provably never retries a command, in which case nothing is needed.
+	// ReplayAuto picks the cheapest safe remedy for the client: nothing
+	// for a client that never retries a command; [ReplayIDs] for a
+	// *redis.ClusterClient that follows redirects, since a MOVED or ASK
+	// reply sends a call again in normal operation (resharding); and
+	// [ReplayDetect] for any other *redis.Client or *redis.Ring. Other
+	// implementations of redis.UniversalClient get [ReplayIDs].
 	ReplayAuto Replay = iota
 
 	// ReplayIDs gives every decision a unique id. The script stores a
@@ -56,6 +60,16 @@ const (
 	// Redis. A ClusterClient without redirects cannot follow a resharding,
 	// so prefer ReplayIDs there.
 	ReplayNoRetries
+
+	// ReplayDetect keeps nothing in Redis: every call carries a mark that
+	// go-redis writes anew each time it sends the call, and a call sent
+	// again (a retry after its connection failed with the call written, or
+	// a Cluster redirect) fails with [ErrResent] instead of deciding a
+	// second time. It costs Redis nothing and works with any client;
+	// go-redis still retries calls it never wrote (a failed dial, a pool
+	// timeout). A lost reply is then an error, which may or may not have
+	// charged, as with [ReplayNoRetries].
+	ReplayDetect
 )
 
 // replayOffForTest turns ids off whatever the client; only tests set it.

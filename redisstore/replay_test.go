@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -51,16 +52,31 @@ func TestReplayLostReply(t *testing.T) {
 		opts    []redisstore.Option
 		client  func(*redis.Options)
 		wantErr bool
-		want    int // units charged by one Take
+		resent  bool // the error is ErrResent
+		want    int  // units charged by one Take
 	}{{
 		name:  "dropped reply, ids",
 		fault: func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
+		opts:  []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)},
 		want:  1,
 	}, {
 		name:  "dropped reply, ids, take.lua",
 		fault: func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
-		opts:  []redisstore.Option{redisstore.WithGenericTake()},
+		opts:  []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs), redisstore.WithGenericTake()},
 		want:  1,
+	}, {
+		name:    "dropped reply, detect (the default for this client)",
+		fault:   func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
+		wantErr: true,
+		resent:  true,
+		want:    1,
+	}, {
+		name:    "dropped reply, detect, take.lua",
+		fault:   func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
+		opts:    []redisstore.Option{redisstore.WithReplay(redisstore.ReplayDetect), redisstore.WithGenericTake()},
+		wantErr: true,
+		resent:  true,
+		want:    1,
 	}, {
 		name:  "dropped reply, no ids (the double charge ids prevent)",
 		fault: func(p *faultproxy.Proxy) func() { p.DropReplyTo("evalsha"); return func() {} },
@@ -95,6 +111,7 @@ func TestReplayLostReply(t *testing.T) {
 			undo()
 			if tc.wantErr {
 				assert.Error(t, err)
+				assert.Equal(t, tc.resent, errors.Is(err, redisstore.ErrResent), "errors.Is(err, ErrResent): %v", err)
 			} else {
 				require.NoError(t, err)
 				assert.True(t, dec.OK)

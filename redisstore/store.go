@@ -29,6 +29,7 @@ type Store struct {
 	generic   bool             // tests only: take.lua even for GCRA-only demands
 
 	replayMS  int64 // how long a reply is remembered; 0: not at all
+	detect    bool  // ReplayDetect: calls carry a resendMark
 	replayArg any   // replayMS, boxed once for the scripts' arguments
 	idBase    string
 	seq       atomic.Uint64
@@ -58,9 +59,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	retries := mayRetry(client)
 	switch s.replay {
 	case ReplayAuto:
-		if retries {
+		switch {
+		case !retries:
+		case detectable(client):
+			s.detect = true
+		default:
 			s.replayMS = s.replayWindow()
 		}
+	case ReplayDetect:
+		s.detect = true
 	case ReplayIDs:
 		s.replayMS = s.replayWindow()
 	case replayOffForTest:
@@ -97,6 +104,63 @@ func mayRetry(client redis.UniversalClient) bool {
 		return o.MaxRetries > 0 || o.MaxRedirects > 0
 	}
 	return true
+}
+
+// detectable reports whether [ReplayAuto] picks [ReplayDetect] for
+// client: a client that sends a call again only after a failure, not as
+// part of normal operation (a Cluster redirect).
+func detectable(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client, *redis.Ring:
+		return true
+	case *redis.ClusterClient:
+		return c.Options().MaxRedirects <= 0
+	}
+	return false
+}
+
+// mark returns a resendMark that first writes first, or nil when calls
+// are not marked.
+func (s *Store) mark(first string) *resendMark {
+	if !s.detect {
+		return nil
+	}
+	return &resendMark{first: markBytes(first)}
+}
+
+// Common first writes of a resendMark, so that marking a call allocates
+// only the mark.
+var (
+	mark00, mark10 = []byte("0 0"), []byte("1 0")
+	mark0, mark1   = []byte("0"), []byte("1")
+	mark3, markNow = []byte("3"), []byte("")
+)
+
+// markBytes returns s as bytes, shared for the common values.
+func markBytes(s string) []byte {
+	switch s {
+	case "0 0":
+		return mark00
+	case "1 0":
+		return mark10
+	case "0":
+		return mark0
+	case "1":
+		return mark1
+	case "3":
+		return mark3
+	case "":
+		return markNow
+	}
+	return []byte(s)
+}
+
+// markArg returns m as a script argument, or first when m is nil.
+func markArg(m *resendMark, first any) any {
+	if m == nil {
+		return first
+	}
+	return m
 }
 
 // nextID returns an id unique to this decision among all stores.
@@ -167,18 +231,26 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
 		(d.Limits[0].Limit.Algorithm == throttle.FixedWindow || d.Limits[0].Limit.Algorithm == throttle.SlidingWindow)
+	var mark *resendMark
 	switch {
 	case window:
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
-		args = []any{int(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, cost}
+		alg := "1"
+		if l.Algorithm == throttle.SlidingWindow {
+			alg = "3"
+		}
+		mark = s.mark(alg)
+		args = []any{markArg(mark, alg), maxWait, l.Per.Microseconds(), l.Rate, cost}
 		if s.now != nil {
 			args = append(args, s.nowArg())
 		}
 	case gcraOnly:
 		script = takeGCRAScript
 		args = make([]any, 0, 3+2*len(d.Limits))
-		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS))
+		mode := gcraMode(len(d.Pauses), s.replayMS)
+		mark = s.mark(mode)
+		args = append(args, maxWait, markArg(mark, mode))
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			t := gcraInterval(l)
@@ -189,7 +261,8 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		}
 	default:
 		args = make([]any, 0, 5+4*len(d.Limits))
-		args = append(args, s.nowArg(), maxWait, len(d.Pauses), s.replayArg, id)
+		mark = s.mark("0")
+		args = append(args, s.nowArg(), maxWait, len(d.Pauses), markArg(mark, s.replayArg), id)
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			switch l.Algorithm {
@@ -207,19 +280,19 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	cmd := script.Run(ctx, s.client, keys, args...)
+	cmd := s.run(ctx, script, mark, keys, args...)
 	if window || gcraOnly {
 		res, err := cmd.Result()
 		if err != nil {
 			s.reload.note(err)
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", resent(err))
 		}
 		return parseTakeFast(res, d, id)
 	}
 	res, err := cmd.Slice()
 	if err != nil {
 		s.reload.note(err)
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", resent(err))
 	}
 	return parseTake(res, d, id)
 }
@@ -390,7 +463,9 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	ks := newKeys(s.prefix, d.Scope)
 	keys := make([]string, len(d.Limits))
 	args := make([]any, 0, 2+4*len(d.Limits))
-	args = append(args, s.nowArg(), r.ID)
+	now := s.nowArg()
+	mark := s.mark(now)
+	args = append(args, markArg(mark, now), r.ID)
 	cost := int64(d.Cost)
 	for i := range d.Limits {
 		b := &d.Limits[i]
@@ -410,9 +485,9 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	}
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	if err := cancelScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
+	if err := s.run(ctx, cancelScript, mark, keys, args...).Err(); err != nil {
 		s.reload.note(err)
-		return fmt.Errorf("redisstore: cancel: %w", err)
+		return fmt.Errorf("redisstore: cancel: %w", resent(err))
 	}
 	return nil
 }

@@ -13,7 +13,9 @@
 -- ARGV[1]  "" to read TIME; tests may pass the current instant instead
 -- ARGV[2]  MaxWait
 -- ARGV[3]  number of pause keys
--- ARGV[4]  how long to remember the reply, ms; 0: not at all
+-- ARGV[4]  how long to remember the reply, ms; 0: not at all; "R" when
+--          go-redis sends the call again (ReplayDetect, resend.go): refused
+--          with an error beginning "RESENT", nothing decided
 -- ARGV[5]  decision id (unique; names sliding-log members)
 -- then 4 per limit: algorithm, a, b, cost
 --   0 GCRA            a = cost*T, b = Burst*T - cost*T (T = ceil(Per/Rate))
@@ -27,6 +29,10 @@
 -- GCRA arrival time set, the window charged, or the log instant), or
 -- {0, delay, binding limit index, binding pause index} when refused; indexes
 -- are 0-based, -1 for none.
+
+if ARGV[4] == 'R' then
+  return redis.error_reply('RESENT: call sent again, not decided again')
+end
 
 local fmt = string.format
 local now, slack

@@ -18,7 +18,9 @@
 -- one hash tag {scope}; no other key is touched.
 --
 -- ARGV[1]  MaxWait
--- ARGV[2]  "P M": P pause keys, and remember the reply for M ms (0: not)
+-- ARGV[2]  "P M": P pause keys, and remember the reply for M ms (0: not);
+--          "R" when go-redis sends the call again (ReplayDetect, resend.go):
+--          refused with an error beginning "RESENT", nothing decided
 -- then 2 per limit: a = cost*T, b = Burst*T - cost*T (T = ceil(Per/Rate))
 -- then, only from tests, the current instant to use instead of TIME; so
 --          #ARGV is odd exactly when it is given.
@@ -58,6 +60,9 @@ local np, rttl = 0, 0
 if mode == '1 0' then
   np = 1
 elseif mode ~= '0 0' then
+  if mode == 'R' then
+    return redis.error_reply('RESENT: call sent again, not decided again')
+  end
   np, rttl = string.match(mode, '^(%d+) (%d+)$')
   np, rttl = tonumber(np), tonumber(rttl)
 end

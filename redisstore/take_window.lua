@@ -12,7 +12,9 @@
 -- -> count, keys.go). Both share the hash tag {scope}; no other key is
 -- touched.
 --
--- ARGV[1]  algorithm: 1 fixed window, 3 sliding window (take.lua's codes)
+-- ARGV[1]  algorithm: 1 fixed window, 3 sliding window (take.lua's codes);
+--          "R" when go-redis sends the call again (ReplayDetect, resend.go):
+--          refused with an error beginning "RESENT", nothing decided
 -- ARGV[2]  MaxWait
 -- ARGV[3]  Per
 -- ARGV[4]  Rate
@@ -23,6 +25,10 @@
 -- Otherwise a string of integers, "1 delay -1 -1 window" when granted,
 -- "0 delay limit pause" when refused (take_gcra.lua's format).
 
+local fixed = ARGV[1] == '1'
+if not fixed and ARGV[1] ~= '3' then
+  return redis.error_reply('RESENT: call sent again, not decided again')
+end
 local now, slack
 if #ARGV == 5 then
   local tm = redis.call('TIME')
@@ -43,7 +49,6 @@ if #KEYS == 2 then
   if p and p > t then t, pause = p, 0 end
   key = KEYS[2]
 end
-local fixed = ARGV[1] == '1'
 local maxWait, per, rate, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local k = floor(t / per)
 local n, binding = nil, -1
