@@ -162,6 +162,10 @@ func ours(c oursConfig) library {
 	}}
 }
 
+// replayIDs makes our store remember each decision's reply for replays,
+// the default for a Cluster client that follows redirects.
+var replayIDs = []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}
+
 // one returns buckets of a single limit of algorithm a on the key.
 func one(a throttle.Algorithm) func(key string, rate int) []throttle.Bucket {
 	return func(key string, rate int) []throttle.Bucket {

@@ -34,13 +34,14 @@ func memory(ctx context.Context, e *env) error {
 		ours(oursConfig{name: "ours: sliding log", buckets: one(throttle.SlidingLog)}),
 		ours(oursConfig{name: "ours: concurrency (lease held)", buckets: one(throttle.Concurrency)}),
 		ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}),
+		ours(oursConfig{name: "ours: GCRA, replay ids", opts: replayIDs, buckets: one(throttle.GCRA)}),
 		redisRate, ululeLimiter, throttledGCRA,
 	}
 	seen, err := e.keys(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("### Memory per key\n\nMEMORY USAGE (SAMPLES 0) of every key that appeared after one granted decision on a new key, limit %d per second; × is the multiple of a plain string key holding a small integer (`%s`, %d B), measured in the same run. TTL is the key's remaining time to live then. Ours runs on the same client as the peers (go-redis defaults), so each decision also leaves its reply under a replay key, kept for 1 s.\n\n", quota, baseKey, base)
+	fmt.Printf("### Memory per key\n\nMEMORY USAGE (SAMPLES 0) of every key that appeared after one granted decision on a new key, limit %d per second; × is the multiple of a plain string key holding a small integer (`%s`, %d B), measured in the same run. TTL is the key's remaining time to live then. Ours runs on the same client as the peers (go-redis defaults), on which it keeps nothing per decision beyond its limit keys (ReplayDetect); with replay ids (the last row of ours) each decision also leaves its reply under a replay key, kept for 1 s.\n\n", quota, baseKey, base)
 	t := table{head: []string{"contender", "bytes (×)", "keys: bytes, TTL"}}
 	for _, l := range libs {
 		d, err := l.new(c, "mem", quota)

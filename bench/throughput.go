@@ -115,15 +115,15 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 		{ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}), c},
 		{ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}), c},
 		{ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(throttle.GCRA), pauses: []string{""}}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, replay ids", opts: replayIDs, buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 2 limits, replay ids", opts: replayIDs, buckets: hierarchy}), c},
 		{ours(oursConfig{name: "ours: GCRA, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.GCRA)}), noRetry},
-		{ours(oursConfig{name: "ours: GCRA, 2 limits, client without retries", opts: noRetries, buckets: hierarchy}), noRetry},
 	}
 	if variants {
 		libs = append(libs,
 			lib{ours(oursConfig{name: "ours: fixed window, 1 limit", buckets: one(throttle.FixedWindow)}), c},
 			lib{ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(throttle.SlidingWindow)}), c},
-			lib{ours(oursConfig{name: "ours: fixed window, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.FixedWindow)}), noRetry},
-			lib{ours(oursConfig{name: "ours: sliding window, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.SlidingWindow)}), noRetry},
+			lib{ours(oursConfig{name: "ours: fixed window, 1 limit, replay ids", opts: replayIDs, buckets: one(throttle.FixedWindow)}), c},
 			lib{ours(oursConfig{name: "ours: sliding log, 1 limit (a log of about 1 s of decisions)", buckets: one(throttle.SlidingLog)}), c},
 			lib{ours(oursConfig{name: "ours: MULTI/EXEC fixed window, 1 limit, client without retries",
 				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(throttle.FixedWindow)}), noRetry},
@@ -240,7 +240,7 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 		}
 	}
 	fmt.Println("- x/time/rate decides in process (one limiter shared by the goroutines): it makes no Redis call, and a refusal counts as a decision.")
-	fmt.Println("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store remembers each decision's reply for replays (ReplayAuto: replay ids); \"client without retries\" rows use MaxRetries -1 and ReplayNoRetries.")
+	fmt.Println("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries.")
 	fmt.Println()
 }
 

@@ -48,7 +48,9 @@ func BenchmarkDecision(b *testing.B) {
 		require.NoError(b, err)
 		return s
 	}
-	ids, noIDs := store(c), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
+	// The default on a client that retries: calls marked, nothing kept.
+	detect := store(c)
+	ids, noIDs := store(c, redisstore.WithReplay(redisstore.ReplayIDs)), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
 	// No per-call timeout: what the context.WithTimeout of every call costs.
 	noTimer := store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithTimeout(0))
 	// Limits that always admit, so every call commits: the costly path.
@@ -74,14 +76,16 @@ func BenchmarkDecision(b *testing.B) {
 	}{
 		{"ping", "ping", func() error { return c.Ping(bg).Err() }},
 		{"evalsha-return1", "evalsha", func() error { return returnOne.Run(bg, c, nil).Err() }},
-		{"gcra", "evalsha", take(ids, demand(lim("g1", throttle.GCRA)))},
+		{"gcra", "evalsha", take(detect, demand(lim("g1", throttle.GCRA)))},
+		{"gcra-ids", "evalsha", take(ids, demand(lim("g1i", throttle.GCRA)))},
 		{"gcra-noids", "evalsha", take(noIDs, demand(lim("g1n", throttle.GCRA)))},
 		{"gcra-noids-notimeout", "evalsha", take(noTimer, demand(lim("g1t", throttle.GCRA)))},
-		{"gcra+gcra", "evalsha", take(ids, demand(lim("g2a", throttle.GCRA), lim("g2b", throttle.GCRA)))},
+		{"gcra+gcra", "evalsha", take(detect, demand(lim("g2a", throttle.GCRA), lim("g2b", throttle.GCRA)))},
+		{"gcra+gcra-ids", "evalsha", take(ids, demand(lim("g2e", throttle.GCRA), lim("g2f", throttle.GCRA)))},
 		{"gcra+gcra-noids", "evalsha", take(noIDs, demand(lim("g2c", throttle.GCRA), lim("g2d", throttle.GCRA)))},
-		{"fixed-window", "evalsha", take(ids, demand(lim("f1", throttle.FixedWindow)))},
-		{"fixed-window-noids", "evalsha", take(noIDs, demand(lim("f1n", throttle.FixedWindow)))},
-		{"sliding-window", "evalsha", take(ids, demand(lim("w1", throttle.SlidingWindow)))},
+		{"fixed-window", "evalsha", take(detect, demand(lim("f1", throttle.FixedWindow)))},
+		{"fixed-window-ids", "evalsha", take(ids, demand(lim("f1i", throttle.FixedWindow)))},
+		{"sliding-window", "evalsha", take(detect, demand(lim("w1", throttle.SlidingWindow)))},
 	}
 	baseline.nsPerOp, baseline.p50 = map[int]float64{}, map[int]float64{}
 	for _, conc := range []int{1, 8, 64} {

@@ -37,7 +37,7 @@ func BenchmarkLease(b *testing.B) {
 		require.NoError(b, err)
 		return s
 	}
-	ids, noIDs := store(c), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
+	ids, noIDs := store(c, redisstore.WithReplay(redisstore.ReplayIDs)), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
 	slots := throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 1_000_000, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
 	rate := throttle.Bucket{Limit: throttle.Limit{Name: "g", Rate: 1_000_000, Per: time.Second}, Key: "k"}
 	acquireRelease := func(s *redisstore.Store, bs ...throttle.Bucket) func() error {

@@ -13,6 +13,7 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -170,11 +171,16 @@ func TestFaultFlushAll(t *testing.T) {
 // proxied starts a server behind a fault proxy and a transport through it,
 // warmed up with one request decided by the store.
 func proxied(t *testing.T, quota int, mode throttle.FailureMode, opts ...redistest.Option) (*redistest.Server, *faultproxy.Proxy, *vendor, *recorder, *throttle.Transport) {
+	return proxiedStore(t, quota, mode, nil, opts...)
+}
+
+// proxiedStore is proxied with a store made with storeOpts.
+func proxiedStore(t *testing.T, quota int, mode throttle.FailureMode, storeOpts []redisstore.Option, opts ...redistest.Option) (*redistest.Server, *faultproxy.Proxy, *vendor, *recorder, *throttle.Transport) {
 	srv := redistest.Start(t, opts...)
 	px := faultproxy.New(t, srv.Addr())
 	v := newVendor(t)
 	rec := &recorder{}
-	tr := newTransport(t, newStore(t, newClient(t, px.Addr())), policy(quota, mode), rec)
+	tr := newTransport(t, newStore(t, newClient(t, px.Addr()), storeOpts...), policy(quota, mode), rec)
 	require.NoError(t, roundTrip(t, tr, v, "/").err)
 	require.Equal(t, int64(1), rec.byStore.Load())
 	return srv, px, v, rec, tr
@@ -245,27 +251,54 @@ func TestFaultBusy(t *testing.T) {
 }
 
 // 6. The connection is reset while a reply is in flight: Redis ran the
-// script, the client never saw its answer, go-redis sent it again. The
-// replay id keeps it from being charged twice.
+// script, the client never saw its answer, go-redis sent it again. With
+// replay ids the call sent again gets the remembered reply; with
+// ReplayDetect (the default for this client) it fails with ErrResent and
+// the request gets the store-failure mode. Either way the first sending's
+// charge is the only one.
 func TestFaultResetInFlight(t *testing.T) {
-	noLeaks(t)
-	const quota = 10
-	_, px, v, rec, tr := proxied(t, quota, throttle.FailClosed)
-	var rs results
-	for range 3 {
-		px.DropReplyTo("evalsha")
-		r := roundTrip(t, tr, v, "/")
-		require.NoError(t, r.err, "the retry gets the remembered reply")
-		rs = append(rs, r)
+	for _, tc := range []struct {
+		name   string
+		opts   []redisstore.Option
+		failed int // requests that got the failure mode
+	}{
+		{"ids", []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}, 0},
+		{"detect", nil, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeaks(t)
+			const quota = 10
+			_, px, v, rec, tr := proxiedStore(t, quota, throttle.FailClosed, tc.opts)
+			var rs, faulted results
+			for range 3 {
+				px.DropReplyTo("evalsha")
+				r := roundTrip(t, tr, v, "/")
+				if tc.failed == 0 {
+					require.NoError(t, r.err, "the retry gets the remembered reply")
+				} else {
+					require.ErrorIs(t, r.err, throttle.ErrStoreUnavailable)
+					require.ErrorIs(t, r.err, redisstore.ErrResent)
+				}
+				faulted = append(faulted, r)
+				// A request without a fault between, so that three failures
+				// in a row do not open the breaker.
+				ok := roundTrip(t, tr, v, "/")
+				require.NoError(t, ok.err)
+				rs = append(rs, r, ok)
+			}
+			assert.Equal(t, 3, px.Stats().Dropped)
+			rs = append(rs, fire(t, tr, v, "/", 2*quota, 4)...)
+			// One request was sent by proxied's warm-up; each dropped reply's
+			// call charged once, sent or not.
+			assert.Equal(t, quota-1, rs.sent()+tc.failed, "no double charge")
+			assert.Equal(t, int64(quota-tc.failed), v.got.Load())
+			assert.Equal(t, tc.failed, rs.count(throttle.ErrStoreUnavailable))
+			if tc.failed == 0 {
+				assert.Empty(t, rec.stateLog())
+			}
+			assertLatency(t, "reset in flight, "+tc.name, faulted)
+		})
 	}
-	assert.Equal(t, 3, px.Stats().Dropped)
-	rs = append(rs, fire(t, tr, v, "/", 2*quota, 4)...)
-	// One request was sent by proxied's warm-up.
-	assert.Equal(t, quota-1, rs.sent(), "no double charge: exactly the quota is sent")
-	assert.Equal(t, int64(quota), v.got.Load())
-	assert.Zero(t, rs.count(throttle.ErrStoreUnavailable))
-	assert.Empty(t, rec.stateLog())
-	assertLatency(t, "reset in flight", rs[:3])
 }
 
 // 10. 10,000 callers blocked during an outage (Redis blackholed, the worst

@@ -121,8 +121,8 @@ func newClient(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
-func newStore(t *testing.T, c redis.UniversalClient) *redisstore.Store {
-	s, err := redisstore.New(c, redisstore.WithPrefix(redistest.Prefix(t)))
+func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(redistest.Prefix(t))}, opts...)...)
 	require.NoError(t, err)
 	return s
 }
