@@ -34,7 +34,9 @@ func memory(ctx context.Context, e *env) error {
 		ours(oursConfig{name: "ours: sliding log", buckets: one(throttle.SlidingLog)}),
 		ours(oursConfig{name: "ours: concurrency (lease held)", buckets: one(throttle.Concurrency)}),
 		ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}),
-		ours(oursConfig{name: "ours: GCRA, replay ids", opts: replayIDs, buckets: one(throttle.GCRA)}),
+		ours(oursConfig{name: "ours: GCRA, replay ids", opts: replayIDs, buckets: func(key string, rate int) []throttle.Bucket {
+			return []throttle.Bucket{bucket("ids", throttle.GCRA, rate, key)} // a key of its own: the row above has "limit"
+		}}),
 		redisRate, ululeLimiter, throttledGCRA,
 	}
 	seen, err := e.keys(ctx)

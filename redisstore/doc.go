@@ -69,15 +69,28 @@
 //
 // # Retries and replays
 //
-// go-redis retries a command whose connection failed after it was written
-// (3 retries by default); Redis may then run the script twice. [Replay]
-// selects the remedy: with decision ids (the default for a client that
-// retries) the script remembers a granted decision's reply for
-// max(1 s, 4 x the per-call timeout) and answers a rerun with it instead of
-// charging again; with [ReplayNoRetries] the client must have retries
-// disabled, which costs Redis nothing, and a lost reply is an error. In
-// both cases an error from Take means the demand may or may not have been
-// charged; treat it as not granted.
+// go-redis sends a command again when its connection failed after it was
+// written (3 retries by default), and a ClusterClient follows MOVED and
+// ASK redirects; Redis may then run the script twice. [Replay] selects
+// the remedy, and the default picks the cheapest safe one for the client:
+//
+//   - [ReplayDetect] (the default for a *redis.Client or *redis.Ring that
+//     retries): every call carries a mark that go-redis writes anew with
+//     each sending, and the script refuses a call sent again with
+//     [ErrResent]. Nothing is kept in Redis and it costs Redis nothing;
+//     a lost reply becomes an error.
+//   - [ReplayIDs] (the default for a ClusterClient that follows
+//     redirects, where a call is sent again in normal operation): the
+//     script remembers a granted decision's reply for max(1 s, 4 x the
+//     per-call timeout) and answers a call sent again with it, so the
+//     retry succeeds. It about doubles Redis's work for a one-limit
+//     decision (a GET, a SET of a new key, the id and a longer reply).
+//   - [ReplayNoRetries]: the client must have retries and redirects
+//     disabled; a lost reply is an error, at no cost.
+//
+// In every case an error from Take means the demand may or may not have
+// been charged; treat it as not granted. [Store.Cancel] is marked the same
+// way under ReplayDetect, so a refund is never given twice.
 //
 // # Failures
 //
@@ -102,7 +115,7 @@
 //		DialerRetries:         1,                      // default 5, 100 ms apart
 //		ReadTimeout:           200 * time.Millisecond, // default 3 s
 //		WriteTimeout:          200 * time.Millisecond,
-//		MaxRetries:            2,                      // retries are safe: see Replay
+//		MaxRetries:            2,                      // never charges twice: see Replay
 //		MaxRetryBackoff:       64 * time.Millisecond,  // default 512 ms
 //	}
 //

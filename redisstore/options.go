@@ -47,9 +47,10 @@ const (
 	// ReplayIDs gives every decision a unique id. The script stores a
 	// granted decision's reply under its id for a short time
 	// (max(1s, 4 x the per-call timeout)) and answers a rerun of the same
-	// call with that reply instead of charging again. It costs a GET per
-	// decision and a SET per granted one, and a small key per granted
-	// decision for that time.
+	// call with that reply instead of charging again, so a retry after a
+	// lost reply succeeds. It costs a GET per decision, a SET per granted
+	// one and a small key per granted decision for that time: about twice
+	// Redis's work for a one-limit GCRA decision (BENCHMARKS.md).
 	ReplayIDs
 
 	// ReplayNoRetries requires a client that never retries: a
