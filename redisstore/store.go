@@ -106,63 +106,6 @@ func mayRetry(client redis.UniversalClient) bool {
 	return true
 }
 
-// detectable reports whether [ReplayAuto] picks [ReplayDetect] for
-// client: a client that sends a call again only after a failure, not as
-// part of normal operation (a Cluster redirect).
-func detectable(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case *redis.Client, *redis.Ring:
-		return true
-	case *redis.ClusterClient:
-		return c.Options().MaxRedirects <= 0
-	}
-	return false
-}
-
-// mark returns a resendMark that first writes first, or nil when calls
-// are not marked.
-func (s *Store) mark(first string) *resendMark {
-	if !s.detect {
-		return nil
-	}
-	return &resendMark{first: markBytes(first)}
-}
-
-// Common first writes of a resendMark, so that marking a call allocates
-// only the mark.
-var (
-	mark00, mark10 = []byte("0 0"), []byte("1 0")
-	mark0, mark1   = []byte("0"), []byte("1")
-	mark3, markNow = []byte("3"), []byte("")
-)
-
-// markBytes returns s as bytes, shared for the common values.
-func markBytes(s string) []byte {
-	switch s {
-	case "0 0":
-		return mark00
-	case "1 0":
-		return mark10
-	case "0":
-		return mark0
-	case "1":
-		return mark1
-	case "3":
-		return mark3
-	case "":
-		return markNow
-	}
-	return []byte(s)
-}
-
-// markArg returns m as a script argument, or first when m is nil.
-func markArg(m *resendMark, first any) any {
-	if m == nil {
-		return first
-	}
-	return m
-}
-
 // nextID returns an id unique to this decision among all stores.
 func (s *Store) nextID() string {
 	return s.idBase + strconv.FormatUint(s.seq.Add(1), 36)
