@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,4 +58,37 @@ func ExampleNew() {
 	// request 1: granted=true
 	// request 2: granted=true
 	// request 3: granted=false, bound by hourly, retry in about 30m0s
+}
+
+// WithReplay chooses what keeps a call that go-redis sends again after a
+// failure from charging twice. The default suits most clients; a store
+// that should answer such a call with the first reply, rather than fail
+// it, remembers replies. Either way an error may have charged.
+func ExampleWithReplay() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // retries: 3 by default
+	defer rdb.Close()
+	s, err := redisstore.New(rdb,
+		redisstore.WithPrefix(fmt.Sprintf("example-%d:", time.Now().UnixNano())),
+		redisstore.WithReplay(redisstore.ReplayIDs)) // default here: ReplayDetect
+	if err != nil {
+		panic(err)
+	}
+	d := &throttle.Demand{
+		Scope:  "vendor-api",
+		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "hourly", Rate: 100, Per: time.Hour}, Key: "team-42"}},
+		Cost:   1,
+	}
+	dec, err := s.Take(ctx, d)
+	switch {
+	case errors.Is(err, redisstore.ErrResent):
+		// ReplayDetect refused a call sent again: not granted, and the
+		// first sending may have charged.
+		fmt.Println("not granted: sent again")
+	case err != nil:
+		fmt.Println("not granted:", err)
+	default:
+		fmt.Println("granted:", dec.OK)
+	}
+	// Output: granted: true
 }
