@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,10 +14,7 @@ import (
 // charged. Treat it as not granted.
 var ErrResent = errors.New("call sent again after a failure and not decided again; its first sending may have charged")
 
-// resentReply is how a script answers a call whose mark says it was sent
-// again; resentArg is what the mark then writes.
-const resentReply = "RESENT"
-
+// resentArg is what a resendMark writes when the call is sent again.
 var resentArg = []byte("R")
 
 // A resendMark is a script argument that tells the script whether go-redis
@@ -28,7 +24,7 @@ var resentArg = []byte("R")
 // with an error that begins "RESENT". Within one call go-redis writes its
 // arguments from one goroutine at a time, so writes needs no lock.
 type resendMark struct {
-	first  []byte
+	first  string
 	writes int
 }
 
@@ -36,13 +32,13 @@ type resendMark struct {
 func (m *resendMark) MarshalBinary() ([]byte, error) {
 	m.writes++
 	if m.writes == 1 {
-		return m.first, nil
+		return []byte(m.first), nil
 	}
 	return resentArg, nil
 }
 
 // String is what hooks that print commands show.
-func (m *resendMark) String() string { return string(m.first) }
+func (m *resendMark) String() string { return m.first }
 
 // detectable reports whether [ReplayAuto] picks [ReplayDetect] for
 // client: a client that sends a call again only after a failure, not as
@@ -57,48 +53,15 @@ func detectable(client redis.UniversalClient) bool {
 	return false
 }
 
-// mark returns a resendMark that first writes first, or nil when calls
-// are not marked.
-func (s *Store) mark(first string) *resendMark {
+// marked returns a script argument that writes first: a resendMark, also
+// returned, when calls are marked; else plain (first's value, already
+// boxed where it can be) and nil.
+func (s *Store) marked(first string, plain any) (any, *resendMark) {
 	if !s.detect {
-		return nil
+		return plain, nil
 	}
-	return &resendMark{first: markBytes(first)}
-}
-
-// Common first writes of a resendMark, so that marking a call allocates
-// only the mark.
-var (
-	mark00, mark10 = []byte("0 0"), []byte("1 0")
-	mark0, mark1   = []byte("0"), []byte("1")
-	mark3, markNow = []byte("3"), []byte("")
-)
-
-// markBytes returns s as bytes, shared for the common values.
-func markBytes(s string) []byte {
-	switch s {
-	case "0 0":
-		return mark00
-	case "1 0":
-		return mark10
-	case "0":
-		return mark0
-	case "1":
-		return mark1
-	case "3":
-		return mark3
-	case "":
-		return markNow
-	}
-	return []byte(s)
-}
-
-// markArg returns m as a script argument, or first when m is nil.
-func markArg(m *resendMark, first any) any {
-	if m == nil {
-		return first
-	}
-	return m
+	m := &resendMark{first: first}
+	return m, m
 }
 
 // run runs script as go-redis's Script.Run does: EVALSHA, then EVAL if
@@ -120,7 +83,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, mark *resendMark,
 // resent returns [ErrResent] for a script's refusal of a call sent again,
 // and any other err as it is.
 func resent(err error) error {
-	if err != nil && strings.HasPrefix(err.Error(), resentReply) {
+	if redis.HasErrorPrefix(err, "RESENT") {
 		return ErrResent
 	}
 	return err

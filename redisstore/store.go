@@ -183,8 +183,9 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		if l.Algorithm == throttle.SlidingWindow {
 			alg = "3"
 		}
-		mark = s.mark(alg)
-		args = []any{markArg(mark, alg), maxWait, l.Per.Microseconds(), l.Rate, cost}
+		var a any
+		a, mark = s.marked(alg, alg)
+		args = []any{a, maxWait, l.Per.Microseconds(), l.Rate, cost}
 		if s.now != nil {
 			args = append(args, s.nowArg())
 		}
@@ -192,8 +193,9 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		script = takeGCRAScript
 		args = make([]any, 0, 3+2*len(d.Limits))
 		mode := gcraMode(len(d.Pauses), s.replayMS)
-		mark = s.mark(mode)
-		args = append(args, maxWait, markArg(mark, mode))
+		var a any
+		a, mark = s.marked(mode, mode)
+		args = append(args, maxWait, a)
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			t := gcraInterval(l)
@@ -204,8 +206,9 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		}
 	default:
 		args = make([]any, 0, 5+4*len(d.Limits))
-		mark = s.mark("0")
-		args = append(args, s.nowArg(), maxWait, len(d.Pauses), markArg(mark, s.replayArg), id)
+		var a any
+		a, mark = s.marked("0", s.replayArg) // marked: replayMS is 0
+		args = append(args, s.nowArg(), maxWait, len(d.Pauses), a, id)
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			switch l.Algorithm {
@@ -407,8 +410,8 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	keys := make([]string, len(d.Limits))
 	args := make([]any, 0, 2+4*len(d.Limits))
 	now := s.nowArg()
-	mark := s.mark(now)
-	args = append(args, markArg(mark, now), r.ID)
+	a, mark := s.marked(now, now)
+	args = append(args, a, r.ID)
 	cost := int64(d.Cost)
 	for i := range d.Limits {
 		b := &d.Limits[i]
