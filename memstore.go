@@ -290,6 +290,9 @@ func checkDemand(d *Demand, ps []params) ([]params, error) {
 		if c := b.Limit.capacity(); d.Cost > c {
 			return nil, fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, b.Limit.Name, c, d.Cost)
 		}
+		if j := d.SameCounter(i); j >= 0 {
+			return nil, &PolicyError{Field: fmt.Sprintf("Limits[%d]", i), Err: fmt.Errorf("same counter as Limits[%d] (limit %s, same key): a demand charges each counter once", j, b.Limit.Name)}
+		}
 		ps = append(ps, newParams(b.Limit, d.Cost))
 	}
 	return ps, nil

@@ -92,7 +92,9 @@ type Demand struct {
 	// the matched rule's scope ([Rule.Scope]).
 	Scope string
 
-	// Limits are decided together: all admit, or none is charged.
+	// Limits are decided together: all admit, or none is charged. Each
+	// counter (limit name and key) may appear once; stores reject a
+	// demand that names one twice with a [PolicyError].
 	Limits []Bucket
 
 	// Pauses lists the pause keys of Scope that hold this demand back; a
@@ -109,6 +111,18 @@ type Demand struct {
 	MaxWait time.Duration
 
 	held *Reservation // Transport: the granted reservation whose slots the request holds
+}
+
+// SameCounter returns the index of a bucket before d.Limits[i] that
+// shares its counter (same limit name and key), or -1 if there is none.
+// Stores reject such demands: one demand charges each counter once.
+func (d *Demand) SameCounter(i int) int {
+	for j := range i {
+		if d.Limits[j].Limit.Name == d.Limits[i].Limit.Name && d.Limits[j].Key == d.Limits[i].Key {
+			return j
+		}
+	}
+	return -1
 }
 
 // A Bucket is one limit resolved for one request: the limit's parameters

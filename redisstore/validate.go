@@ -26,6 +26,9 @@ func checkDemand(d *throttle.Demand) error {
 		if field, err := validateLimit(l); err != nil {
 			return &throttle.PolicyError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
 		}
+		if j := d.SameCounter(i); j >= 0 {
+			return &throttle.PolicyError{Field: fmt.Sprintf("Limits[%d]", i), Err: fmt.Errorf("same counter as Limits[%d] (limit %s, same key): a demand charges each counter once", j, l.Name)}
+		}
 		capacity := l.Rate
 		switch l.Algorithm {
 		case throttle.GCRA:

@@ -663,6 +663,13 @@ func errorCases() []stepCase {
 		buckets: on(gcra("a", 10, sec, 0), fixed("b", 2, sec)),
 		steps:   []step{{cost: 3, err: high}, {use: []int{0}, cost: 10, ok: true}},
 	}, {
+		name:    "one counter twice in a demand is an error",
+		buckets: on(gcra("g", 10, sec, 0), fixed("f", 3, sec), gcra("g", 10, sec, 0)),
+		steps: []step{
+			{maxWait: hour, err: throttle.ErrInvalidPolicy},
+			{use: []int{0, 1}, cost: 3, ok: true},
+		},
+	}, {
 		name:    "cost below one",
 		buckets: on(gcra("g", 1, sec, 1)),
 		steps: []step{

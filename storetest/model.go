@@ -260,6 +260,11 @@ func check(d *throttle.Demand) error {
 		if int64(d.Cost) > capacity(b.Limit) {
 			return fmt.Errorf("storetest model: limit %d: %w", i, throttle.ErrCostTooHigh)
 		}
+		for _, o := range d.Limits[:i] {
+			if o.Limit.Name == b.Limit.Name && o.Key == b.Key {
+				return fmt.Errorf("storetest model: limit %d: its counter is charged twice: %w", i, throttle.ErrInvalidPolicy)
+			}
+		}
 	}
 	return nil
 }
