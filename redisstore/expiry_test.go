@@ -18,7 +18,7 @@ import (
 // after every script that writes one (both takes, with and without a
 // pause key, one to three limits; cancel; sync): a key whose arrival time
 // lies in second n expires exactly at the end of second n+1. That is what
-// lets take_gcra.lua skip rewriting the expiry (SET KEEPTTL) while the
+// lets the takes skip rewriting the expiry (INCRBY keeps it) while the
 // value stays within its second, and it keeps every key alive past its
 // arrival time.
 func TestGCRAKeyExpiry(t *testing.T) {
@@ -30,9 +30,10 @@ func TestGCRAKeyExpiry(t *testing.T) {
 		opts []redisstore.Option
 	}{
 		{"take_gcra", noRetries, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
-		{"take_gcra replay ids", c, nil},
+		{"take_gcra detect", c, nil},
+		{"take_gcra replay ids", c, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}},
 		{"take", noRetries, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithGenericTake()}},
-		{"take replay ids", c, []redisstore.Option{redisstore.WithGenericTake()}},
+		{"take replay ids", c, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs), redisstore.WithGenericTake()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := redistest.Prefix(t)

@@ -199,14 +199,13 @@ for i = 1, nl do
     tat = tat + a
     -- The expiry rule of GCRA keys (take_gcra.lua): at the end of the
     -- second after the one that holds the value, rewritten only when the
-    -- value moves to another second.
-    local s = fmt('%d', tat)
+    -- value moves to another second (INCRBY keeps the TTL).
     if slack > 0 then
-      redis.call('SET', key, s, 'PX', math.ceil((tat - now) / 1000) + slack)
+      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
     elseif old > 0 and math.floor(old / 1000000) == math.floor(tat / 1000000) then
-      redis.call('SET', key, s, 'KEEPTTL')
+      redis.call('INCRBY', key, fmt('%d', tat - old))
     else
-      redis.call('SET', key, s, 'PXAT', fmt('%d', (math.floor(tat / 1000000) + 2) * 1000))
+      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (math.floor(tat / 1000000) + 2) * 1000))
     end
     r[4 + i] = tat
   elseif alg == '4' then
