@@ -49,17 +49,20 @@ if #KEYS == 2 then
   if p and p > t then t, pause = p, 0 end
   key = KEYS[2]
 end
-local maxWait, per, rate, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+-- MaxWait is parsed only when there is a wait, and the cost goes to
+-- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
+-- more than the parse saved).
+local per, rate, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local k = floor(t / per)
 local n, binding = nil, -1
 
 if fixed then
-  if t - now <= maxWait then
+  if t == now or t - now <= tonumber(ARGV[2]) then
     -- Charge the window of t, and give the cost back if that overfills
     -- it (nothing is charged on refusal): one command when there is room.
-    n = redis.call('HINCRBY', key, fmt('%d', k), cost)
+    n = redis.call('HINCRBY', key, fmt('%d', k), ARGV[5])
     if n > rate then
-      redis.call('HINCRBY', key, fmt('%d', k), -cost)
+      redis.call('HINCRBY', key, fmt('%d', k), fmt('%d', -cost))
       n, k = nil, k + 1
     end
   end
@@ -96,11 +99,11 @@ else
     k = k + 1
   end
 end
-if t - now > maxWait then
+if t > now and t - now > tonumber(ARGV[2]) then
   return fmt('0 %d %d %d', t - now, binding, pause)
 end
 if not n then
-  n = redis.call('HINCRBY', key, fmt('%d', k), cost)
+  n = redis.call('HINCRBY', key, fmt('%d', k), ARGV[5])
 end
 
 if n == cost then
