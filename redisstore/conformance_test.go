@@ -12,9 +12,9 @@ import (
 )
 
 // TestConformance runs the suite on a single node in each of the ways Take
-// can run a demand: with replay ids (the default for a client that
-// retries), without them (a client that never retries, which takes
-// take_gcra.lua's one-key path), and with take.lua for every demand.
+// can run a demand: marked calls (ReplayDetect, the default for a client
+// that retries), replay ids, a client that never retries, take.lua for
+// every demand, and with batching on.
 func TestConformance(t *testing.T) {
 	noRetries := func(o *redis.Options) { o.MaxRetries = -1 }
 	for _, tc := range []struct {
@@ -22,7 +22,9 @@ func TestConformance(t *testing.T) {
 		client []func(*redis.Options)
 		opts   []redisstore.Option
 	}{
-		{"replay ids", nil, nil},
+		{"detect", nil, nil},
+		{"replay ids", nil, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}},
+		{"batching", nil, []redisstore.Option{redisstore.WithBatching(16)}},
 		{"no retries", []func(*redis.Options){noRetries}, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
 		{"take.lua only", nil, []redisstore.Option{redisstore.WithGenericTake()}},
 	} {

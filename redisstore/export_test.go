@@ -1,5 +1,7 @@
 package redisstore
 
+import "github.com/quotakit/throttle"
+
 // WithNow makes the scripts take the current instant from now instead of
 // Redis's TIME, so the conformance suite can drive time.
 var WithNow = withNow
@@ -29,4 +31,20 @@ func ReplayMode(s *Store) string {
 		return "detect"
 	}
 	return "none"
+}
+
+// TakeBatch decides ds, GCRA-only demands of one scope, in one batch
+// (take_batch.lua), as a flush of waiting demands does.
+func TakeBatch(s *Store, ds []*throttle.Demand) ([]throttle.Decision, []error) {
+	calls := make([]*batchCall, len(ds))
+	for i, d := range ds {
+		calls[i] = &batchCall{d: d, done: make(chan struct{})}
+	}
+	s.sendBatch(calls)
+	decs, errs := make([]throttle.Decision, len(ds)), make([]error, len(ds))
+	for i, c := range calls {
+		<-c.done
+		decs[i], errs[i] = c.dec, c.err
+	}
+	return decs, errs
 }

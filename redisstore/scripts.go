@@ -20,6 +20,12 @@ var (
 	takeGCRASource string
 	takeGCRAScript = redis.NewScript(takeGCRASource)
 
+	// take_batch.lua is take_gcra.lua for several demands of one scope
+	// at once (WithBatching, batch.go).
+	//go:embed take_batch.lua
+	takeBatchSource string
+	takeBatchScript = redis.NewScript(takeBatchSource)
+
 	// take_window.lua is take.lua for a demand of one fixed-window or
 	// sliding-window limit (see Store.Take).
 	//go:embed take_window.lua

@@ -35,6 +35,8 @@ type Store struct {
 	seq       atomic.Uint64
 	reload    reloader // cluster state reloads on connection errors
 	hub       hub      // lease.go: release notifications
+	batchMax  int      // WithBatching; below 2: no batches
+	batch     batcher  // batch.go
 }
 
 var _ throttle.Store = (*Store)(nil)
@@ -159,6 +161,15 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 			gcraOnly = false
 		}
 	}
+	if gcraOnly && s.batchMax > 1 && s.replayMS == 0 {
+		return s.takeBatched(ctx, d)
+	}
+	return s.take(ctx, d, gcraOnly, needID)
+}
+
+// take decides d, checked, in a call of its own. gcraOnly: every limit is
+// GCRA (take_gcra.lua); needID: the call needs a decision id.
+func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID bool) (throttle.Decision, error) {
 	var id string
 	if needID {
 		id = s.nextID()
@@ -196,11 +207,7 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 		var a any
 		a, mark = s.marked(mode, mode)
 		args = append(args, maxWait, a)
-		for i := range d.Limits {
-			l := &d.Limits[i].Limit
-			t := gcraInterval(l)
-			args = append(args, cost*t, int64(burst(*l))*t-cost*t)
-		}
+		args = appendGCRAPairs(args, d)
 		if s.now != nil {
 			args = append(args, s.nowArg())
 		}
@@ -255,6 +262,18 @@ func gcraMode(pauses int, replayMS int64) string {
 		}
 	}
 	return strconv.Itoa(pauses) + " " + formatInt(replayMS)
+}
+
+// appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
+// whose limits are all GCRA: a = cost*T and b = Burst*T - cost*T.
+func appendGCRAPairs(args []any, d *throttle.Demand) []any {
+	cost := int64(d.Cost)
+	for i := range d.Limits {
+		l := &d.Limits[i].Limit
+		t := gcraInterval(l)
+		args = append(args, cost*t, int64(burst(*l))*t-cost*t)
+	}
+	return args
 }
 
 // gcraInterval is the GCRA emission interval T = ceil(Per/Rate) in µs.

@@ -1,0 +1,188 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quotakit/throttle"
+)
+
+// WithBatching lets concurrent decisions of one scope share round trips.
+// While a decision of a scope is in flight, later demands of that scope
+// wait, and go together, up to max at a time, in one EVALSHA
+// (take_batch.lua) that decides them in order of arrival at one instant of
+// Redis's clock, each all-or-nothing as if it were its own call. Under
+// concurrency this saves Redis most of its work per decision (one read and
+// one write per key for the whole batch, one round trip's system calls)
+// at the price of at most one round trip of waiting; a lone caller never
+// waits. It applies to demands whose limits are all GCRA, and not with
+// [ReplayIDs]; other demands go alone. A max below 2 turns batching off
+// (the default).
+//
+// A failed batch fails every demand in it with the same error, and a
+// demand whose context ends while it waits unsent is never sent.
+func WithBatching(max int) Option {
+	return func(s *Store) { s.batchMax = max }
+}
+
+// ErrNotSent wraps the context error of a batched demand whose context
+// ended before its batch was sent: nothing was charged for it.
+var ErrNotSent = errors.New("redisstore: not sent")
+
+// batcher holds a queue per scope with a decision in flight.
+type batcher struct {
+	mu     sync.Mutex
+	queues map[string]*batchQueue
+}
+
+// A batchQueue is one scope's demands waiting for the call in flight.
+type batchQueue struct {
+	pending []*batchCall
+}
+
+// batchCall states.
+const (
+	callQueued int32 = iota
+	callSent
+	callAbandoned
+)
+
+// A batchCall is one waiting demand and, once done is closed, its result.
+type batchCall struct {
+	d     *throttle.Demand
+	state atomic.Int32
+	done  chan struct{}
+	dec   throttle.Decision
+	err   error
+}
+
+// takeBatched decides d, a GCRA-only demand: at once if no decision of its
+// scope is in flight, else in the next batch of its scope.
+func (s *Store) takeBatched(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	b := &s.batch
+	b.mu.Lock()
+	q, busy := b.queues[d.Scope]
+	if !busy {
+		if b.queues == nil {
+			b.queues = map[string]*batchQueue{}
+		}
+		q = &batchQueue{}
+		b.queues[d.Scope] = q
+		b.mu.Unlock()
+		dec, err := s.take(ctx, d, true, false)
+		s.next(d.Scope, q)
+		return dec, err
+	}
+	c := &batchCall{d: d, done: make(chan struct{})}
+	q.pending = append(q.pending, c)
+	b.mu.Unlock()
+
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	select {
+	case <-c.done:
+		return c.dec, c.err
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w: %w", ErrNotSent, ctx.Err())
+		}
+		// Sent: it may have been charged, as any call cut short.
+		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
+	}
+}
+
+// next ends the call in flight of scope's queue q: the queue is dropped if
+// nothing waits, else a goroutine sends what waits, batch after batch,
+// until nothing does.
+func (s *Store) next(scope string, q *batchQueue) {
+	b := &s.batch
+	b.mu.Lock()
+	if len(q.pending) == 0 {
+		delete(b.queues, scope)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	go s.flush(scope, q)
+}
+
+// flush sends q's waiting demands in batches of at most s.batchMax until
+// none waits, then drops the queue.
+func (s *Store) flush(scope string, q *batchQueue) {
+	b := &s.batch
+	for {
+		b.mu.Lock()
+		var calls []*batchCall
+		n := 0
+		for ; n < len(q.pending) && len(calls) < s.batchMax; n++ {
+			if c := q.pending[n]; c.state.CompareAndSwap(callQueued, callSent) {
+				calls = append(calls, c)
+			}
+		}
+		rest := copy(q.pending, q.pending[n:])
+		clear(q.pending[rest:])
+		q.pending = q.pending[:rest]
+		if len(calls) == 0 && rest == 0 {
+			delete(b.queues, scope)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		if len(calls) > 0 {
+			s.sendBatch(calls)
+		}
+	}
+}
+
+// sendBatch decides calls in one round trip and hands each its result.
+// The call is bounded by the per-call timeout, not by any caller's
+// context: the callers wait with their own.
+func (s *Store) sendBatch(calls []*batchCall) {
+	ctx, cancel := s.callContext(context.Background())
+	defer cancel()
+	defer func() {
+		for _, c := range calls {
+			close(c.done)
+		}
+	}()
+	if len(calls) == 1 {
+		c := calls[0]
+		c.dec, c.err = s.take(ctx, c.d, true, false)
+		return
+	}
+	nk, na := 0, 2
+	for _, c := range calls {
+		nk += len(c.d.Pauses) + len(c.d.Limits)
+		na += 3 + 2*len(c.d.Limits)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 0, na)
+	count := strconv.Itoa(len(calls))
+	a, mark := s.marked(count, count)
+	args = append(args, a, s.nowArg())
+	for _, c := range calls {
+		d := c.d
+		keys = append(keys, s.takeKeys(d, "")...)
+		args = append(args, len(d.Pauses), len(d.Limits), max(d.MaxWait, 0).Microseconds())
+		args = appendGCRAPairs(args, d)
+	}
+	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
+	if err == nil && len(res) != len(calls) {
+		err = fmt.Errorf("malformed reply: %d results for %d demands", len(res), len(calls))
+	}
+	if err != nil {
+		s.reload.note(err)
+		err = fmt.Errorf("redisstore: take: %w", resent(err))
+		for _, c := range calls {
+			c.err = err
+		}
+		return
+	}
+	for i, c := range calls {
+		c.dec, c.err = parseTakeFast(res[i], c.d, "")
+	}
+}

@@ -1,0 +1,247 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/faultproxy"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/storetest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTakeBatchMatchesTakeGCRA sends random GCRA-only demands in random
+// batches through take_batch.lua, and the same demands one call each
+// through take_gcra.lua on another prefix at the same instant of one
+// clock: the decisions, and the keys afterwards (values and TTLs), must be
+// the same.
+func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 11))
+			clock := storetest.NewClock(storetest.Start)
+			c := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
+			opts := []redisstore.Option{redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries)}
+			batchPrefix, onePrefix := redistest.Prefix(t)+"batch:", redistest.Prefix(t)+"one:"
+			batched := newStoreOn(t, c, batchPrefix, opts...)
+			single := newStoreOn(t, c, onePrefix, opts...)
+			limits := []throttle.Limit{
+				{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
+				{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
+				{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
+			}
+			pauses := []string{"p", "q"}
+			seen := map[string]int{}
+			for step := range 120 {
+				if rng.IntN(6) == 0 {
+					key, d := pauses[rng.IntN(2)], time.Duration(rng.IntN(3000))*time.Microsecond
+					require.NoError(t, batched.Pause(ctx(t), "s", key, d))
+					require.NoError(t, single.Pause(ctx(t), "s", key, d))
+				}
+				ds := make([]*throttle.Demand, 2+rng.IntN(7))
+				for i := range ds {
+					d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
+					for _, j := range rng.Perm(3)[:1+rng.IntN(3)] {
+						d.Limits = append(d.Limits, throttle.Bucket{Limit: limits[j], Key: []string{"x", "y"}[rng.IntN(2)]})
+					}
+					for _, p := range pauses {
+						if rng.IntN(3) == 0 {
+							d.Pauses = append(d.Pauses, p)
+						}
+					}
+					ds[i] = d
+				}
+				got, errs := redisstore.TakeBatch(batched, ds)
+				for i, d := range ds {
+					where := fmt.Sprintf("step %d, demand %d of %d: %+v", step, i, len(ds), d)
+					want, err := single.Take(ctx(t), d)
+					require.NoError(t, err, where)
+					require.NoError(t, errs[i], where)
+					seen[outcome(want)]++
+					sameDecision(t, want, got[i], where)
+				}
+				for _, l := range limits {
+					for _, key := range []string{"x", "y"} {
+						k := "v1:{s}:g:" + l.Name + ":" + key
+						wv, wt := keyState(t, c, onePrefix+k)
+						gv, gt := keyState(t, c, batchPrefix+k)
+						assert.Equal(t, wv, gv, "step %d: value of %s", step, k)
+						assert.InDelta(t, wt, gt, 50, "step %d: PTTL of %s (ms)", step, k)
+					}
+				}
+				clock.Advance(time.Duration(rng.IntN(5000)) * time.Microsecond)
+			}
+			t.Logf("outcomes: %v", seen)
+			assert.Len(t, seen, 4, "every kind of outcome occurs: %v", seen)
+		})
+	}
+}
+
+// TestTakeBatchResent: a batch sent again by go-redis (its reply lost) is
+// refused as a whole with ErrResent, and only its first sending charged.
+func TestTakeBatchResent(t *testing.T) {
+	p := faultproxy.New(t, srv.Addr())
+	c := newClient(t, p.Addr())
+	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithReplay(redisstore.ReplayDetect))
+	d := &throttle.Demand{Scope: "s", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}, Key: "k"}}}
+	_, err := s.Take(ctx(t), d) // connect and load the scripts
+	require.NoError(t, err)
+	p.DropNextReply()
+	_, errs := redisstore.TakeBatch(s, []*throttle.Demand{d, d})
+	for _, err := range errs {
+		assert.ErrorIs(t, err, redisstore.ErrResent)
+	}
+	// 1 + 2 charged of 5: two more fit, not three.
+	for range 2 {
+		dec, err := s.Take(ctx(t), d)
+		require.NoError(t, err)
+		assert.True(t, dec.OK)
+	}
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	assert.False(t, dec.OK, "the batch was charged twice")
+}
+
+// TestBatchingContention: 8 instances with batching x 16 goroutines on a
+// rule of a global GCRA limit and a per-category one, some demands
+// waiting for their slot and some not. On Redis's clock (the marks, each
+// a limit's arrival time after the grant) the grants of every limit are
+// at least its interval apart: none admitted over, none charged twice;
+// the keys end at the last grant's mark: none lost. The instances sent
+// fewer calls than they made decisions: batches formed.
+func TestBatchingContention(t *testing.T) {
+	const (
+		cats       = 4
+		globalRate = 400 // per second: T = 2500 µs
+		catRate    = 150 // T = 6667 µs
+		run        = 1500 * time.Millisecond
+	)
+	prefix := redistest.Prefix(t)
+	var sent atomic.Int64
+	stores := make([]*redisstore.Store, 8)
+	for i := range stores {
+		c := newClient(t, srv.Addr())
+		c.AddHook(countHook{&sent})
+		stores[i] = newStoreOn(t, c, prefix, redisstore.WithBatching(64))
+	}
+	global := throttle.Limit{Name: "global", Rate: globalRate, Per: time.Second, Burst: 10}
+	perCat := throttle.Limit{Name: "cat", Rate: catRate, Per: time.Second, Burst: 3}
+	var (
+		mu        sync.Mutex
+		byLimit   = map[string][]int64{}
+		decisions atomic.Int64
+		wg        sync.WaitGroup
+	)
+	stop := time.Now().Add(run)
+	for _, s := range stores {
+		for w := range 16 {
+			wg.Go(func() {
+				cat := strconv.Itoa(w % cats)
+				d := &throttle.Demand{Scope: "bc", Cost: 1, Limits: []throttle.Bucket{{Limit: global}, {Limit: perCat, Key: cat}}}
+				if w%2 == 1 {
+					d.MaxWait = 20 * time.Millisecond
+				}
+				for time.Now().Before(stop) {
+					dec, err := s.Take(ctx(t), d)
+					if !assert.NoError(t, err) {
+						return
+					}
+					decisions.Add(1)
+					if dec.OK {
+						mu.Lock()
+						byLimit["global"] = append(byLimit["global"], dec.Reservation.Marks[0])
+						byLimit["cat:"+cat] = append(byLimit["cat:"+cat], dec.Reservation.Marks[1])
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	c := newClient(t, srv.Addr())
+	for name, marks := range byLimit {
+		slices.Sort(marks)
+		T := int64(1_000_000 / globalRate)
+		key := prefix + "v1:{bc}:g:global:"
+		if name != "global" {
+			T = (1_000_000 + catRate - 1) / catRate
+			key = prefix + "v1:{bc}:g:cat:" + name[len("cat:"):]
+		}
+		for i := 1; i < len(marks); i++ {
+			if !assert.GreaterOrEqual(t, marks[i]-marks[i-1], T, "%s: grants %d and %d", name, i-1, i) {
+				break
+			}
+		}
+		v, err := c.Get(ctx(t), key).Int64()
+		require.NoError(t, err, name)
+		assert.Equal(t, marks[len(marks)-1], v, "%s: the key holds the last grant's mark", name)
+	}
+	n := decisions.Load()
+	t.Logf("%d decisions, %d granted, in %d calls", n, len(byLimit["global"]), sent.Load())
+	require.Greater(t, len(byLimit["global"]), globalRate, "the run admitted more than a second's quota")
+	assert.Less(t, sent.Load(), n, "no batch formed")
+}
+
+// countHook counts the script calls a client sends.
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestBatchedDemandNotSent: a demand that waits behind a call in flight
+// and whose context ends first is never sent (ErrNotSent, nothing
+// charged), and the demands around it are decided as usual.
+func TestBatchedDemandNotSent(t *testing.T) {
+	p := faultproxy.New(t, srv.Addr())
+	c := newClient(t, p.Addr())
+	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithBatching(8))
+	d := &throttle.Demand{Scope: "ns", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 3, Per: 24 * time.Hour}, Key: "k"}}}
+	_, err := s.Take(ctx(t), d) // connect, load the scripts; 1 of 3 used
+	require.NoError(t, err)
+
+	p.SetLatency(faultproxy.ToClient, 300*time.Millisecond)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Take(ctx(t), d) // in flight for 300 ms: 2 of 3
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx(t), 50*time.Millisecond)
+	defer cancel()
+	_, err = s.Take(short, d)
+	require.ErrorIs(t, err, redisstore.ErrNotSent)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, <-first)
+	p.SetLatency(faultproxy.ToClient, 0)
+
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	assert.True(t, dec.OK, "the demand not sent was charged")
+	dec, err = s.Take(ctx(t), d)
+	require.NoError(t, err)
+	assert.False(t, dec.OK)
+	assert.False(t, errors.Is(err, redisstore.ErrNotSent))
+}
