@@ -99,6 +99,7 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 	noRetry := e.client(redis.Options{MaxRetries: -1})
 	returnOne := redis.NewScript("return 1")
 	noRetries := []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}
+	batching := []redisstore.Option{redisstore.WithBatching(64)}
 	cts := []contender{
 		{name: "PING", decide: func(ctx context.Context) (bool, time.Duration, error) { return true, 0, c.Ping(ctx).Err() }},
 		{name: "EVALSHA `return 1` (baseline)", decide: func(ctx context.Context) (bool, time.Duration, error) {
@@ -118,6 +119,8 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 		{ours(oursConfig{name: "ours: GCRA, 1 limit, replay ids", opts: replayIDs, buckets: one(throttle.GCRA)}), c},
 		{ours(oursConfig{name: "ours: GCRA, 2 limits, replay ids", opts: replayIDs, buckets: hierarchy}), c},
 		{ours(oursConfig{name: "ours: GCRA, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.GCRA)}), noRetry},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, WithBatching(64)", opts: batching, buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 2 limits, WithBatching(64)", opts: batching, buckets: hierarchy}), c},
 	}
 	if variants {
 		libs = append(libs,
@@ -240,7 +243,7 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 		}
 	}
 	fmt.Println("- x/time/rate decides in process (one limiter shared by the goroutines): it makes no Redis call, and a refusal counts as a decision.")
-	fmt.Println("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries.")
+	fmt.Println("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries; \"WithBatching(64)\" rows let concurrent decisions share a round trip (opt-in).")
 	fmt.Println()
 }
 

@@ -26,7 +26,7 @@ import (
 // A failed batch fails every demand in it with the same error, and a
 // demand whose context ends while it waits unsent is never sent.
 func WithBatching(max int) Option {
-	return func(s *Store) { s.batchMax = max }
+	return func(s *Store) { s.batchMax, s.batchInFlight = max, defaultBatchInFlight }
 }
 
 // ErrNotSent wraps the context error of a batched demand whose context
@@ -39,10 +39,17 @@ type batcher struct {
 	queues map[string]*batchQueue
 }
 
-// A batchQueue is one scope's demands waiting for the call in flight.
+// A batchQueue is one scope's calls in flight and demands waiting for
+// one of them to end.
 type batchQueue struct {
-	pending []*batchCall
+	inflight int
+	pending  []*batchCall
 }
+
+// defaultBatchInFlight is how many calls of one scope may be in flight
+// before demands wait to go together: two keep Redis busy while a reply
+// travels.
+const defaultBatchInFlight = 2
 
 // batchCall states.
 const (
@@ -61,17 +68,21 @@ type batchCall struct {
 }
 
 // takeBatched decides d, a GCRA-only demand: at once if no decision of its
-// scope is in flight, else in the next batch of its scope.
+// scope is in flight (or fewer than s.batchInFlight), else in the next
+// batch of its scope.
 func (s *Store) takeBatched(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
 	b := &s.batch
 	b.mu.Lock()
-	q, busy := b.queues[d.Scope]
-	if !busy {
+	q := b.queues[d.Scope]
+	if q == nil {
 		if b.queues == nil {
 			b.queues = map[string]*batchQueue{}
 		}
 		q = &batchQueue{}
 		b.queues[d.Scope] = q
+	}
+	if q.inflight < s.batchInFlight {
+		q.inflight++
 		b.mu.Unlock()
 		dec, err := s.take(ctx, d, true, false)
 		s.next(d.Scope, q)
@@ -95,14 +106,14 @@ func (s *Store) takeBatched(ctx context.Context, d *throttle.Demand) (throttle.D
 	}
 }
 
-// next ends the call in flight of scope's queue q: the queue is dropped if
-// nothing waits, else a goroutine sends what waits, batch after batch,
-// until nothing does.
+// next ends a call in flight of scope's queue q: if demands wait, a
+// goroutine takes over its place in flight and sends them, batch after
+// batch, until none does.
 func (s *Store) next(scope string, q *batchQueue) {
 	b := &s.batch
 	b.mu.Lock()
 	if len(q.pending) == 0 {
-		delete(b.queues, scope)
+		s.leave(scope, q)
 		b.mu.Unlock()
 		return
 	}
@@ -110,8 +121,16 @@ func (s *Store) next(scope string, q *batchQueue) {
 	go s.flush(scope, q)
 }
 
+// leave gives up a place in flight of q, and drops q when it is idle. The
+// caller holds s.batch.mu.
+func (s *Store) leave(scope string, q *batchQueue) {
+	if q.inflight--; q.inflight == 0 && len(q.pending) == 0 {
+		delete(s.batch.queues, scope)
+	}
+}
+
 // flush sends q's waiting demands in batches of at most s.batchMax until
-// none waits, then drops the queue.
+// none waits, then gives up its place in flight.
 func (s *Store) flush(scope string, q *batchQueue) {
 	b := &s.batch
 	for {
@@ -127,7 +146,7 @@ func (s *Store) flush(scope string, q *batchQueue) {
 		clear(q.pending[rest:])
 		q.pending = q.pending[:rest]
 		if len(calls) == 0 && rest == 0 {
-			delete(b.queues, scope)
+			s.leave(scope, q)
 			b.mu.Unlock()
 			return
 		}

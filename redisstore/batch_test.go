@@ -217,7 +217,7 @@ func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 func TestBatchedDemandNotSent(t *testing.T) {
 	p := faultproxy.New(t, srv.Addr())
 	c := newClient(t, p.Addr())
-	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithBatching(8))
+	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithBatching(8), redisstore.WithBatchInFlight(1))
 	d := &throttle.Demand{Scope: "ns", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 3, Per: 24 * time.Hour}, Key: "k"}}}
 	_, err := s.Take(ctx(t), d) // connect, load the scripts; 1 of 3 used
 	require.NoError(t, err)

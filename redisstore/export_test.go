@@ -48,3 +48,9 @@ func TakeBatch(s *Store, ds []*throttle.Demand) ([]throttle.Decision, []error) {
 	}
 	return decs, errs
 }
+
+// WithBatchInFlight sets how many calls of a scope may be in flight
+// before demands wait to go together (after WithBatching).
+func WithBatchInFlight(n int) Option {
+	return func(s *Store) { s.batchInFlight = n }
+}

@@ -28,15 +28,16 @@ type Store struct {
 	now       func() time.Time // tests only; nil: Redis's TIME
 	generic   bool             // tests only: take.lua even for GCRA-only demands
 
-	replayMS  int64 // how long a reply is remembered; 0: not at all
-	detect    bool  // ReplayDetect: calls carry a resendMark
-	replayArg any   // replayMS, boxed once for the scripts' arguments
-	idBase    string
-	seq       atomic.Uint64
-	reload    reloader // cluster state reloads on connection errors
-	hub       hub      // lease.go: release notifications
-	batchMax  int      // WithBatching; below 2: no batches
-	batch     batcher  // batch.go
+	replayMS      int64 // how long a reply is remembered; 0: not at all
+	detect        bool  // ReplayDetect: calls carry a resendMark
+	replayArg     any   // replayMS, boxed once for the scripts' arguments
+	idBase        string
+	seq           atomic.Uint64
+	reload        reloader // cluster state reloads on connection errors
+	hub           hub      // lease.go: release notifications
+	batchMax      int      // WithBatching; below 2: no batches
+	batchInFlight int      // calls of a scope in flight before demands wait
+	batch         batcher  // batch.go
 }
 
 var _ throttle.Store = (*Store)(nil)
