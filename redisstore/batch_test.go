@@ -38,31 +38,16 @@ func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 			batchPrefix, onePrefix := redistest.Prefix(t)+"batch:", redistest.Prefix(t)+"one:"
 			batched := newStoreOn(t, c, batchPrefix, opts...)
 			single := newStoreOn(t, c, onePrefix, opts...)
-			limits := []throttle.Limit{
-				{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
-				{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
-				{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
-			}
-			pauses := []string{"p", "q"}
 			seen := map[string]int{}
 			for step := range 120 {
 				if rng.IntN(6) == 0 {
-					key, d := pauses[rng.IntN(2)], time.Duration(rng.IntN(3000))*time.Microsecond
+					key, d := randomPause(rng)
 					require.NoError(t, batched.Pause(ctx(t), "s", key, d))
 					require.NoError(t, single.Pause(ctx(t), "s", key, d))
 				}
 				ds := make([]*throttle.Demand, 2+rng.IntN(7))
 				for i := range ds {
-					d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
-					for _, j := range rng.Perm(3)[:1+rng.IntN(3)] {
-						d.Limits = append(d.Limits, throttle.Bucket{Limit: limits[j], Key: []string{"x", "y"}[rng.IntN(2)]})
-					}
-					for _, p := range pauses {
-						if rng.IntN(3) == 0 {
-							d.Pauses = append(d.Pauses, p)
-						}
-					}
-					ds[i] = d
+					ds[i] = randomGCRADemand(rng)
 				}
 				got, errs := redisstore.TakeBatch(batched, ds)
 				for i, d := range ds {
@@ -73,7 +58,7 @@ func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 					seen[outcome(want)]++
 					sameDecision(t, want, got[i], where)
 				}
-				for _, l := range limits {
+				for _, l := range gcraLimits {
 					for _, key := range []string{"x", "y"} {
 						k := "v1:{s}:g:" + l.Name + ":" + key
 						wv, wt := keyState(t, c, onePrefix+k)

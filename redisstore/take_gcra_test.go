@@ -44,28 +44,14 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 	fast := newStoreOn(t, c, fastPrefix, opts...)
 	slow := newStoreOn(t, c, slowPrefix, append(opts, redisstore.WithGenericTake())...)
 
-	limits := []throttle.Limit{
-		{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
-		{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
-		{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
-	}
-	pauses := []string{"p", "q"}
 	seen := map[string]int{}
 	for step := range 300 {
 		if rng.IntN(8) == 0 {
-			key, d := pauses[rng.IntN(2)], time.Duration(rng.IntN(3000))*time.Microsecond
+			key, d := randomPause(rng)
 			require.NoError(t, fast.Pause(ctx(t), "s", key, d))
 			require.NoError(t, slow.Pause(ctx(t), "s", key, d))
 		}
-		d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
-		for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
-			d.Limits = append(d.Limits, throttle.Bucket{Limit: limits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
-		}
-		for _, p := range pauses {
-			if rng.IntN(3) == 0 {
-				d.Pauses = append(d.Pauses, p)
-			}
-		}
+		d := randomGCRADemand(rng)
 		want, err := slow.Take(ctx(t), d)
 		require.NoError(t, err)
 		got, err := fast.Take(ctx(t), d)
@@ -88,6 +74,38 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 	}
 	t.Logf("outcomes: %v", seen)
 	assert.Len(t, seen, 8, "every kind of outcome occurs with one limit and with several: %v", seen)
+}
+
+// gcraLimits and gcraPauses are what randomGCRADemand draws from, on
+// scope "s" and keys "x" and "y".
+var (
+	gcraLimits = []throttle.Limit{
+		{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
+		{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
+		{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
+	}
+	gcraPauses = []string{"p", "q"}
+)
+
+// randomGCRADemand returns a demand of scope "s" with one to three of
+// gcraLimits on random keys, some of gcraPauses, cost 1 or 2 and a MaxWait
+// below 4 ms.
+func randomGCRADemand(rng *rand.Rand) *throttle.Demand {
+	d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
+	for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
+		d.Limits = append(d.Limits, throttle.Bucket{Limit: gcraLimits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
+	}
+	for _, p := range gcraPauses {
+		if rng.IntN(3) == 0 {
+			d.Pauses = append(d.Pauses, p)
+		}
+	}
+	return d
+}
+
+// randomPause returns one of gcraPauses and a pause below 3 ms.
+func randomPause(rng *rand.Rand) (string, time.Duration) {
+	return gcraPauses[rng.IntN(2)], time.Duration(rng.IntN(3000)) * time.Microsecond
 }
 
 // outcome names the kind of a decision, for counting what a random test
