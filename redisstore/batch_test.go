@@ -60,11 +60,7 @@ func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 				}
 				for _, l := range gcraLimits {
 					for _, key := range []string{"x", "y"} {
-						k := "v1:{s}:g:" + l.Name + ":" + key
-						wv, wt := keyState(t, c, onePrefix+k)
-						gv, gt := keyState(t, c, batchPrefix+k)
-						assert.Equal(t, wv, gv, "step %d: value of %s", step, k)
-						assert.InDelta(t, wt, gt, 50, "step %d: PTTL of %s (ms)", step, k)
+						sameGCRAKey(t, c, onePrefix, batchPrefix, throttle.Bucket{Limit: l, Key: key}, fmt.Sprintf("step %d", step))
 					}
 				}
 				clock.Advance(time.Duration(rng.IntN(5000)) * time.Microsecond)

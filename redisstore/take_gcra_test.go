@@ -64,11 +64,7 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 		seen[outcome(want)+shape]++
 		sameDecision(t, want, got, where)
 		for _, b := range d.Limits {
-			k := "v1:{s}:g:" + b.Limit.Name + ":" + b.Key
-			wv, wt := keyState(t, c, slowPrefix+k)
-			gv, gt := keyState(t, c, fastPrefix+k)
-			assert.Equal(t, wv, gv, "%s: value of %s", where, k)
-			assert.InDelta(t, wt, gt, 50, "%s: PTTL of %s (ms)", where, k)
+			sameGCRAKey(t, c, slowPrefix, fastPrefix, b, where)
 		}
 		clock.Advance(time.Duration(rng.IntN(2500)) * time.Microsecond)
 	}
@@ -135,6 +131,18 @@ func sameDecision(t *testing.T, want, got throttle.Decision, where string) bool 
 		ok = assert.Equal(t, want.Reservation.Marks, got.Reservation.Marks, where)
 	}
 	return ok
+}
+
+// sameGCRAKey asserts that b's GCRA key of scope "s" under prefix got
+// holds want's value, with a PTTL equal up to the real time between the
+// two calls that wrote them.
+func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b throttle.Bucket, where string) {
+	t.Helper()
+	k := "v1:{s}:g:" + b.Limit.Name + ":" + b.Key
+	wv, wt := keyState(t, c, want+k)
+	gv, gt := keyState(t, c, got+k)
+	assert.Equal(t, wv, gv, "%s: value of %s", where, k)
+	assert.InDelta(t, wt, gt, 50, "%s: PTTL of %s (ms)", where, k)
 }
 
 // keyState returns a key's value ("" if none) and its PTTL in ms.
