@@ -101,7 +101,9 @@
 // # Failures
 //
 // Each call to Redis is bounded by the per-call timeout ([WithTimeout],
-// default 250 ms), separate from how long the caller may wait for quota.
+// default 250 ms), separate from how long the caller may wait for quota
+// (calls made with context.Background share deadlines instead of starting
+// a timer each; see [WithTimeout]).
 // go-redis only applies a context's deadline to socket reads and writes
 // when the client's ContextTimeoutEnabled is set; otherwise its
 // ReadTimeout (3 s by default) bounds a stalled read. Errors are wrapped

@@ -26,6 +26,11 @@ func WithPrefix(prefix string) Option {
 // d, independently of how long the caller is willing to wait for its quota:
 // a slow or unreachable Redis costs a request at most d. A non-positive d
 // means no bound of the store's own (the caller's context still applies).
+//
+// A call made with context.Background or context.TODO (an http.Request
+// made without a context has Background) does not start a timer of its
+// own: calls that begin within d/16 of each other share one deadline, the
+// earliest of theirs, so each is bounded by between 15/16 of d and d.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) { s.timeout = d }
 }

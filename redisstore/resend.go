@@ -26,15 +26,20 @@ var resentArg = []byte("R")
 type resendMark struct {
 	first  string
 	writes int
+	buf    [8]byte // holds first's bytes when they fit: no allocation to write them
 }
 
-// MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer.
+// MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer,
+// which copies the bytes before the next call.
 func (m *resendMark) MarshalBinary() ([]byte, error) {
 	m.writes++
-	if m.writes == 1 {
-		return []byte(m.first), nil
+	if m.writes > 1 {
+		return resentArg, nil
 	}
-	return resentArg, nil
+	if len(m.first) <= len(m.buf) {
+		return m.buf[:copy(m.buf[:], m.first)], nil
+	}
+	return []byte(m.first), nil
 }
 
 // String is what hooks that print commands show.

@@ -38,6 +38,7 @@ type Store struct {
 	batchMax      int      // WithBatching; below 2: no batches
 	batchInFlight int      // calls of a scope in flight before demands wait
 	batch         batcher  // batch.go
+	deadlines     callDeadlines
 }
 
 var _ throttle.Store = (*Store)(nil)
@@ -119,6 +120,9 @@ func (s *Store) nextID() string {
 func (s *Store) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout <= 0 {
 		return ctx, noCancel
+	}
+	if ctx == context.Background() || ctx == context.TODO() {
+		return s.deadlines.get(s.timeout), noCancel
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
 		return ctx, noCancel
