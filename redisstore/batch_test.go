@@ -102,8 +102,15 @@ func TestTakeBatchResent(t *testing.T) {
 // a limit's arrival time after the grant) the grants of every limit are
 // at least its interval apart: none admitted over, none charged twice;
 // the keys end at the last grant's mark: none lost. The instances sent
-// fewer calls than they made decisions: batches formed.
+// fewer calls than they made decisions: batches formed. It runs with the
+// default batching (demands wait from BatchInFlight calls in flight on)
+// and with demands waiting from the second call in flight on.
 func TestBatchingContention(t *testing.T) {
+	t.Run("default", func(t *testing.T) { batchingContention(t) })
+	t.Run("two in flight", func(t *testing.T) { batchingContention(t, redisstore.WithBatchInFlight(2)) })
+}
+
+func batchingContention(t *testing.T, opts ...redisstore.Option) {
 	const (
 		cats       = 4
 		globalRate = 400 // per second: T = 2500 µs
@@ -116,7 +123,7 @@ func TestBatchingContention(t *testing.T) {
 	for i := range stores {
 		c := newClient(t, srv.Addr())
 		c.AddHook(countHook{&sent})
-		stores[i] = newStoreOn(t, c, prefix, redisstore.WithBatching(64))
+		stores[i] = newStoreOn(t, c, prefix, opts...)
 	}
 	global := throttle.Limit{Name: "global", Rate: globalRate, Per: time.Second, Burst: 10}
 	perCat := throttle.Limit{Name: "cat", Rate: catRate, Per: time.Second, Burst: 3}

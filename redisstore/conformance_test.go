@@ -13,8 +13,9 @@ import (
 
 // TestConformance runs the suite on a single node in each of the ways Take
 // can run a demand: marked calls (ReplayDetect, the default for a client
-// that retries), replay ids, a client that never retries, take.lua for
-// every demand, and with batching on.
+// that retries) with the default batching, replay ids, a client that
+// never retries, take.lua for every demand, batching off, and batching
+// from the second call in flight on (so that concurrent cases batch).
 func TestConformance(t *testing.T) {
 	noRetries := func(o *redis.Options) { o.MaxRetries = -1 }
 	for _, tc := range []struct {
@@ -24,7 +25,8 @@ func TestConformance(t *testing.T) {
 	}{
 		{"detect", nil, nil},
 		{"replay ids", nil, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}},
-		{"batching", nil, []redisstore.Option{redisstore.WithBatching(16)}},
+		{"no batching", nil, []redisstore.Option{redisstore.WithBatching(0)}},
+		{"eager batching", nil, []redisstore.Option{redisstore.WithBatching(16), redisstore.WithBatchInFlight(1)}},
 		{"no retries", []func(*redis.Options){noRetries}, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
 		{"take.lua only", nil, []redisstore.Option{redisstore.WithGenericTake()}},
 	} {

@@ -18,11 +18,12 @@
 // does not work inside a pipeline). [Store.Cancel] and [Store.Pause] are one
 // script call each as well.
 //
-// With [WithBatching], concurrent GCRA-only demands of one scope may share
-// that round trip: while two calls of the scope are in flight, later
+// Under heavy concurrency, GCRA-only demands of one scope share that round
+// trip: while [BatchInFlight] calls of the scope are in flight, later
 // demands wait and go together in one EVALSHA of take_batch.lua, which
 // decides them one after another at one instant, each all-or-nothing as
-// its own call would, reading and writing each key once for the batch.
+// its own call would, reading and writing each key once for the batch
+// ([WithBatching] sets the batch size or turns batching off).
 //
 // # Key layout
 //

@@ -50,7 +50,7 @@ func TakeBatch(s *Store, ds []*throttle.Demand) ([]throttle.Decision, []error) {
 }
 
 // WithBatchInFlight sets how many calls of a scope may be in flight
-// before demands wait to go together (after WithBatching).
+// before demands wait to go together (BatchInFlight by default).
 func WithBatchInFlight(n int) Option {
 	return func(s *Store) { s.batchInFlight = n }
 }

@@ -52,7 +52,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout}
+	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight}
 	for _, o := range opts {
 		o(s)
 	}
