@@ -16,7 +16,8 @@ import (
 // timeout, never more. Calls with any other context get their own
 // context.WithTimeout, since theirs may be cancelled or carry values.
 type callDeadlines struct {
-	cur atomic.Pointer[sharedDeadline]
+	cur   atomic.Pointer[sharedDeadline]
+	clock func() time.Time // tests only; nil: time.Now
 }
 
 // deadlineGrain is how much earlier than its own timeout a call's shared
@@ -27,7 +28,11 @@ func deadlineGrain(timeout time.Duration) time.Duration { return timeout / 16 }
 // get returns a context that ends within timeout of now and no sooner than
 // timeout - deadlineGrain(timeout).
 func (c *callDeadlines) get(timeout time.Duration) context.Context {
-	want := time.Now().Add(timeout)
+	now := time.Now
+	if c.clock != nil {
+		now = c.clock
+	}
+	want := now().Add(timeout)
 	if d := c.cur.Load(); d != nil && !d.deadline.After(want) && want.Sub(d.deadline) <= deadlineGrain(timeout) {
 		return d
 	}

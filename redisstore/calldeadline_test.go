@@ -10,36 +10,41 @@ import (
 )
 
 // TestCallDeadlinesShared: calls made with context.Background within the
-// grain share one context whose deadline is no later than any of theirs
-// and at most a grain earlier; once the grain has passed a new one starts;
-// it ends with context.DeadlineExceeded.
+// grain of the first share its context and deadline (the first gets its
+// whole timeout, the others at most a grain less); a call after the grain
+// gets a context of its own; both end with context.DeadlineExceeded. The
+// clock that decides sharing is the test's; the deadlines' timers are
+// real.
 func TestCallDeadlinesShared(t *testing.T) {
 	const timeout = 160 * time.Millisecond
 	grain := deadlineGrain(timeout)
+	t0 := time.Now()
+	now := t0
 	s := &Store{timeout: timeout}
+	s.deadlines.clock = func() time.Time { return now }
 
-	start1 := time.Now()
 	c1, cancel := s.callContext(context.Background())
 	cancel()
-	end1 := time.Now()
-	start2 := time.Now()
+	now = t0.Add(grain)
 	c2, cancel := s.callContext(context.TODO())
 	cancel()
 	require.Same(t, c1.(*sharedDeadline), c2.(*sharedDeadline), "calls within the grain share a deadline")
 	dl, ok := c2.Deadline()
 	require.True(t, ok)
-	assert.False(t, dl.After(end1.Add(timeout)), "no call gets more than the timeout")
-	assert.False(t, dl.Before(start1.Add(timeout)), "the first call gets the whole timeout")
-	assert.False(t, dl.Before(start2.Add(timeout-grain)), "no call gets less than the timeout minus the grain")
+	assert.Equal(t, t0.Add(timeout), dl, "the first call's whole timeout; the second's less the grain")
 	assert.NoError(t, c1.Err())
 	assert.Nil(t, c1.Value("any"))
 
-	time.Sleep(grain + grain/2)
+	now = t0.Add(grain + 1)
 	c3, cancel := s.callContext(context.Background())
 	cancel()
-	assert.NotSame(t, c1.(*sharedDeadline), c3.(*sharedDeadline), "a call after the grain gets a later deadline")
+	assert.NotSame(t, c1.(*sharedDeadline), c3.(*sharedDeadline), "a call after the grain gets a deadline of its own")
 	dl3, _ := c3.Deadline()
-	assert.True(t, dl3.After(dl))
+	assert.Equal(t, now.Add(timeout), dl3)
+	now = t0.Add(grain + 2)
+	c4, cancel := s.callContext(context.Background())
+	cancel()
+	assert.Same(t, c3.(*sharedDeadline), c4.(*sharedDeadline))
 
 	select {
 	case <-c1.Done():
