@@ -16,8 +16,10 @@ import (
 // clock that decides sharing is the test's; the deadlines' timers are
 // real.
 func TestCallDeadlinesShared(t *testing.T) {
-	const timeout = 160 * time.Millisecond
-	grain := deadlineGrain(timeout)
+	const (
+		timeout = 160 * time.Millisecond
+		grain   = timeout / 16 // as WithTimeout documents: 15/16 of the timeout at least
+	)
 	t0 := time.Now()
 	now := t0
 	s := &Store{timeout: timeout}
