@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotakit/throttle"
@@ -91,4 +93,51 @@ func ExampleWithReplay() {
 		fmt.Println("granted:", dec.OK)
 	}
 	// Output: granted: true
+}
+
+// Batching is on by default and changes no decision: once BatchInFlight
+// calls of a scope are in flight, further GCRA demands of the scope go
+// together in one call, each decided as its own call would be. Here 64
+// concurrent callers share a quota of 40 per hour, with batching and
+// without. A batched demand whose context ends before its batch is sent
+// fails with an error matching ErrNotSent, and nothing was charged.
+func ExampleWithBatching() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	defer rdb.Close()
+	prefix := fmt.Sprintf("example-%d:", time.Now().UnixNano())
+	for _, opts := range [][]redisstore.Option{
+		{redisstore.WithPrefix(prefix + "batched:")},                            // default: WithBatching(DefaultBatchMax)
+		{redisstore.WithPrefix(prefix + "single:"), redisstore.WithBatching(0)}, // one call per decision
+	} {
+		s, err := redisstore.New(rdb, opts...)
+		if err != nil {
+			panic(err)
+		}
+		d := &throttle.Demand{
+			Scope:  "vendor-api",
+			Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "hourly", Rate: 40, Per: time.Hour}}},
+			Cost:   1,
+		}
+		var granted atomic.Int64
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				dec, err := s.Take(ctx, d)
+				switch {
+				case errors.Is(err, redisstore.ErrNotSent):
+					// never sent: nothing charged
+				case err != nil:
+					fmt.Println("not granted:", err)
+				case dec.OK:
+					granted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		fmt.Printf("granted %d of 64\n", granted.Load())
+	}
+	// Output:
+	// granted 40 of 64
+	// granted 40 of 64
 }
