@@ -17,6 +17,7 @@ import (
 //go:embed floor_gcra.lua
 var floorGCRASource string
 
+// floorGCRA runs floor_gcra.lua (EVALSHA, EVAL on NOSCRIPT).
 var floorGCRA = redis.NewScript(floorGCRASource)
 
 // readClock is an EVALSHA that only reads Redis's clock (TIME) and

@@ -33,11 +33,7 @@ func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 11))
 			clock := storetest.NewClock(storetest.Start)
-			c := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
-			opts := []redisstore.Option{redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries)}
-			batchPrefix, onePrefix := redistest.Prefix(t)+"batch:", redistest.Prefix(t)+"one:"
-			batched := newStoreOn(t, c, batchPrefix, opts...)
-			single := newStoreOn(t, c, onePrefix, opts...)
+			c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:")
 			seen := map[string]int{}
 			for step := range 120 {
 				if rng.IntN(6) == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -58,6 +59,18 @@ func newStoreOn(t testing.TB, c redis.UniversalClient, prefix string, opts ...re
 	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithTimeout(20 * time.Second)}, opts...)...)
 	require.NoError(t, err)
 	return s
+}
+
+// differential returns the two sides of a differential test: a client
+// that never retries and two stores on it, on prefixes named a and b
+// (returned, to read their keys), whose scripts take the instant from
+// clock; the second store also gets bOpts.
+func differential(t testing.TB, clock *storetest.Clock, a, b string, bOpts ...redisstore.Option) (c *redis.Client, sa, sb *redisstore.Store, pa, pb string) {
+	t.Helper()
+	c = newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
+	opts := []redisstore.Option{redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries)}
+	pa, pb = redistest.Prefix(t)+a, redistest.Prefix(t)+b
+	return c, newStoreOn(t, c, pa, opts...), newStoreOn(t, c, pb, append(opts, bOpts...)...), pa, pb
 }
 
 // ctx returns a context for one test, with a generous deadline.

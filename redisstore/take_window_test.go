@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,11 +31,7 @@ func compareWindowTakes(t *testing.T, alg throttle.Algorithm, seed uint64) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	clock := storetest.NewClock(storetest.Start)
-	c := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
-	opts := []redisstore.Option{redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries)}
-	fastPrefix, slowPrefix := redistest.Prefix(t)+"fast:", redistest.Prefix(t)+"slow:"
-	fast := newStoreOn(t, c, fastPrefix, opts...)
-	slow := newStoreOn(t, c, slowPrefix, append(opts, redisstore.WithGenericTake())...)
+	c, fast, slow, fastPrefix, slowPrefix := differential(t, clock, "fast:", "slow:", redisstore.WithGenericTake())
 	limits := []throttle.Limit{
 		{Name: "a", Rate: 4, Per: time.Millisecond, Algorithm: alg},
 		{Name: "b", Rate: 6, Per: 1500 * time.Microsecond, Algorithm: alg},
