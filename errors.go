@@ -29,6 +29,15 @@ var ErrNoRule = errors.New("throttle: no rule matches the request")
 // for example a [KeyFromContext] name that [WithKey] never set.
 var ErrMissingKey = errors.New("throttle: request has no value for the limit's key")
 
+// ErrStoreConfig is matched by a store error that a configuration mistake
+// causes rather than an outage: a wrong password, missing permissions, a
+// command the server does not know, a read-only replica, or a Cluster
+// client pointed at a server that is not a Cluster (or the reverse). Such
+// an error does not go away by waiting; a [Transport] logs it at Error
+// level once per change of the store's state, and the store's start-up
+// check (redisstore's Store.Check) returns it.
+var ErrStoreConfig = errors.New("throttle: store misconfigured")
+
 // A LimitError reports that a request was not sent because of a limit or a
 // pause. It matches [ErrLimited] with [errors.Is]. It never holds a key,
 // since a key may be derived from a secret.
