@@ -12,26 +12,35 @@ import (
 
 // Breaker configures the circuit breaker a [Transport] keeps in front of a
 // shared store (not in front of the in-process [MemoryStore], which cannot
-// be unavailable).
+// be unavailable). The breaker tells a slow store from a dead one: only a
+// dead one gets the rules' failure modes.
 //
-// While the store answers, every call goes through. After Failures calls
-// in a row have failed, the breaker opens: for OpenFor, no call is made and
-// every request gets its rule's [FailureMode] at once, at no added latency.
-// Then one call at a time probes the store on behalf of a request; the
-// first that succeeds closes the breaker, and one that fails opens it for
-// OpenFor again. So once the store answers again, the transport uses it
-// within about OpenFor plus one call.
+// A store call fails when the store returns an error while the request's
+// context is still live, or when the store has been silent for the call
+// budget: no call of this transport got an answer since the call began.
+// A call that is merely slow while the store keeps answering other calls
+// (a loaded machine, a delayed reply, a store stopped for less than the
+// budget) is not a failure: the request waits for its own answer, so a slow
+// store is never decided a second time from a local share. An error because
+// the request's own context ended, or because the request costs more than a
+// limit admits, counts neither way.
 //
-// At most MaxInFlight store calls run at once; a call over the cap is not
-// made and its request gets its failure mode at once. This bounds what an
-// outage can pile up (goroutines waiting on the store, Redis connections
-// and commands) however many requests arrive. It does not count as a
-// failure of the store.
+// After Failures calls in a row have failed, the store counts as down and
+// the breaker opens: for OpenFor, no call is made and every request gets
+// its rule's [FailureMode] at once, at no added latency; requests still
+// waiting on a call stop waiting and get it too. Then one call at a time
+// probes the store on behalf of a request; the first that succeeds closes
+// the breaker, and one that fails opens it for OpenFor again. An error that
+// wraps [ErrStoreConfig] (a wrong password, say) opens the breaker at once,
+// since waiting does not mend it. A request whose call failed while the
+// breaker is closed gets its rule's failure mode as well.
 //
-// A call counts as failed when the store returns an error while the
-// request's context is still live; an error because the request's own
-// context ended, or because the request costs more than a limit admits,
-// counts neither way. The zero value is the default for every field.
+// At most MaxInFlight store calls run at once; a call over the cap waits for
+// one to end (or for the store to be declared down, or for its context).
+// This bounds the Redis connections and commands an outage can pile up,
+// however many requests arrive.
+//
+// The zero value is the default for every field.
 type Breaker struct {
 	// Failures is how many store calls in a row must fail to open the
 	// breaker. Zero or less means 3.
@@ -45,15 +54,17 @@ type Breaker struct {
 	// means 256.
 	MaxInFlight int
 
-	// CallTimeout is the budget of one store call, separate from how long
-	// the caller may wait for its quota ([Waiter]): a call that has not
-	// answered within it counts as failed, and the request gets its
-	// rule's failure mode at once. The call itself is not waited for: it
-	// runs on with the same deadline on a goroutine of its own, still
-	// counted against MaxInFlight, and a decision it makes after the
-	// request moved on is given back ([Store.Cancel]). So a slow or
-	// silent store costs a request at most CallTimeout, whatever the
-	// store's client does with deadlines. Zero or less means 250 ms.
+	// CallTimeout is the least time the store may stay silent before a
+	// call counts as failed. The budget adapts to the latency the store
+	// shows: it is four times the smoothed latency plus four deviations
+	// (as TCP's retransmission timeout is computed), but never less than
+	// CallTimeout and never more than four times CallTimeout. A call that
+	// has not answered after four budgets fails even if the store answers
+	// others. A failed call is not waited for: it runs on, with that
+	// deadline, on a goroutine of its own, and a decision it makes after
+	// the request moved on is given back ([Store.Cancel]). Zero or less
+	// means 2 s, long enough that a Redis paused for a second (a fork, a
+	// stopped process, a busy machine) is slow and not down.
 	CallTimeout time.Duration
 }
 
@@ -62,7 +73,7 @@ const (
 	DefaultBreakerFailures    = 3
 	DefaultBreakerOpenFor     = 500 * time.Millisecond
 	DefaultBreakerMaxInFlight = 256
-	DefaultBreakerCallTimeout = 250 * time.Millisecond
+	DefaultBreakerCallTimeout = 2 * time.Second
 )
 
 // WithBreaker configures the transport's circuit breaker; see [Breaker].
@@ -79,9 +90,10 @@ const (
 	// that a store that fails and answers in turn is one outage.
 	StoreUp StoreState = iota
 
-	// StoreFailing: a call to the store failed, and the fallback is
-	// active: requests whose call fails get their rule's [FailureMode],
-	// and calls continue.
+	// StoreFailing: a call to the store failed (an error, or silence for
+	// the call budget; see [Breaker]), fewer than [Breaker].Failures in a
+	// row: requests whose call fails get their rule's [FailureMode], and
+	// calls continue.
 	StoreFailing
 
 	// StoreDown: calls failed [Breaker].Failures times in a row, and the
@@ -130,71 +142,81 @@ type StoreEvent struct {
 // WithLogger makes the transport log to l:
 //
 //   - every change of the store's state (see [StoreEvent]), once per
-//     change, never per request: Warn when the store starts failing or the
-//     breaker opens, Info when it answers again, with the count of failed
-//     calls, the outage's length and the store's error;
+//     change, never per request: Error when the store's error wraps
+//     [ErrStoreConfig] (a configuration mistake, which waiting does not
+//     mend), Warn when the store starts failing or the breaker opens, Info
+//     when it answers again, with the count of failed calls, the outage's
+//     length and the store's error;
 //   - every pause learned from a vendor's answer, at Info (Warn when the
 //     store could not record it), with the rule, status and pause;
 //   - requests refused, given up or failed, at Debug only, with the rule,
 //     limit, outcome and retry time.
 //
 // Records never hold a key, a header or a URL, since those may carry
-// secrets. A nil l (the default) logs nothing; the hooks ([Hooks])
-// receive the same events.
+// secrets. The hooks ([Hooks]) receive the same events.
+//
+// Without WithLogger (or with a nil l), the changes of the store's state,
+// and only those, go to [slog.Default], so that a store that fails or is
+// misconfigured is never silent. To silence them, pass a logger whose
+// handler discards, such as slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) Option {
 	return func(t *Transport) { t.logger = l }
 }
 
 // reportStore hands a change of the store's state to the hook and the
-// logger.
+// logger (slog.Default when the transport has none).
 func (t *Transport) reportStore(ev StoreEvent) {
 	if t.hooks.OnStoreState != nil {
 		t.hooks.OnStoreState(ev)
 	}
-	if t.logger == nil {
-		return
+	l := t.logger
+	if l == nil {
+		l = slog.Default()
 	}
-	switch ev.State {
-	case StoreUp:
-		t.logger.Info("throttle: store answers again; decisions are shared again",
-			"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures, "outage", ev.Outage)
-	case StoreFailing:
-		t.logger.Warn("throttle: store call failed; requests get their rules' failure modes",
-			"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures, "err", ev.Err)
+	attrs := []any{"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures}
+	switch {
+	case ev.State == StoreUp:
+		l.Info("throttle: store answers again; decisions are shared again", append(attrs, "outage", ev.Outage)...)
+	case errors.Is(ev.Err, ErrStoreConfig):
+		l.Error("throttle: store misconfigured; requests get their rules' failure modes until it is fixed", append(attrs, "err", ev.Err)...)
+	case ev.State == StoreFailing:
+		l.Warn("throttle: store call failed; requests get their rules' failure modes", append(attrs, "err", ev.Err)...)
 	default:
-		t.logger.Warn("throttle: store calls suspended after repeated failures; failure modes apply at once",
-			"state", ev.State.String(), "prev", ev.Prev.String(), "failures", ev.Failures, "err", ev.Err)
+		l.Warn("throttle: store calls suspended after repeated failures; failure modes apply at once", append(attrs, "err", ev.Err)...)
 	}
 }
 
 // errCircuitOpen is the cause of a failure mode applied without calling
-// the store, because the breaker is open.
+// the store, or without waiting longer for a call, because the breaker is
+// open.
 var errCircuitOpen = errors.New("throttle: store calls suspended after repeated failures")
 
 // errCallTimeout is the cause of a failure mode applied because the store
-// did not answer within [Breaker].CallTimeout. It is reported together with
-// [context.DeadlineExceeded].
+// did not answer in time (see [Breaker].CallTimeout). It is reported
+// together with [context.DeadlineExceeded].
 var errCallTimeout = errors.New("throttle: store call timed out")
-
-// errTooManyCalls is the cause of a failure mode applied without calling
-// the store, because MaxInFlight calls are already in progress.
-var errTooManyCalls = errors.New("throttle: too many store calls in progress")
 
 // breaker is the circuit breaker of [Breaker], with the in-flight cap.
 type breaker struct {
 	failures int
 	openFor  time.Duration
-	maxCalls int64
-	timeout  time.Duration
+	floor    time.Duration // CallTimeout: the least budget
 	now      func() time.Time
 	report   func(StoreEvent) // may be nil
 
-	calls   atomic.Int64 // in progress
-	healthy atomic.Bool  // state and reported are StoreUp, no failure counted: no lock needed
+	sem     chan struct{} // a token per call in progress
+	healthy atomic.Bool   // state and reported are StoreUp, no failure counted: no lock needed
+
+	// answers counts the calls the store answered, so that a call can
+	// tell whether the store said anything since it began.
+	answers atomic.Uint64
+	// srtt and rttvar smooth the latency of answered calls, in ns.
+	srtt, rttvar atomic.Int64
 
 	mu          sync.Mutex
 	state       StoreState // of the breaker: calls go (Up, Failing) or not (Down)
 	reported    StoreState // as last reported: an outage lasts until quiet
+	down        chan struct{}
 	lastFail    time.Time
 	outageFails int       // failed calls since the outage began
 	fails       int       // in a row
@@ -208,10 +230,10 @@ func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *break
 	br := &breaker{
 		failures: b.Failures,
 		openFor:  b.OpenFor,
-		maxCalls: int64(b.MaxInFlight),
-		timeout:  b.CallTimeout,
+		floor:    b.CallTimeout,
 		now:      now,
 		report:   report,
+		down:     make(chan struct{}),
 	}
 	if br.failures <= 0 {
 		br.failures = DefaultBreakerFailures
@@ -219,26 +241,62 @@ func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *break
 	if br.openFor <= 0 {
 		br.openFor = DefaultBreakerOpenFor
 	}
-	if br.maxCalls <= 0 {
-		br.maxCalls = DefaultBreakerMaxInFlight
+	if br.floor <= 0 {
+		br.floor = DefaultBreakerCallTimeout
 	}
-	if br.timeout <= 0 {
-		br.timeout = DefaultBreakerCallTimeout
+	maxCalls := b.MaxInFlight
+	if maxCalls <= 0 {
+		maxCalls = DefaultBreakerMaxInFlight
 	}
+	br.sem = make(chan struct{}, maxCalls)
 	br.healthy.Store(true)
 	return br
 }
 
-// call runs f, a store call, with a context derived from ctx that ends
-// after the call budget, unless the breaker is open or too many calls are
-// in progress, and records its outcome. It returns f's error, or the
+// budget returns how long the store may stay silent before a call fails:
+// the smoothed latency plus four deviations, times four, within [floor,
+// 4*floor].
+func (b *breaker) budget() time.Duration {
+	rto := 4 * time.Duration(b.srtt.Load()+4*b.rttvar.Load())
+	return min(max(rto, b.floor), 4*b.floor)
+}
+
+// observe records the latency of an answered call, as TCP smooths round
+// trip times (RFC 6298): gains 1/8 and 1/4. Concurrent updates may lose
+// one another's sample, which an estimate can afford.
+func (b *breaker) observe(d time.Duration) {
+	srtt := b.srtt.Load()
+	if srtt == 0 {
+		b.srtt.Store(int64(d))
+		b.rttvar.Store(int64(d / 2))
+		return
+	}
+	dev := int64(d) - srtt
+	b.srtt.Store(srtt + dev/8)
+	if dev < 0 {
+		dev = -dev
+	}
+	v := b.rttvar.Load()
+	b.rttvar.Store(v + (dev-v)/4)
+}
+
+// answered reports whether err, returned by a store call, is an answer of
+// the store (it is alive), as opposed to a failure to reach it.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, ErrStoreConfig) || errors.Is(err, ErrCostTooHigh) ||
+		errors.Is(err, ErrInvalidPolicy) || errors.Is(err, ErrLeaseLost)
+}
+
+// call runs f, a store call, with a context derived from ctx, unless the
+// breaker is open, and records its outcome. It returns f's error, or the
 // reason f was not run or not waited for.
 //
-// f runs on a goroutine of its own, so the caller waits for at most the
-// budget. If the budget ends first, the call is abandoned: it runs on
-// (counted in flight) until its context ends it, and then, if it
-// succeeded, undo (if not nil) runs on that goroutine to take back its
-// effect.
+// f runs on a goroutine of its own, and the caller waits until it returns,
+// ctx ends, the store has been silent for the budget since f began, f has
+// run for four budgets, or the breaker opens, whichever comes first. If the
+// caller stops waiting, the call is abandoned: it runs on until its context
+// ends it, and then, if it succeeded, undo (if not nil) runs on that
+// goroutine to take back its effect.
 func (b *breaker) call(ctx context.Context, f func(context.Context) error, undo func()) error {
 	probe := false
 	if !b.healthy.Load() {
@@ -247,22 +305,24 @@ func (b *breaker) call(ctx context.Context, f func(context.Context) error, undo 
 			return err
 		}
 	}
-	if b.calls.Add(1) > b.maxCalls {
-		b.calls.Add(-1)
+	if err := b.acquire(ctx, probe); err != nil {
 		if probe {
 			b.mu.Lock()
 			b.probing = false
 			b.mu.Unlock()
 		}
-		return errTooManyCalls
+		return err
 	}
-	err := b.run(ctx, f, undo)
+	err := b.run(ctx, f, undo, probe)
 	switch {
 	case err == nil:
 		if !probe && b.healthy.Load() {
 			return nil
 		}
 		b.succeeded(probe)
+	case errors.Is(err, errCircuitOpen):
+		// Other calls opened the breaker while this one waited: no
+		// verdict on this call, and the request gets its failure mode.
 	case storeFault(ctx, err):
 		b.failed(probe, err)
 	case probe:
@@ -273,27 +333,73 @@ func (b *breaker) call(ctx context.Context, f func(context.Context) error, undo 
 	return err
 }
 
-// Outcomes of a detached call, in detached.state.
+// acquire takes a token for a call: at once, or once a call in progress
+// ends. It gives up when ctx ends or, except for the probe, when the
+// breaker opens.
+func (b *breaker) acquire(ctx context.Context, probe bool) error {
+	select {
+	case b.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	var down <-chan struct{}
+	if !probe {
+		down = b.downSignal()
+	}
+	select {
+	case b.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-down:
+		return b.openErr()
+	}
+}
+
+// downSignal returns a channel that is closed when the breaker opens.
+func (b *breaker) downSignal() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.down
+}
+
+// openErr is the error of a call not made, or not waited for, because the
+// breaker is open.
+func (b *breaker) openErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return fmt.Errorf("%w (last error: %w)", errCircuitOpen, b.lastErr)
+}
+
+// Outcomes of a detached call, in run's state.
 const (
 	callRunning int32 = iota
 	callReturned
 	callAbandoned
 )
 
-// run runs f on its own goroutine and waits for it, for ctx, or for the
-// budget, whichever ends first; see call. It releases the in-flight slot
-// taken by call when f (and undo) are done.
-func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo func()) error {
-	cctx, cancel := context.WithTimeout(ctx, b.timeout)
+// run runs f on its own goroutine and waits for it as call says. It gives
+// back the token taken by acquire when f (and undo) are done.
+func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo func(), probe bool) error {
+	budget := b.budget()
+	cctx, cancel := context.WithTimeout(ctx, 4*budget)
+	heard := b.answers.Load()
+	start := b.now()
 	var state atomic.Int32
 	done := make(chan error, 1)
 	go func() {
-		defer b.calls.Add(-1)
+		defer func() { <-b.sem }()
 		// Not before the verdict: cancel ends cctx, which the caller
 		// would take for the budget running out.
 		defer cancel()
 		err := f(cctx)
+		if answered(err) {
+			b.answers.Add(1)
+		}
 		if state.CompareAndSwap(callRunning, callReturned) {
+			if err == nil {
+				b.observe(b.now().Sub(start))
+			}
 			done <- err
 			return
 		}
@@ -301,10 +407,35 @@ func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo f
 			undo()
 		}
 	}()
-	select {
-	case err := <-done:
-		return err
-	case <-cctx.Done():
+	var down <-chan struct{}
+	if !probe {
+		down = b.downSignal()
+	}
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	var why error
+wait:
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-cctx.Done():
+			why = fmt.Errorf("%w: no answer after %v: %w", errCallTimeout, 4*budget, context.DeadlineExceeded)
+			break wait
+		case <-down:
+			why = b.openErr()
+			break wait
+		case <-timer.C:
+			if h := b.answers.Load(); h != heard {
+				// The store answered other calls meanwhile: slow, not
+				// down. Keep waiting for this one.
+				heard = h
+				timer.Reset(budget)
+				continue
+			}
+			why = fmt.Errorf("%w: the store answered nothing for %v: %w", errCallTimeout, budget, context.DeadlineExceeded)
+			break wait
+		}
 	}
 	if !state.CompareAndSwap(callRunning, callAbandoned) {
 		return <-done // it returned just now
@@ -312,7 +443,7 @@ func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo f
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w after %v: %w", errCallTimeout, b.timeout, context.DeadlineExceeded)
+	return why
 }
 
 // admit decides whether a call may go while the breaker is not healthy,
@@ -341,6 +472,9 @@ func (b *breaker) succeeded(probe bool) {
 		b.probing = false
 	}
 	now := b.now()
+	if b.state == StoreDown {
+		b.down = make(chan struct{})
+	}
 	b.state, b.fails, b.lastErr = StoreUp, 0, nil
 	var ev StoreEvent
 	changed := false
@@ -365,6 +499,9 @@ func (b *breaker) failed(probe bool, err error) {
 	b.healthy.Store(false)
 	b.lastErr, b.lastFail = err, now
 	b.fails++
+	if errors.Is(err, ErrStoreConfig) {
+		b.fails = max(b.fails, b.failures) // waiting will not mend it
+	}
 	b.outageFails++
 	prevState := b.state
 	switch {
@@ -378,6 +515,9 @@ func (b *breaker) failed(probe bool, err error) {
 	}
 	if b.state == StoreDown && (prevState != StoreDown || probe) {
 		b.openUntil = now.Add(b.openFor)
+	}
+	if b.state == StoreDown && prevState != StoreDown {
+		close(b.down)
 	}
 	var ev StoreEvent
 	changed := false

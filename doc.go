@@ -113,19 +113,27 @@
 //     and reported (DecisionEvent.Fallback);
 //   - [FailClosed] refuses with [ErrStoreUnavailable].
 //
-// Every store call has a budget of its own ([Breaker].CallTimeout, 250 ms
-// by default), separate from how long the caller may wait for quota: a
-// call that does not answer in time is abandoned (it finishes on its own
-// goroutine, and a grant it makes late is given back) and the request gets
-// its failure mode. After a few failures in a row the circuit breaker
-// ([Breaker]) stops calling the store for OpenFor (500 ms), so requests
-// get their failure mode at no added latency; then one request at a time
-// probes the store, and the first answer closes the breaker. The transport
-// never holds a store connection while a request waits for its slot (a
-// decision is one short call; the wait is a timer), and at most
+// A slow store is not a dead one. A request whose store call is slow waits
+// for its answer as long as the store keeps answering calls: a loaded
+// machine, a delayed reply or a Redis paused for a second never gets a
+// request decided twice (once by the store, once locally), so decisions
+// stay exact. A call fails when the store returns an error, or when it has
+// answered nothing for the call budget ([Breaker].CallTimeout: adaptive,
+// 2 s at least); a failed call is abandoned (it finishes on its own
+// goroutine, and a grant it makes late is given back) and its request gets
+// its failure mode. After a few failures in a row the store counts as down
+// and the circuit breaker ([Breaker]) stops calling it for OpenFor (500
+// ms), so requests get their failure mode at no added latency; then one
+// request at a time probes the store, and the first answer closes the
+// breaker. While instances decide locally, the fleet admits at most
+// Rate + Instances*max(1, Rate/Instances) per window ([FailLocal]). The
+// transport never holds a store connection while a request waits for its
+// slot (a decision is one short call; the wait is a timer), and at most
 // MaxInFlight store calls run at once, so an outage cannot pile up
-// goroutines or connections. Changes of the store's state are reported
-// once each, not per request ([Hooks].OnStoreState, [WithLogger]).
+// connections. Changes of the store's state are reported once each, not
+// per request ([Hooks].OnStoreState), and logged, to [log/slog.Default] unless
+// [WithLogger] says otherwise; a misconfigured store ([ErrStoreConfig]) is
+// logged at Error.
 //
 // A store that loses its state (a Redis restart, FLUSHALL, a failover that
 // loses acknowledged writes) forgets what it charged: the fleet may then

@@ -38,6 +38,15 @@ const (
 	// still hold. A request whose cost exceeds its share's capacity fails
 	// with [ErrStoreUnavailable] and [ErrCostTooHigh]. This is the
 	// default.
+	//
+	// The bound: a store that is slow but answers is waited for, never
+	// decided locally (see [Breaker]), so the fleet is exact. While
+	// instances decide locally, the fleet admits, in any span of one
+	// window (Per), at most what the shared store granted in it (Rate, or
+	// Burst plus the rate for GCRA) plus each such instance's share:
+	// Rate + Instances * max(1, Rate/Instances), about twice the quota
+	// when [Policy.Instances] is right. A Concurrency limit likewise holds
+	// at most Rate + Instances * max(1, Rate/Instances) slots at once.
 	FailLocal
 
 	// FailOpen sends the request without a decision. Nothing limits the

@@ -1,9 +1,13 @@
 package throttle_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,14 +24,23 @@ import (
 // ends, if honour is set).
 type slowStore struct {
 	*throttle.MemoryStore
-	delay   atomic.Int64 // time.Duration
-	honour  bool
-	cancels atomic.Int64
+	delay     atomic.Int64 // time.Duration
+	slowScope atomic.Value // string: only this scope is slow, if set
+	honour    bool
+	cancels   atomic.Int64
+
+	takes, inFlight, maxInFlight atomic.Int64
 }
 
 func (s *slowStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
-	if d := time.Duration(s.delay.Load()); d > 0 {
-		t := time.NewTimer(d)
+	s.takes.Add(1)
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for m := s.maxInFlight.Load(); n > m && !s.maxInFlight.CompareAndSwap(m, n); m = s.maxInFlight.Load() {
+	}
+	scope, _ := s.slowScope.Load().(string)
+	if delay := time.Duration(s.delay.Load()); delay > 0 && (scope == "" || scope == d.Scope) {
+		t := time.NewTimer(delay)
 		defer t.Stop()
 		if s.honour {
 			select {
@@ -102,38 +115,161 @@ func TestBreakerCallBudget(t *testing.T) {
 	assert.Equal(t, []throttle.StoreState{throttle.StoreDown, throttle.StoreUp}, states)
 }
 
-// The in-flight cap: calls over it are not made, and get the failure mode
-// at once.
+// The in-flight cap: calls over it wait for a call to end, so no more than
+// MaxInFlight run at once; once the store counts as down, the waiting
+// requests get their failure mode without calling it.
 func TestBreakerMaxInFlight(t *testing.T) {
 	v := newVendor(t)
 	s := &slowStore{MemoryStore: throttle.NewMemoryStore(), honour: true}
-	s.delay.Store(int64(time.Second))
+	s.delay.Store(int64(time.Hour)) // silent until the call's context ends
 	p := throttle.Policy{Rules: []throttle.Rule{{
 		Name: "r", Host: "127.0.0.1", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailOpen,
 		Limits: []throttle.Limit{{Name: "l", Rate: 10, Per: time.Hour}},
 	}}}
 	tr, err := throttle.NewTransport(nil, p, throttle.WithStore(s),
-		throttle.WithBreaker(throttle.Breaker{CallTimeout: 200 * time.Millisecond, MaxInFlight: 4, Failures: 1000}))
+		throttle.WithBreaker(throttle.Breaker{CallTimeout: 100 * time.Millisecond, MaxInFlight: 4}))
 	require.NoError(t, err)
 	c := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
-	var fast atomic.Int64
 	for range 20 {
 		wg.Go(func() {
-			start := time.Now()
 			resp, err := c.Get(v.URL)
 			if assert.NoError(t, err) {
 				_ = resp.Body.Close()
 			}
-			if time.Since(start) < 100*time.Millisecond {
-				fast.Add(1)
-			}
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, int64(20), tr.FailedOpen())
-	assert.GreaterOrEqual(t, fast.Load(), int64(16-4), "calls over the cap fail over at once")
+	assert.Equal(t, int64(20), tr.FailedOpen(), "every request got its failure mode")
+	assert.LessOrEqual(t, s.maxInFlight.Load(), int64(4), "never more than MaxInFlight calls at once")
+	assert.Less(t, s.takes.Load(), int64(20), "requests that waited for a call slot when the breaker opened did not call")
 	tr.CloseIdleConnections()
+}
+
+// A slow store that keeps answering other calls is waited for: no request
+// gets its failure mode, however long its own call takes, while a store
+// that answers nothing for the budget is down (TestBreakerCallBudget).
+func TestBreakerSlowIsNotDown(t *testing.T) {
+	v := newVendor(t)
+	s := &slowStore{MemoryStore: throttle.NewMemoryStore()}
+	var mu sync.Mutex
+	var states []throttle.StoreState
+	p := throttle.Policy{Rules: []throttle.Rule{
+		{Name: "slow", Host: "127.0.0.1", Path: "/slow", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailClosed,
+			Limits: []throttle.Limit{{Name: "l", Rate: 1000, Per: time.Hour}}},
+		{Name: "fast", Host: "127.0.0.1", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailClosed,
+			Limits: []throttle.Limit{{Name: "f", Rate: 1 << 20, Per: time.Hour}}},
+	}}
+	tr, err := throttle.NewTransport(nil, p, throttle.WithStore(s),
+		throttle.WithBreaker(throttle.Breaker{CallTimeout: 200 * time.Millisecond, Failures: 1}),
+		throttle.WithHooks(throttle.Hooks{OnStoreState: func(ev throttle.StoreEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			states = append(states, ev.State)
+		}}))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	get := func(path string) error {
+		resp, err := c.Get(v.URL + path)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	// The fast rule's calls keep the store answering while the slow one
+	// takes three budgets (a call fails after four, whatever happens).
+	s.slowScope.Store("slow")
+	s.delay.Store(int64(600 * time.Millisecond))
+	quit := make(chan struct{})
+	var fast sync.WaitGroup
+	fast.Go(func() {
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			assert.NoError(t, get("/fast"))
+		}
+	})
+	var slow sync.WaitGroup
+	for range 4 {
+		slow.Go(func() { assert.NoError(t, get("/slow"), "decided by the store, not failed over") })
+	}
+	slow.Wait()
+	close(quit)
+	fast.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, states, "a slow store is not a failing one")
+	st, err := s.Inspect(context.Background(), "slow", p.Rules[0].Limits)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	assert.Equal(t, int64(4), st[0].Used, "the store charged each slow request once")
+	tr.CloseIdleConnections()
+}
+
+// A store error that wraps ErrStoreConfig opens the breaker at once and is
+// logged at Error, to slog.Default when the transport has no logger.
+func TestBreakerConfigErrorIsLoud(t *testing.T) {
+	var buf syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	v := newVendor(t)
+	s := &countingFailStore{failingStore: failingStore{err: fmt.Errorf("redisstore: %w: WRONGPASS invalid username-password pair", throttle.ErrStoreConfig)}}
+	var states []throttle.StoreState
+	p := throttle.Policy{Instances: 2, Rules: []throttle.Rule{{
+		Name: "r", Host: "127.0.0.1", Wait: waiters.FailFast(),
+		Limits: []throttle.Limit{{Name: "l", Rate: 10, Per: time.Hour}},
+	}}}
+	tr, err := throttle.NewTransport(nil, p, throttle.WithStore(s),
+		throttle.WithHooks(throttle.Hooks{OnStoreState: func(ev throttle.StoreEvent) { states = append(states, ev.State) }}))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	for range 8 {
+		resp, err := c.Get(v.URL)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}
+	assert.Equal(t, []throttle.StoreState{throttle.StoreDown}, states, "down after one call, reported once")
+	out := buf.String()
+	assert.Equal(t, 1, strings.Count(out, "level=ERROR"), out)
+	assert.Contains(t, out, "store misconfigured")
+	assert.Contains(t, out, "WRONGPASS")
+	assert.Equal(t, int64(1), s.calls.Load(), "no more calls until OpenFor has passed")
+	tr.CloseIdleConnections()
+}
+
+// countingFailStore fails every Take with err, counting them.
+type countingFailStore struct {
+	failingStore
+	calls atomic.Int64
+}
+
+func (s *countingFailStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	s.calls.Add(1)
+	return s.failingStore.Take(ctx, d)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestPolicyFailureModes(t *testing.T) {

@@ -11,8 +11,11 @@ type Option func(*Store)
 const DefaultPrefix = "throttle:"
 
 // DefaultTimeout is the per-call timeout of a [Store] made without
-// [WithTimeout].
-const DefaultTimeout = 250 * time.Millisecond
+// [WithTimeout]. It is a backstop for calls made without a deadline: a
+// [throttle.Transport] decides for itself, well before it, when a slow
+// store counts as down ([throttle.Breaker]), and a store timeout shorter
+// than the transport's budget would turn a slow answer into a failure.
+const DefaultTimeout = 10 * time.Second
 
 // WithPrefix sets the prefix of every key the store writes. It must not
 // contain '{' or '}' (it would form a Cluster hash tag of its own); [New]
@@ -23,9 +26,12 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithTimeout bounds every call to Redis, including go-redis's retries, to
-// d, independently of how long the caller is willing to wait for its quota:
-// a slow or unreachable Redis costs a request at most d. A non-positive d
-// means no bound of the store's own (the caller's context still applies).
+// d, independently of how long the caller is willing to wait for its quota.
+// A non-positive d means no bound of the store's own (the caller's context
+// still applies). Behind a [throttle.Transport], keep d above the
+// transport's call budget ([throttle.Breaker].CallTimeout, adaptive, at
+// least 2 s by default): a call the store ends early fails, and a failed
+// call may get the rule's failure mode while Redis is merely slow.
 //
 // A call made with context.Background or context.TODO (an http.Request
 // made without a context has Background) does not start a timer of its
@@ -51,7 +57,7 @@ const (
 
 	// ReplayIDs gives every decision a unique id. The script stores a
 	// granted decision's reply under its id for a short time
-	// (max(1s, 4 x the per-call timeout)) and answers a rerun of the same
+	// (the per-call timeout plus a second) and answers a rerun of the same
 	// call with that reply instead of charging again, so a retry after a
 	// lost reply succeeds. It costs a GET per decision, a SET per granted
 	// one and a small key per granted decision for that time: about twice

@@ -90,9 +90,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 }
 
 // replayWindow is how long, in ms, a decision's reply is remembered: past
-// every retry go-redis can make within the per-call timeout.
+// every retry go-redis can make within the per-call timeout, which ends
+// the call and its retries.
 func (s *Store) replayWindow() int64 {
-	return max(time.Second, 4*s.timeout).Milliseconds()
+	return max(time.Second, s.timeout+time.Second).Milliseconds()
 }
 
 // mayRetry reports whether client may send a command again after a
