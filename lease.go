@@ -112,13 +112,34 @@ const (
 // breaker and the rule's failure mode). When a Concurrency limit refuses
 // it and the waiter allows a wait, it waits for a release of that limit's
 // slot (or the refusal's Delay, or a poll interval, whichever is first)
-// and asks again, within d.MaxWait. It records the granted reservation in
-// d for [Transport.hold]. An error is ready for the caller: t.take's, or a
-// *LimitError if ctx ended while waiting; ev says how long it waited.
+// and asks again, within d.MaxWait. A reservation whose slots are
+// unclaimed (a request that must wait for its rate quota holds no slot
+// while it waits) it waits out and then claims, just before the request
+// is sent (claimDue); if a slot is not free then, the reservation is
+// given back and the request waits for a release as above. It records the
+// reservation whose slots the request holds in d for [Transport.hold]. A
+// granted decision it returns with slots holds them. An error is ready
+// for the caller: t.take's, or a *LimitError if ctx ended while waiting;
+// ev says how long it waited.
 func (t *Transport) takeSlot(ctx context.Context, r *rule, d *Demand, ev *DecisionEvent) (Decision, error) {
 	dec, err := t.take(ctx, r, d, ev)
-	if err == nil && !dec.OK && d.MaxWait > 0 && slotBound(d, dec) {
-		dec, err = t.waitSlot(ctx, r, d, dec, ev)
+	wait := err == nil && !dec.OK && slotBound(d, dec)
+	for err == nil {
+		if wait {
+			if d.MaxWait <= 0 {
+				break
+			}
+			// A refusal waitSlot returns is final: the budget is spent,
+			// or something other than a slot binds.
+			dec, err = t.waitSlot(ctx, r, d, dec, ev)
+			wait = false
+			continue
+		}
+		if !dec.OK || dec.Reservation == nil || !dec.Reservation.Unclaimed {
+			break
+		}
+		dec, err = t.claimDue(ctx, r, d, dec, ev)
+		wait = err == nil && !dec.OK && slotBound(d, dec)
 	}
 	if err == nil && dec.OK && dec.Reservation != nil && hasLeases(d) {
 		d.held = dec.Reservation
@@ -196,6 +217,51 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *Demand, dec Decisi
 	}
 }
 
+// claimDue waits until dec, a granted reservation whose slots are
+// unclaimed, comes due, and claims them. It returns the claim's grant
+// (Delay 0: send now), or, when a slot is not free then, the claim's
+// refusal with the reservation given back and d.MaxWait reduced by the
+// time spent, so that the caller waits for a release within what is
+// left. A request never sends late on its old rate charge: an instant
+// charged in a window need not be covered by the window of a later one.
+// When the store cannot claim, the reservation is given back and d is
+// decided again by t.take, which applies the rule's failure mode.
+func (t *Transport) claimDue(ctx context.Context, r *rule, d *Demand, dec Decision, ev *DecisionEvent) (Decision, error) {
+	res := dec.Reservation
+	start, waited := t.now(), ev.Wait
+	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
+	if dec.Delay > 0 {
+		if slept, err := t.sleep(ctx, dec.Delay, res); err != nil {
+			ev.Outcome, ev.Wait = GaveUp, waited+slept
+			return Decision{}, &LimitError{Rule: r.id, Err: err}
+		}
+	}
+	calls, _ := t.leaseCalls(res)
+	cdec, err := calls.claim(ctx)
+	if err == nil && cdec.OK {
+		cdec.Delay = 0
+		return cdec, nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	_ = t.cancel(cctx, res) // on failure, the charge runs out by itself
+	cancel()
+	spent := t.now().Sub(start)
+	ev.Wait = waited + spent
+	d.MaxWait = max(d.MaxWait-spent, 0)
+	switch {
+	case err == nil:
+		return cdec, nil
+	case ctx.Err() != nil:
+		ev.Outcome = GaveUp
+		return Decision{}, &LimitError{Rule: r.id, Err: ctx.Err()}
+	case !storeFault(ctx, err):
+		ev.StoreErr = err
+		return Decision{}, fmt.Errorf("throttle: rule %s: store: claim: %w", r.id, err)
+	}
+	ev.StoreErr = err
+	return t.take(ctx, r, d, ev)
+}
+
 // localReservation returns, for a reservation of the local fallback
 // store (see [FailLocal]), a copy carrying the local store's own id.
 func localReservation(r *Reservation) (*Reservation, bool) {
@@ -223,6 +289,40 @@ func (t *Transport) leaseCalls(r *Reservation) (leaseCalls, bool) {
 	}
 	ls, ok := t.store.(LeaseStore)
 	return leaseCalls{t: t, ls: ls, r: r}, ok
+}
+
+// claim takes the slots of c.r, an unclaimed reservation. A claim that
+// the breaker abandoned (see [Breaker].CallTimeout) and that succeeds
+// after all is released at once: its request has moved on.
+func (c leaseCalls) claim(ctx context.Context) (Decision, error) {
+	if c.local != nil {
+		dec, err := c.local.Claim(ctx, c.r)
+		if dec.Reservation != nil {
+			lr := *dec.Reservation
+			lr.ID = localMark + lr.ID
+			dec.Reservation = &lr
+		}
+		return dec, err
+	}
+	if c.t.inProcess() {
+		return c.ls.Claim(ctx, c.r)
+	}
+	var dec Decision
+	err := c.t.failover().breaker.call(ctx, func(ctx context.Context) error {
+		var err error
+		dec, err = c.ls.Claim(ctx, c.r)
+		return err
+	}, func() {
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
+			defer cancel()
+			_ = c.ls.Release(cctx, dec.Reservation)
+		}
+	})
+	if err != nil {
+		return Decision{}, err
+	}
+	return dec, nil
 }
 
 func (c leaseCalls) release(ctx context.Context) error {

@@ -418,6 +418,10 @@ func (s *downStore) Release(context.Context, *throttle.Reservation) error {
 
 func (s *downStore) Renew(context.Context, *throttle.Reservation) error { return errDown }
 
+func (s *downStore) Claim(context.Context, *throttle.Reservation) (throttle.Decision, error) {
+	return throttle.Decision{}, errDown
+}
+
 func (s *downStore) WatchRelease(context.Context, string, throttle.Bucket) (<-chan struct{}, func(), error) {
 	return nil, nil, errDown
 }

@@ -45,13 +45,72 @@ func slotsFull(ps []params, bs []*memBucket, now, t int64) (Decision, bool) {
 	return Decision{}, false
 }
 
-// hold adds a lease id on one slot, granted for instant t, and returns its
-// expiry.
-func (b *memBucket) hold(p params, t int64, id string) int64 {
-	exp := t + p.p
-	b.leases = append(b.leases, lease{id: id, expire: exp})
+// hold adds a lease id on one slot from now and returns its expiry. If b
+// already holds a live lease id (a second Claim), it is extended instead,
+// never shortened.
+func (b *memBucket) hold(p params, now int64, id string) int64 {
+	exp := now + p.p
+	if i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == id }); i >= 0 {
+		exp = max(exp, b.leases[i].expire)
+		b.leases[i].expire = exp
+	} else {
+		b.leases = append(b.leases, lease{id: id, expire: exp})
+	}
 	b.expire = max(b.expire, exp)
 	return exp
+}
+
+// Claim implements [LeaseStore.Claim].
+func (s *MemoryStore) Claim(ctx context.Context, r *Reservation) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("throttle: memory store: claim: %w", err)
+	}
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) || r.ID == "" {
+		return Decision{}, fmt.Errorf("throttle: memory store: claim: malformed reservation")
+	}
+	if !r.Unclaimed {
+		return Decision{OK: true, Limit: -1, Reservation: r}, nil
+	}
+	d := r.Demand
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixMicro()
+	ps := make([]params, len(d.Limits))
+	bs := make([]*memBucket, len(d.Limits))
+	for i, l := range d.Limits {
+		if l.Limit.Algorithm != Concurrency {
+			continue // slotsFull skips it
+		}
+		ps[i] = newParams(l.Limit, 1)
+		b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]
+		if b == nil || b.alg != Concurrency {
+			continue
+		}
+		b.prune(ps[i], now)
+		if !slices.ContainsFunc(b.leases, func(l lease) bool { return l.id == r.ID }) {
+			bs[i] = b // a lease of r's is already held: no slot needed
+		}
+	}
+	if dec, full := slotsFull(ps, bs, now, now); full {
+		return dec, nil
+	}
+	c := newReservation(d)
+	copy(c.Marks, r.Marks)
+	c.ID = r.ID
+	for i, l := range d.Limits {
+		if l.Limit.Algorithm != Concurrency {
+			continue
+		}
+		bid := bucketID{d.Scope, l.Limit.Name, l.Key}
+		b := s.buckets[bid]
+		if b == nil || b.alg != Concurrency {
+			b = &memBucket{alg: Concurrency}
+			s.buckets[bid] = b
+		}
+		c.Marks[i] = b.hold(ps[i], now, r.ID)
+	}
+	s.ops++
+	return Decision{OK: true, Limit: -1, Reservation: c}, nil
 }
 
 // drop removes lease id from b, if b holds it, and wakes a waiter of the

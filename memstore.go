@@ -170,16 +170,22 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 
 	r := newReservation(d)
 	for i, l := range d.Limits {
+		if l.Limit.Algorithm == Concurrency {
+			if r.ID == "" {
+				r.ID = s.nextLeaseID()
+			}
+			if t > now { // memlease.go: claimed when it comes due
+				r.Unclaimed = true
+				continue
+			}
+		}
 		b := bs[i]
 		if b == nil {
 			b = &memBucket{alg: l.Limit.Algorithm}
 			s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}] = b
 		}
 		if l.Limit.Algorithm == Concurrency {
-			if r.ID == "" {
-				r.ID = s.nextLeaseID()
-			}
-			r.Marks[i] = b.hold(ps[i], t, r.ID)
+			r.Marks[i] = b.hold(ps[i], now, r.ID)
 			continue
 		}
 		r.Marks[i] = b.commit(ps[i], t)

@@ -58,12 +58,24 @@ import (
 //     at any moment. A caller that may wait waits for a release (see
 //     [LeaseStore.WatchRelease]) or Delay, whichever comes first, and
 //     asks again;
-//   - otherwise the demand is granted as above, and each Concurrency
-//     limit also gets a lease on one slot, held from now (a reservation
-//     holds its slot while it waits) until t+Per. A Concurrency limit
-//     takes one slot whatever Demand.Cost is.
+//   - otherwise, if t is now, the demand is granted and each Concurrency
+//     limit also gets a lease on one slot, held from now until now+Per;
+//   - otherwise (t is later) the demand is granted as a reservation that
+//     charges the other limits for t and takes NO slot:
+//     Reservation.Unclaimed is true. A request that waits for its instant
+//     holds no slot while it waits, so other requests sharing the slot
+//     (another rule's, say) go meanwhile. When the reservation comes due,
+//     its holder takes the slots with [LeaseStore.Claim], all or none. If
+//     a slot is not free then, the holder must not act late on its old
+//     charge (a window charged for t does not cover a later instant): it
+//     cancels the reservation and asks again. A free slot is required at
+//     Take even for a reservation, so that a demand queued behind busy
+//     slots does not hold rate quota it may not be able to use.
 //
-// Cancel of such a reservation gives its slots back too.
+// A Concurrency limit takes one slot whatever Demand.Cost is. Cancel of a
+// reservation gives its slots back too; Cancel of an unclaimed one gives
+// back the other charges (and a lease that a Claim of it whose answer was
+// lost may have taken).
 //
 // Implementations must be safe for concurrent use. An error from Take means
 // the demand may or may not have been charged; callers treat it as not
@@ -186,13 +198,26 @@ type Reservation struct {
 	// sliding-log member). It is the lease id of every [Concurrency] slot
 	// the charge holds, unique among all leases of the store.
 	ID string
+
+	// Unclaimed reports a reservation of a demand with [Concurrency]
+	// limits that holds none of their slots yet: Take granted it for a
+	// later instant and charged only the other limits. Its holder waits
+	// Decision.Delay, then takes the slots with [LeaseStore.Claim]; until
+	// then the Concurrency marks are 0 and Release does nothing.
+	Unclaimed bool
 }
 
 // A LeaseStore is a [Store] that implements [Concurrency] limits: it holds
 // each granted slot as a lease with an id (the reservation's ID) and an
-// expiry, and lets the holder renew and release it. [NewTransport] requires
-// one when a rule has a Concurrency limit. Both stores of this module are
-// LeaseStores.
+// expiry, and lets the holder claim (for a reservation), renew and release
+// it. [NewTransport] requires one when a rule has a Concurrency limit. Both
+// stores of this module are LeaseStores.
+//
+// A request that must wait for its rate quota holds no slot while it
+// waits: Take charges the rate limits for the reserved instant and leaves
+// the slots unclaimed, and [Transport] claims them when the instant comes,
+// just before it sends. A request is therefore never sent without both its
+// rate charge having come due and its slots held.
 //
 // Leases make slots crash-safe without any heartbeat process: a holder
 // that dies stops renewing, and its slot is free again when the lease
@@ -203,9 +228,28 @@ type LeaseStore interface {
 	Store
 
 	// Release frees the Concurrency slots of r, a reservation granted by
-	// Take. It does not give back what r charged to other limits. Releasing
-	// again, or after Cancel, does nothing.
+	// Take or Claim. It does not give back what r charged to other limits.
+	// Releasing again, after Cancel, or an unclaimed reservation does
+	// nothing.
 	Release(ctx context.Context, r *Reservation) error
+
+	// Claim takes the Concurrency slots of r, an unclaimed reservation
+	// (Reservation.Unclaimed) granted by Take, once it has come due. It
+	// takes one slot of every Concurrency limit of r's demand, all or
+	// none, in one atomic step: if each has a free slot now, each gets a
+	// lease with id r.ID from now until now+Per, and the decision is
+	// granted (OK, Delay 0) with a Reservation that is a copy of r holding
+	// the slots (Unclaimed false, the leases' expiries as marks): release,
+	// renew or cancel that one. Otherwise it takes nothing and refuses:
+	// Decision.Limit is the index in the demand of a limit with no free
+	// slot and Delay the time until lease expiry alone frees one, an
+	// upper bound as for Take. Claim does not decide the other limits or
+	// the pauses again (Take charged them for r's instant) and never
+	// modifies r, which stays valid: the caller cancels it or claims
+	// again. Claiming a reservation whose leases are already held takes
+	// no further slot; claiming one that is not Unclaimed returns it as
+	// granted.
+	Claim(ctx context.Context, r *Reservation) (Decision, error)
 
 	// Renew extends the leases of r's Concurrency slots to Per from the
 	// store's current time; it never shortens one. If a lease is gone

@@ -42,6 +42,28 @@ func (s *suite) testConcurrency(t *testing.T) {
 		}
 		s.contendSlots(t, stores)
 	})
+	t.Run("ClaimContention", func(t *testing.T) {
+		t.Parallel()
+		store, _ := s.newStore(t)
+		stores := make([]throttle.Store, 64)
+		for i := range stores {
+			stores[i] = store
+		}
+		s.contendClaims(t, stores)
+	})
+	t.Run("ClaimContentionInstances", func(t *testing.T) {
+		if s.c.Instances == nil {
+			t.Skip("storetest: Config.Instances is nil")
+		}
+		t.Parallel()
+		var stores []throttle.Store
+		for _, st := range s.instances(t, NewClock(Start), 8) {
+			for range 8 {
+				stores = append(stores, st)
+			}
+		}
+		s.contendClaims(t, stores)
+	})
 	t.Run("WatchRelease", s.testWatchRelease)
 }
 
@@ -99,18 +121,69 @@ func concurrencyCases() []stepCase {
 			{ok: true},
 		},
 	}, {
-		// T = 10s, B = 1: the reservation's slot is held from now until
-		// its instant plus Per, and renewing now does not shorten it.
-		name:    "a reservation holds its slot until its instant plus Per",
+		// T = 10s, B = 1: a reservation takes no slot while it waits; its
+		// claim takes it from the claim's instant until then plus Per.
+		name:    "a reservation holds no slot until it is claimed",
 		buckets: on(gcra("g", 1, 10*sec, 1), conc("c", 1, minute)),
 		steps: []step{
 			{ok: true},
 			{op: opRelease, cancel: 1},
 			{maxWait: 20 * sec, ok: true, delay: 10 * sec},
-			{op: opRenew, cancel: 3},
-			{use: []int{1}, delay: 70 * sec},
-			{advance: 70*sec - us, use: []int{1}, delay: us},
-			{advance: us, use: []int{1}, ok: true},
+			{op: opRenew, cancel: 3, err: lost},
+			{use: []int{1}, ok: true},
+			{advance: 10 * sec, op: opClaim, cancel: 3, delay: 50 * sec, limit: 1},
+			{op: opRelease, cancel: 5},
+			{op: opClaim, cancel: 3, ok: true},
+			{use: []int{1}, delay: minute},
+			{advance: 30 * sec, op: opClaim, cancel: 3, ok: true}, // again: no further slot
+			{use: []int{1}, delay: minute},
+			{op: opRelease, cancel: 8},
+			{use: []int{1}, ok: true},
+			{op: opRelease, cancel: 3}, // never claimed since: its lease is gone
+			{use: []int{1}, delay: minute},
+			{op: opClaim, cancel: 1, ok: true}, // not unclaimed: returned as it is
+		},
+	}, {
+		name:    "a claim takes every slot or none",
+		buckets: on(gcra("g", 1, 10*sec, 1), conc("a", 1, minute), conc("b", 1, minute)),
+		steps: []step{
+			{use: []int{0}, ok: true},
+			{maxWait: 20 * sec, ok: true, delay: 10 * sec},
+			{use: []int{1}, ok: true},
+			{advance: 10 * sec, op: opClaim, cancel: 2, delay: 50 * sec, limit: 1},
+			{use: []int{2}, ok: true},
+			{op: opRelease, cancel: 3},
+			{op: opClaim, cancel: 2, delay: minute, limit: 2},
+			{use: []int{1}, ok: true},
+			{op: opRelease, cancel: 8},
+			{op: opRelease, cancel: 5},
+			{op: opClaim, cancel: 2, ok: true},
+			{use: []int{1}, delay: minute},
+			{use: []int{2}, delay: minute},
+			{op: opRelease, cancel: 11},
+			{use: []int{1, 2}, ok: true},
+		},
+	}, {
+		name:    "cancel of an unclaimed reservation gives back its rate charge only",
+		buckets: on(gcra("g", 1, 10*sec, 1), conc("c", 1, minute)),
+		steps: []step{
+			{use: []int{0}, ok: true},
+			{maxWait: 20 * sec, ok: true, delay: 10 * sec},
+			{use: []int{1}, ok: true},
+			{op: opCancel, cancel: 2},
+			{use: []int{0}, maxWait: 20 * sec, ok: true, delay: 10 * sec},
+			{use: []int{1}, delay: minute},
+		},
+	}, {
+		name:    "cancel of a claimed reservation gives back its charge and its slot",
+		buckets: on(fixed("f", 1, minute), conc("c", 1, minute)),
+		steps: []step{
+			{use: []int{0}, ok: true},
+			{maxWait: hour, ok: true, delay: minute},
+			{advance: minute, op: opClaim, cancel: 2, ok: true},
+			{use: []int{1}, delay: minute},
+			{op: opCancel, cancel: 3},
+			{ok: true},
 		},
 	}, {
 		name:    "all or nothing with a rate limit",
@@ -240,6 +313,74 @@ func (s *suite) contendSlots(t *testing.T, stores []throttle.Store) {
 		require.NoError(t, ls.Release(t.Context(), r)) // never twice
 	}
 	assert.Len(t, round(), slots, "granted slots after every holder released")
+}
+
+// contendClaims gives each store a reservation whose slot of a limit of 5
+// is unclaimed, on a frozen clock, then has one goroutine per store claim
+// it: exactly 5 claims succeed, and the others are refused by that limit
+// and take nothing. Then the holders release and the refused claim again:
+// exactly 5 again.
+func (s *suite) contendClaims(t *testing.T, stores []throttle.Store) {
+	const slots = 5
+	d := &throttle.Demand{Scope: s.scope(t, ""), Cost: 1, MaxWait: hour, Limits: []throttle.Bucket{
+		{Limit: gcra("rate", 1_000_000, sec, 1)},
+		{Limit: conc("inflight", slots, minute), Key: "k"},
+	}}
+	ls := stores[0].(throttle.LeaseStore)
+	first, err := ls.Take(t.Context(), d) // every later demand waits for the rate
+	require.NoError(t, err)
+	require.True(t, first.OK)
+	require.NoError(t, ls.Release(t.Context(), first.Reservation))
+	pending := make([]*throttle.Reservation, len(stores))
+	for i, st := range stores {
+		dec, err := st.Take(t.Context(), d)
+		require.NoError(t, err)
+		require.True(t, dec.OK, "reservation %d", i)
+		require.Positive(t, dec.Delay, "reservation %d", i)
+		require.True(t, dec.Reservation.Unclaimed, "reservation %d", i)
+		pending[i] = dec.Reservation
+	}
+	round := func() []*throttle.Reservation {
+		var (
+			mu       sync.Mutex
+			held     []*throttle.Reservation
+			problems []error
+			wg       sync.WaitGroup
+			start    = make(chan struct{})
+		)
+		for g, st := range stores {
+			r := pending[g]
+			if r == nil {
+				continue
+			}
+			wg.Go(func() {
+				<-start
+				dec, err := st.(throttle.LeaseStore).Claim(t.Context(), r)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					problems = append(problems, fmt.Errorf("goroutine %d: %w", g, err))
+				case dec.OK:
+					held = append(held, dec.Reservation)
+					pending[g] = nil
+				case dec.Limit != 1 || dec.Delay != minute:
+					problems = append(problems, fmt.Errorf("goroutine %d: refusal with Limit %d, Delay %v", g, dec.Limit, dec.Delay))
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.NoError(t, errors.Join(problems...))
+		return held
+	}
+	held := round()
+	assert.Len(t, held, slots, "claimed slots")
+	for _, r := range held {
+		assert.False(t, r.Unclaimed)
+		require.NoError(t, ls.Release(t.Context(), r))
+	}
+	assert.Len(t, round(), slots, "claimed slots after every holder released")
 }
 
 // testWatchRelease: a watch armed on a bucket is woken by a release made

@@ -37,6 +37,7 @@ const (
 	opSync              // Sync a bucket (the store must be a throttle.Syncer)
 	opRelease           // Release the slots of an earlier step (throttle.LeaseStore)
 	opRenew             // Renew the leases of an earlier step (throttle.LeaseStore)
+	opClaim             // Claim the slots of an earlier step's reservation (throttle.LeaseStore)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -57,18 +58,21 @@ type step struct {
 	maxWait time.Duration // Demand.MaxWait
 	pauses  []string      // Demand.Pauses
 
-	// For opTake: the wanted decision. When ok, Delay must be delay and
-	// Limit -1. When not ok, Delay must be delay, and Limit must be limit
-	// unless pause is set, in which case Limit must be -1 and Pause pause.
+	// For opTake and opClaim: the wanted decision. When ok, Delay must be
+	// delay and Limit -1. When not ok, Delay must be delay, and Limit must
+	// be limit unless pause is set, in which case Limit must be -1 and
+	// Pause pause. A granted take of a demand with Concurrency limits must
+	// leave their slots unclaimed exactly when delay is not 0; a granted
+	// claim holds them.
 	ok    bool
 	delay time.Duration
 	limit int
 	pause string
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
 
-	// For opCancel, opRelease and opRenew: the 1-based number of the step
-	// whose reservation is cancelled, released or renewed. For opRenew,
-	// err is the error wanted (nil: none).
+	// For opCancel, opRelease, opRenew and opClaim: the 1-based number of
+	// the step whose reservation is cancelled, released, renewed or
+	// claimed. For opRenew, err is the error wanted (nil: none).
 	cancel int
 
 	// For opPause: Pause(scope, key, d). For opSync: Sync(scope, bucket
@@ -110,6 +114,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("release the slots of step %d", st.cancel)
 	case opRenew:
 		return s + fmt.Sprintf("renew the leases of step %d", st.cancel)
+	case opClaim:
+		return s + fmt.Sprintf("claim the slots of step %d", st.cancel)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
@@ -217,6 +223,23 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 			if !assert.NoError(t, syncer.Sync(t.Context(), sp, b, st.remaining, st.d), "step %d: %v", n, st) {
 				return
 			}
+		case opClaim:
+			r := decs[st.cancel-1].Reservation
+			ls, ok := store.(throttle.LeaseStore)
+			if !assert.True(t, ok, "step %d: %v: the store is not a throttle.LeaseStore", n, st) ||
+				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			unclaimed := r.Unclaimed
+			dec, err := ls.Claim(t.Context(), r)
+			if !assert.NoError(t, err, "step %d: %v", n, st) {
+				return
+			}
+			decs[i] = dec
+			if !checkDecision(t, n, st, dec, len(r.Demand.Limits), false) ||
+				!assert.Equal(t, unclaimed, r.Unclaimed, "step %d: %v: Claim modified the reservation", n, st) {
+				return
+			}
 		case opTake:
 			d := st.demand(sc.buckets, sp)
 			dec, err := store.Take(t.Context(), d)
@@ -233,20 +256,40 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 				return
 			}
 			decs[i] = dec
-			got := outcome{OK: dec.OK, Delay: dec.Delay, Limit: dec.Limit, Pause: dec.Pause}
-			if !assert.Equal(t, st.want(), got, "step %d: %v: decision (want vs got)", n, st) {
-				return
-			}
-			if dec.OK && len(d.Limits) > 0 {
-				if !assert.NotNil(t, dec.Reservation, "step %d: %v: granted without a Reservation", n, st) {
-					return
-				}
-			}
-			if !dec.OK && !assert.Nil(t, dec.Reservation, "step %d: %v: refused with a Reservation", n, st) {
+			if !checkDecision(t, n, st, dec, len(d.Limits), st.delay > 0 && hasConcurrency(d)) {
 				return
 			}
 		}
 	}
+}
+
+// checkDecision checks dec, the decision of step n on a demand of limits
+// limits, against st, and that a granted decision's slots are unclaimed
+// exactly when unclaimed.
+func checkDecision(t *testing.T, n int, st step, dec throttle.Decision, limits int, unclaimed bool) bool {
+	t.Helper()
+	got := outcome{OK: dec.OK, Delay: dec.Delay, Limit: dec.Limit, Pause: dec.Pause}
+	if !assert.Equal(t, st.want(), got, "step %d: %v: decision (want vs got)", n, st) {
+		return false
+	}
+	if !dec.OK {
+		return assert.Nil(t, dec.Reservation, "step %d: %v: refused with a Reservation", n, st)
+	}
+	if limits == 0 {
+		return true // a Reservation is optional
+	}
+	return assert.NotNil(t, dec.Reservation, "step %d: %v: granted without a Reservation", n, st) &&
+		assert.Equal(t, unclaimed, dec.Reservation.Unclaimed, "step %d: %v: Reservation.Unclaimed", n, st)
+}
+
+// hasConcurrency reports whether d has a Concurrency limit.
+func hasConcurrency(d *throttle.Demand) bool {
+	for _, b := range d.Limits {
+		if b.Limit.Algorithm == throttle.Concurrency {
+			return true
+		}
+	}
+	return false
 }
 
 // Limit constructors for the tables.
