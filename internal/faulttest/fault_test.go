@@ -186,8 +186,8 @@ func proxiedStore(t *testing.T, quota int, mode throttle.FailureMode, storeOpts 
 	return srv, px, v, rec, tr
 }
 
-// outage runs a fault that makes the store not answer in time (latency,
-// blackhole, BUSY) for each mode: requests during it get their mode within
+// outage runs a fault that makes the store not answer (blackhole, BUSY)
+// for each mode: requests during it get their mode within
 // the call budget, and after it ends the store decides again within about
 // a second.
 func outage(t *testing.T, name string, start, end func(*redistest.Server, *faultproxy.Proxy), opts ...redistest.Option) {
@@ -211,13 +211,27 @@ func outage(t *testing.T, name string, start, end func(*redistest.Server, *fault
 	}
 }
 
-// 5. 300 ms of latency on every reply.
+// 5. 300 ms of latency on every reply: slow, not down. Every request is
+// decided by the store, in every mode: exact counts, no failure mode, no
+// change of state.
 func TestFaultLatency(t *testing.T) {
-	outage(t, "latency 300ms",
-		func(_ *redistest.Server, px *faultproxy.Proxy) {
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			noLeaks(t)
+			const quota = 20
+			_, px, v, rec, tr := proxied(t, quota, mode)
 			px.SetLatency(faultproxy.ToClient, 300*time.Millisecond)
-		},
-		func(_ *redistest.Server, px *faultproxy.Proxy) { px.SetLatency(faultproxy.ToClient, 0) })
+			rs := fire(t, tr, v, "/", 30, 3)
+			px.SetLatency(faultproxy.ToClient, 0)
+			t.Logf("latency 300ms/%s: %d requests, latency median %v, max %v", mode, len(rs), rs.median().Round(time.Millisecond), rs.max().Round(time.Millisecond))
+			assert.Equal(t, quota-1, rs.sent(), "exactly the quota (the warm-up sent one)")
+			assert.Equal(t, len(rs)-(quota-1), rs.count(throttle.ErrLimited), "the rest refused by the shared limit")
+			assert.Zero(t, rs.count(throttle.ErrStoreUnavailable))
+			assert.Zero(t, rec.fallbackCount(), "no request got its failure mode")
+			assert.Empty(t, rec.stateLog(), "a slow store is not a failing one")
+			assert.Equal(t, int64(quota), v.got.Load())
+		})
+	}
 }
 
 // 7. Blackhole: nothing comes back at all.

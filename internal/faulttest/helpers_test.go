@@ -98,18 +98,17 @@ func newVendor(t *testing.T) *vendor {
 }
 
 // clientOptions are the go-redis options docs/when-redis-fails.md
-// recommends: the context's deadline applies to socket reads and writes,
-// and no timeout of the client's own exceeds the transport's budget.
+// recommends: the transport's call deadline reaches socket reads and
+// writes, a refused or unroutable address fails fast, and no timeout of the
+// client's own is below the transport's budget (a read timeout below it
+// would turn a slow answer into a failure).
 func clientOptions(addr string) *redis.Options {
 	return &redis.Options{
 		Addr:                  addr,
-		DialTimeout:           200 * time.Millisecond,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
 		DialerRetries:         1,
 		DialerRetryTimeout:    10 * time.Millisecond,
-		ReadTimeout:           200 * time.Millisecond,
-		WriteTimeout:          200 * time.Millisecond,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            2,
 		MinRetryBackoff:       8 * time.Millisecond,
 		MaxRetryBackoff:       64 * time.Millisecond,
 	}
