@@ -13,6 +13,7 @@ package faultproxy
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,23 @@ type Stats struct {
 	// Dropped counts replies swallowed by [Proxy.DropNextReply] and
 	// [Proxy.DropReplyTo].
 	Dropped int
+	// Jittered counts chunks given a random delay by [Proxy.SetJitter].
+	Jittered int
+}
+
+// jitter is the random delay of one direction: see [Proxy.SetJitter].
+type jitter struct {
+	fraction float64
+	lo, hi   time.Duration
+}
+
+// delay draws the random delay of one chunk: 0, or with probability
+// fraction a duration uniform in [lo, hi].
+func (j jitter) delay() time.Duration {
+	if j.fraction <= 0 || rand.Float64() >= j.fraction {
+		return 0
+	}
+	return j.lo + rand.N(j.hi-j.lo+1)
 }
 
 // A Proxy forwards loopback TCP connections to a target address and
@@ -60,6 +78,7 @@ type Proxy struct {
 	mu        sync.Mutex
 	links     map[*link]struct{}
 	latency   [2]time.Duration
+	jitter    [2]jitter
 	drops     [][]byte      // armed drops: lower-case substrings, "" matches any command
 	gate      chan struct{} // closed while traffic flows; open while blackholed
 	refuse    bool
@@ -67,6 +86,7 @@ type Proxy struct {
 	accepted  int
 	refused   int
 	dropped   int
+	jittered  int
 	bytesUp   atomic.Int64
 	bytesDown atomic.Int64
 }
@@ -107,6 +127,22 @@ func (p *Proxy) SetLatency(dir Direction, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.latency[dir] = d
+}
+
+// SetJitter delays a random fraction (0 to 1) of the chunks forwarded in
+// direction dir, each by a duration drawn uniformly from [lo, hi], on top
+// of any [Proxy.SetLatency]; fraction 0 removes it. Chunks of one
+// connection stay in order, so a delayed reply also holds back the
+// replies behind it on the same connection, as a slow network would.
+// It applies to chunks read from now on. It panics if lo is negative or
+// hi is below lo.
+func (p *Proxy) SetJitter(dir Direction, fraction float64, lo, hi time.Duration) {
+	if lo < 0 || hi < lo {
+		panic("faultproxy: SetJitter: need 0 <= lo <= hi")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.jitter[dir] = jitter{fraction: fraction, lo: lo, hi: hi}
 }
 
 // DropNextReply arms one lost reply: the next command any client sends is
@@ -184,6 +220,7 @@ func (p *Proxy) Stats() Stats {
 		BytesToServer: p.bytesUp.Load(),
 		BytesToClient: p.bytesDown.Load(),
 		Dropped:       p.dropped,
+		Jittered:      p.jittered,
 	}
 }
 
@@ -250,11 +287,15 @@ func (p *Proxy) takeDrop(chunk []byte) bool {
 	return true
 }
 
-// hold waits for the latency of dir and for an open gate. It returns false
-// if the link or the proxy closed meanwhile.
+// hold waits for the latency of dir (fixed and random) and for an open
+// gate. It returns false if the link or the proxy closed meanwhile.
 func (p *Proxy) hold(l *link, dir Direction) bool {
 	p.mu.Lock()
 	d := p.latency[dir]
+	if j := p.jitter[dir].delay(); j > 0 {
+		d += j
+		p.jittered++
+	}
 	p.mu.Unlock()
 	if d > 0 {
 		t := time.NewTimer(d)

@@ -179,6 +179,32 @@ func TestLatency(t *testing.T) {
 	}
 }
 
+func TestJitter(t *testing.T) {
+	t.Parallel()
+	_, p, _, _ := setup(t, nil)
+	raw, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer raw.Close()
+	r := bufio.NewReader(raw)
+	const d = 20 * time.Millisecond
+	p.SetJitter(faultproxy.ToClient, 1, d, d)
+	for range 3 {
+		start := time.Now()
+		pong, err := rawPing(raw, r)
+		require.NoError(t, err)
+		require.Equal(t, "+PONG\r\n", pong)
+		// A lower bound only: the delay is a timer of at least d.
+		assert.GreaterOrEqual(t, time.Since(start), d)
+	}
+	assert.Equal(t, 3, p.Stats().Jittered, "every reply was delayed")
+
+	p.SetJitter(faultproxy.ToClient, 0, 0, 0)
+	_, err = rawPing(raw, r)
+	require.NoError(t, err)
+	assert.Equal(t, 3, p.Stats().Jittered, "none after it is removed")
+	assert.Panics(t, func() { p.SetJitter(faultproxy.ToServer, 0.5, d, d-1) })
+}
+
 func TestTargetDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

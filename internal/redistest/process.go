@@ -75,6 +75,24 @@ func (p *process) kill() error {
 	return err
 }
 
+// stop suspends the process (SIGSTOP), as a machine that stalls would:
+// it keeps its sockets, and the kernel still accepts connections and
+// buffers commands for it, but nothing is answered.
+func (p *process) stop() error { return p.signal(syscall.SIGSTOP) }
+
+// cont resumes a process suspended by stop (SIGCONT).
+func (p *process) cont() error { return p.signal(syscall.SIGCONT) }
+
+func (p *process) signal(sig syscall.Signal) error {
+	if p.exited {
+		return nil
+	}
+	if err := syscall.Kill(p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%v pid %d: %w", sig, p.pid, err)
+	}
+	return nil
+}
+
 // terminate sends SIGTERM, waits up to grace for the process to exit, then
 // kills it.
 func (p *process) terminate(grace time.Duration) error {

@@ -38,8 +38,9 @@ type Server struct {
 	port int
 	args []string // everything but --port
 
-	mu   sync.Mutex
-	proc *process // nil when not running
+	mu     sync.Mutex
+	proc   *process // nil when not running
+	paused bool     // proc is suspended by Pause
 }
 
 // Start runs redis-server on a free loopback port, in its own directory
@@ -264,6 +265,9 @@ func (s *Server) stopLocked() error {
 	if s.proc == nil {
 		return nil
 	}
+	if err := s.resumeLocked(); err != nil {
+		return err
+	}
 	p := s.proc
 	s.proc = nil
 	// SHUTDOWN exits at once; SIGTERM is only acted on in serverCron,
@@ -289,11 +293,58 @@ func (s *Server) Kill() error {
 		return nil
 	}
 	p := s.proc
-	s.proc = nil
+	s.proc, s.paused = nil, false // SIGKILL ends a stopped process too
 	if err := p.kill(); err != nil {
 		return fmt.Errorf("kill redis-server on port %d: %w", s.port, err)
 	}
 	return nil
+}
+
+// Pause suspends the server process with SIGSTOP, as a stalled machine
+// (a VM paused by its host, a process swapped out) would: connections stay
+// open and new ones are still accepted by the kernel, commands are
+// buffered, but nothing is answered until [Server.Resume]. Pausing a
+// paused or stopped server does nothing. Stop and Restart resume a paused
+// server first, and Kill ends it as it is, so a test that fails while the
+// server is paused still cleans up.
+func (s *Server) Pause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.paused {
+		return nil
+	}
+	if err := s.proc.stop(); err != nil {
+		return fmt.Errorf("pause redis-server on port %d: %w", s.port, err)
+	}
+	s.paused = true
+	return nil
+}
+
+// Resume resumes a server suspended by [Server.Pause] with SIGCONT; it
+// then answers what was buffered meanwhile, in order. Resuming a server
+// that is not paused does nothing.
+func (s *Server) Resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resumeLocked()
+}
+
+func (s *Server) resumeLocked() error {
+	if s.proc == nil || !s.paused {
+		return nil
+	}
+	if err := s.proc.cont(); err != nil {
+		return fmt.Errorf("resume redis-server on port %d: %w", s.port, err)
+	}
+	s.paused = false
+	return nil
+}
+
+// Paused reports whether the server is suspended by [Server.Pause].
+func (s *Server) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
 }
 
 // Restart stops the server if it is running and starts it again on the same
