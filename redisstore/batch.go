@@ -205,7 +205,7 @@ func (s *Store) sendBatch(calls []*batchCall) {
 	}
 	if err != nil {
 		s.reload.note(err)
-		err = fmt.Errorf("redisstore: take: %w", resent(err))
+		err = fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		for _, c := range calls {
 			c.err = err
 		}

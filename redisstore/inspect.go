@@ -36,11 +36,11 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Lim
 	ks := newKeys(s.prefix, scope)
 	names, err := s.scopeKeys(ctx, ks)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: inspect: %w", err)
+		return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 	}
 	now, err := s.clockMicros(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: inspect: %w", err)
+		return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 	}
 	var out []State
 	for _, name := range names {
@@ -51,7 +51,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Lim
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("redisstore: inspect: %w", err)
+				return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 			}
 			if end > now {
 				out = append(out, State{Key: key, Reset: micros(end - now)})
@@ -75,7 +75,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Lim
 			continue // expired since the scan
 		}
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: inspect: %w", err)
+			return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 		}
 		if st.Used > 0 { // else the same as a fresh counter, about to expire
 			out = append(out, st)
@@ -234,7 +234,7 @@ func (s *Store) ResetLimit(ctx context.Context, scope string, l throttle.Limit, 
 	ks := newKeys(s.prefix, scope)
 	b := throttle.Bucket{Limit: l, Key: key}
 	if err := s.client.Del(ctx, ks.limit(&b)).Err(); err != nil {
-		return fmt.Errorf("redisstore: reset: %w", err)
+		return fmt.Errorf("redisstore: reset: %w", s.configErr(err))
 	}
 	return nil
 }
@@ -246,7 +246,7 @@ func (s *Store) ResetLimit(ctx context.Context, scope string, l throttle.Limit, 
 func (s *Store) ClearPause(ctx context.Context, scope, key string) error {
 	ks := newKeys(s.prefix, scope)
 	if err := s.client.Del(ctx, ks.pause(key)).Err(); err != nil {
-		return fmt.Errorf("redisstore: clear pause: %w", err)
+		return fmt.Errorf("redisstore: clear pause: %w", s.configErr(err))
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func (s *Store) Release(ctx context.Context, r *throttle.Reservation) error {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	if err := releaseScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
-		return fmt.Errorf("redisstore: release: %w", err)
+		return fmt.Errorf("redisstore: release: %w", s.configErr(err))
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
 	defer cancel()
 	lost, err := renewScript.Run(ctx, s.client, keys, args...).Int64()
 	if err != nil {
-		return fmt.Errorf("redisstore: renew: %w", err)
+		return fmt.Errorf("redisstore: renew: %w", s.configErr(err))
 	}
 	if lost < 0 || lost > int64(len(names)) {
 		return fmt.Errorf("redisstore: renew: malformed reply %d", lost)
@@ -127,7 +127,7 @@ func (s *Store) WatchRelease(ctx context.Context, scope string, b throttle.Bucke
 	ch := newKeys(s.prefix, scope).released(&b)
 	c, ready, stop, err := s.hub.watch(ctx, s.client, ch)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redisstore: watch: %w", err)
+		return nil, nil, fmt.Errorf("redisstore: watch: %w", s.configErr(err))
 	}
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()

@@ -41,7 +41,7 @@ func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle
 	})
 	if err != nil {
 		s.reload.note(err)
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(err))
 	}
 
 	// PTTL is whole milliseconds, truncated; one more is never early.

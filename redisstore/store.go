@@ -244,14 +244,14 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 		res, err := cmd.Result()
 		if err != nil {
 			s.reload.note(err)
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", resent(err))
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		}
 		return parseTakeFast(res, d, id)
 	}
 	res, err := cmd.Slice()
 	if err != nil {
 		s.reload.note(err)
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", resent(err))
+		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
 	return parseTake(res, d, id)
 }
@@ -458,7 +458,7 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	defer cancel()
 	if err := s.run(ctx, cancelScript, mark, keys, args...).Err(); err != nil {
 		s.reload.note(err)
-		return fmt.Errorf("redisstore: cancel: %w", resent(err))
+		return fmt.Errorf("redisstore: cancel: %w", s.configErr(resent(err)))
 	}
 	return nil
 }
@@ -484,7 +484,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 	}
 	if err != nil {
 		s.reload.note(err)
-		return fmt.Errorf("redisstore: pause: %w", err)
+		return fmt.Errorf("redisstore: pause: %w", s.configErr(err))
 	}
 	return nil
 }

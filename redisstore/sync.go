@@ -63,7 +63,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b throttle.Bucket, remai
 	}
 	if err := syncScript.Run(ctx, s.client, []string{ks.limit(&b)}, args...).Err(); err != nil {
 		s.reload.note(err)
-		return fmt.Errorf("redisstore: sync: %w", err)
+		return fmt.Errorf("redisstore: sync: %w", s.configErr(err))
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func (s *Store) syncMultiExec(ctx context.Context, ks keys, b *throttle.Bucket, 
 	}
 	if err != nil && !errors.Is(err, redis.TxFailedErr) {
 		s.reload.note(err)
-		return fmt.Errorf("redisstore: sync: %w", err)
+		return fmt.Errorf("redisstore: sync: %w", s.configErr(err))
 	}
 	return nil
 }

@@ -1,0 +1,80 @@
+package redisstore
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/quotakit/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// A configError is a Redis error reply that a configuration mistake causes
+// rather than an outage: waiting does not make it go away. It matches
+// [throttle.ErrStoreConfig] and the reply itself.
+type configError struct {
+	cause string // what is wrong and what to change, in plain words
+	err   error  // Redis's reply, as go-redis returned it
+}
+
+func (e *configError) Error() string {
+	return "misconfigured Redis: " + e.cause + ": " + e.err.Error()
+}
+
+func (e *configError) Unwrap() []error { return []error{throttle.ErrStoreConfig, e.err} }
+
+// configErr returns err wrapped in a configError when Redis answered with
+// an error that a configuration mistake causes, and err itself otherwise
+// (nil, outages, context errors, [ErrResent], malformed replies). Every
+// error the store returns from a call to Redis passes through it, so that
+// a [throttle.Transport] can tell "fix the configuration" from "Redis is
+// down".
+//
+// A MOVED or ASK reply is a configuration error only for a client that
+// does not follow them (anything but a *redis.ClusterClient): a plain
+// client pointed at a Cluster node. A ClusterClient returns one only when
+// its redirects ran out during a resharding.
+func (s *Store) configErr(err error) error {
+	var rerr redis.Error
+	if err == nil || errors.Is(err, throttle.ErrStoreConfig) || !errors.As(err, &rerr) {
+		return err
+	}
+	if cause := configCause(rerr.Error(), s.client); cause != "" {
+		return &configError{cause: cause, err: err}
+	}
+	return err
+}
+
+// configCause names the configuration mistake behind the Redis error
+// reply msg on client, or returns "" for a reply that is not one. Script
+// errors carry the reply of the command that failed inside the script
+// (Redis 7: "READONLY ... script: ...", "ERR The user executing the
+// script can't ...", "ERR Unknown Redis command called from script ...").
+func configCause(msg string, client redis.UniversalClient) string {
+	m := strings.TrimPrefix(msg, "ERR ")
+	has := func(s string) bool { return strings.Contains(m, s) }
+	switch {
+	case strings.HasPrefix(m, "NOAUTH"):
+		return "authentication: the server requires a password and the client sent none (set the client's Password, and Username for an ACL user)"
+	case strings.HasPrefix(m, "WRONGPASS"), has("invalid password"):
+		return "authentication: the server refused the client's username or password, or the user is disabled"
+	case has("called without any password configured"), has("Client sent AUTH, but no password is set"):
+		return "authentication: the client sends a password but the server has none configured"
+	case strings.HasPrefix(m, "NOPERM"), has("The user executing the script can't"):
+		return "permissions: the ACL user may not run a command or touch a key the store needs (EVALSHA, EVAL and the commands of its scripts, on keys under the store's prefix)"
+	case strings.HasPrefix(m, "unknown command"), has("Unknown Redis command called from script"):
+		return "unknown command: the server does not know a command the store uses (disabled or renamed with rename-command, e.g. EVALSHA or EVAL; behind a proxy that runs no scripts, use WithMultiExec)"
+	case strings.HasPrefix(m, "READONLY"), has("-READONLY"):
+		return "read-only replica: the client is connected to a replica; point it at the master (or use a Sentinel or Cluster client)"
+	case has("cluster support disabled"):
+		return "Cluster client on a server that is not a Cluster (cluster support disabled): use redis.NewClient for a single server or Sentinel"
+	case has("SELECT is not allowed in cluster mode"):
+		return "non-Cluster client on a Redis Cluster node: use redis.NewClusterClient"
+	case has("DB index is out of range"):
+		return "database: the client's DB does not exist on the server"
+	case strings.HasPrefix(m, "MOVED "), strings.HasPrefix(m, "ASK "):
+		if _, ok := client.(*redis.ClusterClient); !ok {
+			return "non-Cluster client on a Redis Cluster node (MOVED): use redis.NewClusterClient"
+		}
+	}
+	return ""
+}
