@@ -49,8 +49,11 @@ func exercise(t *testing.T, s throttle.Store, scope, key string) {
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
 		require.True(t, dec.OK)
-		require.NoError(t, ls.Renew(c, dec.Reservation))
-		require.NoError(t, ls.Release(c, dec.Reservation))
+		claim, err := ls.Claim(c, dec.Reservation) // a reservation's slot is taken by its claim
+		require.NoError(t, err)
+		require.True(t, claim.OK)
+		require.NoError(t, ls.Renew(c, claim.Reservation))
+		require.NoError(t, ls.Release(c, claim.Reservation))
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file holds the Concurrency limits' lease operations: Release and
-// Renew (one script call each), and the release notifications that wake
-// waiters, over one shared pub/sub connection per store.
+// This file holds the Concurrency limits' lease operations: Claim, Release
+// and Renew (one script call each), and the release notifications that
+// wake waiters, over one shared pub/sub connection per store.
 
 var (
 	//go:embed release.lua
@@ -46,6 +46,68 @@ func (s *Store) leaseKeys(r *throttle.Reservation, add func(ks keys, b *throttle
 		}
 	}
 	return keys, nil
+}
+
+// markUnclaimed marks r, just granted by take.lua, as unclaimed when a
+// Concurrency limit's mark is 0: a reservation for a later instant, whose
+// slots take.lua left to Claim. The mark, not the delay, says so, since a
+// remembered reply (ReplayIDs) may be given after the instant has passed.
+func markUnclaimed(r *throttle.Reservation) {
+	for i := range r.Demand.Limits {
+		if r.Demand.Limits[i].Limit.Algorithm == throttle.Concurrency && r.Marks[i] == 0 {
+			r.Unclaimed = true
+		}
+	}
+}
+
+// Claim implements [throttle.LeaseStore.Claim] in one round trip, on
+// Redis's clock (claim.lua). A claim sent again by go-redis runs as the
+// first did (the lease id is already held), so it needs no resend mark.
+// In the MULTI/EXEC mode, which has no Concurrency limits, it returns r
+// granted.
+func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.Decision, error) {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return throttle.Decision{}, errors.New("redisstore: claim: malformed reservation")
+	}
+	if !r.Unclaimed || s.multiExec {
+		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
+	}
+	args := []any{s.nowArg(), ""}
+	var idx []int // limit index of each key
+	keys, err := s.leaseKeys(r, func(_ keys, b *throttle.Bucket) {
+		args = append(args, b.Limit.Per.Microseconds(), b.Limit.Rate)
+	})
+	if err != nil {
+		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	for i := range r.Demand.Limits {
+		if r.Demand.Limits[i].Limit.Algorithm == throttle.Concurrency {
+			idx = append(idx, i)
+		}
+	}
+	c := newReservation(r.Demand, r.ID)
+	copy(c.Marks, r.Marks)
+	if len(keys) == 0 {
+		return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
+	}
+	args[1] = r.ID
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	res, err := s.run(ctx, claimScript, nil, keys, args...).Int64Slice()
+	if err != nil {
+		s.reload.note(err)
+		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", s.configErr(err))
+	}
+	switch {
+	case len(res) == 1+len(keys) && res[0] == 1:
+		for k, i := range idx {
+			c.Marks[i] = res[1+k]
+		}
+		return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
+	case len(res) == 3 && res[0] == 0 && res[1] >= 0 && res[2] >= 1 && res[2] <= int64(len(idx)):
+		return throttle.Decision{Delay: time.Duration(res[1]) * time.Microsecond, Limit: idx[res[2]-1]}, nil
+	}
+	return throttle.Decision{}, fmt.Errorf("redisstore: claim: malformed reply %v", res)
 }
 
 // Release implements [throttle.LeaseStore.Release] in one round trip: it

@@ -39,4 +39,10 @@ var (
 	//go:embed pause.lua
 	pauseSource string
 	pauseScript = redis.NewScript(pauseSource)
+
+	// claim.lua takes the Concurrency slots of a reservation that came
+	// due (Store.Claim, lease.go).
+	//go:embed claim.lua
+	claimSource string
+	claimScript = redis.NewScript(claimSource)
 )

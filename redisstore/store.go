@@ -402,6 +402,7 @@ func decide(ok bool, delay, limit, pause int64, marks []int64, d *throttle.Deman
 	}
 	r := newReservation(d, id)
 	copy(r.Marks, marks)
+	markUnclaimed(r) // lease.go
 	dec.Reservation = r
 	return dec, nil
 }

@@ -23,10 +23,13 @@
 --   2 sliding log     a = Per,    b = Rate - cost
 --   3 sliding window  a = Per,    b = Rate - cost
 --   4 concurrency     a = lease time (Per), b = Rate (slots); the member
---                     of a lease is the decision id
+--                     of a lease is the decision id. A slot is taken only
+--                     when the demand acts now; a reservation (delay > 0)
+--                     leaves it to claim.lua when it comes due
 --
 -- Reply: {1, delay, -1, -1, mark...} when granted (a mark per limit: the
--- GCRA arrival time set, the window charged, or the log instant), or
+-- GCRA arrival time set, the window charged, the log instant, or the
+-- lease's expiry, 0 for a slot left unclaimed), or
 -- {0, delay, binding limit index, binding pause index} when refused; indexes
 -- are 0-based, -1 for none.
 
@@ -160,7 +163,9 @@ if t - now > tonumber(ARGV[2]) then
 end
 
 -- Concurrency (alg 4): a slot must be free now, whatever t is, since a slot
--- frees when its holder releases it, which no script can foresee. Leases
+-- frees when its holder releases it, which no script can foresee (a
+-- reservation does not take it, but a demand queued behind busy slots
+-- should not hold rate quota it may not be able to use). Leases
 -- whose expiry is not after now are pruned, but only when the set looks
 -- full: below Rate members there is a free slot anyway, and the set never
 -- grows past Rate. A full limit refuses with the delay until max(t, the
@@ -209,17 +214,23 @@ for i = 1, nl do
     end
     r[4 + i] = tat
   elseif alg == '4' then
-    -- The lease runs from now (a reservation holds its slot while it
-    -- waits) to t + Per. The key lives until its latest lease expires.
-    local exp = t + a
-    redis.call('ZADD', key, fmt('%d', exp), ARGV[5])
-    local ms = math.ceil((exp - now) / 1000) + slack
-    if st[i] == 0 then
-      redis.call('PEXPIRE', key, ms)
+    if t > now then
+      -- A reservation holds no slot while it waits: its holder claims
+      -- one when it comes due (claim.lua). Mark 0: unclaimed.
+      r[4 + i] = 0
     else
-      redis.call('PEXPIRE', key, ms, 'GT')
+      -- The lease runs from now to now + Per. The key lives until its
+      -- latest lease expires.
+      local exp = now + a
+      redis.call('ZADD', key, fmt('%d', exp), ARGV[5])
+      local ms = math.ceil((exp - now) / 1000) + slack
+      if st[i] == 0 then
+        redis.call('PEXPIRE', key, ms)
+      else
+        redis.call('PEXPIRE', key, ms, 'GT')
+      end
+      r[4 + i] = exp
     end
-    r[4 + i] = exp
   elseif alg == '2' then
     redis.call('ZADD', key, fmt('%d', t), ARGV[j + 3] .. ':' .. ARGV[5])
     if #st[i] > 0 then
