@@ -27,6 +27,7 @@ const checkScope = "redisstore:check"
 var storeScripts = []string{
 	takeSource, takeGCRASource, takeBatchSource, takeWindowSource,
 	cancelSource, pauseSource, releaseSource, renewSource, syncSource,
+	claimSource,
 }
 
 // Check contacts Redis, reports whether the store can work with it, and

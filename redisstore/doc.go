@@ -1,10 +1,24 @@
 // Package redisstore provides a [throttle.Store] kept in Redis, so that
 // every instance of a service shares one quota.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	rdb := redis.NewClient(&redis.Options{
+//		Addr:                  "localhost:6379",
+//		Password:              os.Getenv("REDIS_PASSWORD"),
+//		ContextTimeoutEnabled: true,                  // call deadlines reach the socket
+//		DialTimeout:           time.Second,           // default 5 s
+//		DialerRetries:         1,                     // default 5, 100 ms apart
+//		MinIdleConns:          8,                     // connections kept open
+//		MaxRetryBackoff:       64 * time.Millisecond, // default 1 s
+//	})
 //	store, err := redisstore.New(rdb)
 //	if err != nil { ... }
+//	if err := store.Check(ctx); err != nil { ... } // wrong password, replica, ...
 //	tr, err := throttle.NewTransport(nil, policy, throttle.WithStore(store))
+//
+// [New] does not contact Redis; [Store.Check] does, once at start-up: it
+// reports a misconfiguration (its error then matches
+// [throttle.ErrStoreConfig]) or an unreachable Redis, and warms the client
+// up. The options are explained under "Client options" below.
 //
 // # One round trip per decision
 //
@@ -102,31 +116,66 @@
 // # Failures
 //
 // Each call to Redis is bounded by the per-call timeout ([WithTimeout],
-// default 250 ms), separate from how long the caller may wait for quota
-// (calls made with context.Background share deadlines instead of starting
-// a timer each; see [WithTimeout]).
-// go-redis only applies a context's deadline to socket reads and writes
-// when the client's ContextTimeoutEnabled is set; otherwise its
-// ReadTimeout (3 s by default) bounds a stalled read. Errors are wrapped
-// with "redisstore: " and %w, so [errors.Is] sees go-redis's and the
-// context's errors. What a request does when the store fails is the
+// default 10 s, a backstop), separate from how long the caller may wait
+// for quota (calls made with context.Background share deadlines instead of
+// starting a timer each; see [WithTimeout]). Errors are wrapped with
+// "redisstore: " and %w, so [errors.Is] sees go-redis's and the context's
+// errors. What a request does when the store fails is the
 // [throttle.Transport]'s decision, not the store's: its failure modes,
 // call budget and circuit breaker ([throttle.FailureMode],
 // [throttle.Breaker]) keep a slow or dead Redis from costing a request
 // more than the budget.
 //
-// Recommended client options, so that go-redis gives up within the
-// budget instead of after its own multi-second defaults:
+// # Misconfiguration
 //
-//	redis.Options{ // or redis.ClusterOptions
-//		ContextTimeoutEnabled: true,                   // honour the per-call timeout
-//		DialTimeout:           200 * time.Millisecond, // default 5 s
-//		DialerRetries:         1,                      // default 5, 100 ms apart
-//		ReadTimeout:           200 * time.Millisecond, // default 3 s
-//		WriteTimeout:          200 * time.Millisecond,
-//		MaxRetries:            2,                      // never charges twice: see Replay
-//		MaxRetryBackoff:       64 * time.Millisecond,  // default 512 ms
-//	}
+// An error that waiting does not cure matches [throttle.ErrStoreConfig]
+// and says what to change, whichever call returns it: Redis answered
+// NOAUTH or WRONGPASS (password, username), NOPERM (the ACL user lacks a
+// command or a key under the prefix), an unknown command (EVALSHA or EVAL
+// renamed or disabled), READONLY (a replica), or the client's kind does
+// not match the server (a *redis.ClusterClient on a server without
+// Cluster support; another client on a Cluster node, MOVED). A Transport
+// logs such an error at Error level. [Store.Check] finds each of them at
+// start-up, before any request: call it after [New]. One exception:
+// under [ReplayDetect], go-redis retries a READONLY reply and the resend
+// mark refuses the retry, so a Take on a replica fails with [ErrResent];
+// Check still reports READONLY, as it writes with an unmarked script.
+//
+// # Client options
+//
+// go-redis's defaults suit a cache better than a rate limiter. These are
+// the ones to change, for a redis.Options, redis.ClusterOptions or
+// redis.FailoverOptions alike (defaults as of go-redis v9.22):
+//
+//   - ContextTimeoutEnabled: true. Without it go-redis does not apply a
+//     call's context deadline to socket reads and writes (it reads with
+//     context.Background), and only ReadTimeout (5 s) ends a stalled
+//     read; with it, the earlier of the two does.
+//   - DialTimeout: about 1 s (default 5 s), per dial attempt.
+//   - DialerRetries: 1 (default 5 attempts, DialerRetryTimeout 100 ms
+//     apart, per connection). go-redis's own retries (MaxRetries) still
+//     redial; and a refused connection then fails with go-redis's dial
+//     error ("connect: connection refused") rather than running into the
+//     call's deadline, which would report only "context deadline
+//     exceeded".
+//   - MinIdleConns: the connections kept open, so that a decision does not
+//     wait for a dial (and a TLS handshake); [BatchInFlight] or more.
+//     [Store.Check] opens them at start-up.
+//   - MaxRetryBackoff: tens of milliseconds (default 1 s; the backoff
+//     doubles from MinRetryBackoff, 10 ms), so a retry fits in a call's
+//     budget.
+//   - ReadTimeout, WriteTimeout, MaxRetries and MaxRedirects: keep the
+//     defaults (5 s; 3 retries for a Client, 3 redirects for a
+//     ClusterClient). Do not set ReadTimeout below the Transport's call
+//     budget, or a slow answer becomes a failure. A retry is safe:
+//     go-redis retries calls it never sent (a failed dial, an exhausted
+//     pool), which is how a call survives a restart, and a call it had
+//     sent is refused with [ErrResent] rather than decided twice
+//     ([ReplayDetect]), or answered from memory ([ReplayIDs], the default
+//     for a ClusterClient).
+//   - PoolSize: the default (10 per GOMAXPROCS; 5 per GOMAXPROCS and
+//     node for a ClusterClient) is ample: batching keeps the connections
+//     in use per scope near [BatchInFlight].
 //
 // # Redis Cluster failover
 //

@@ -15,16 +15,27 @@ import (
 
 // New makes a store on any go-redis client; every instance that uses the
 // same Redis and prefix shares the limits. Here two instances share a quota
-// of 2 per hour.
+// of 2 per hour. Each makes its client with the options recommended in the
+// package documentation and checks the store before serving.
 func ExampleNew() {
 	var closers []func() error
 	ctx := context.Background()
 	prefix := fmt.Sprintf("example-%d:", time.Now().UnixNano()) // fresh keys on every run
 	newInstance := func() *redisstore.Store {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // the Redis TestMain started
-		defer func() { closers = append(closers, rdb.Close) }()
+		rdb := redis.NewClient(&redis.Options{
+			Addr:                  srv.Addr(),            // the Redis TestMain started
+			ContextTimeoutEnabled: true,                  // call deadlines reach the socket
+			DialTimeout:           time.Second,           // default 5 s
+			DialerRetries:         1,                     // default 5, 100 ms apart
+			MinIdleConns:          8,                     // connections kept open
+			MaxRetryBackoff:       64 * time.Millisecond, // default 1 s
+		})
+		closers = append(closers, rdb.Close)
 		s, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
 		if err != nil {
+			panic(err)
+		}
+		if err := s.Check(ctx); err != nil { // at start-up: a wrong password fails here
 			panic(err)
 		}
 		return s
@@ -60,6 +71,45 @@ func ExampleNew() {
 	// request 1: granted=true
 	// request 2: granted=true
 	// request 3: granted=false, bound by hourly, retry in about 30m0s
+}
+
+// Check, called once after New, contacts Redis: a misconfiguration fails
+// at start-up with an error that names it and matches
+// throttle.ErrStoreConfig, rather than later as errors of every request.
+// On success, the scripts are loaded and connections are open. Here the
+// first client names a user the server does not know.
+func ExampleStore_Check() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, username := range []string{"nobody", ""} {
+		rdb := redis.NewClient(&redis.Options{
+			Addr:                  srv.Addr(),
+			Username:              username,
+			Password:              "secret", // the default user has none and accepts any
+			ContextTimeoutEnabled: true,
+			DialTimeout:           time.Second,
+			DialerRetries:         1,
+			MinIdleConns:          8,
+			MaxRetryBackoff:       64 * time.Millisecond,
+		})
+		store, err := redisstore.New(rdb)
+		if err != nil {
+			panic(err)
+		}
+		err = store.Check(ctx)
+		switch {
+		case errors.Is(err, throttle.ErrStoreConfig):
+			fmt.Println("fix the configuration:", err)
+		case err != nil:
+			fmt.Println("Redis is unreachable:", err)
+		default:
+			fmt.Println("ready")
+		}
+		_ = rdb.Close()
+	}
+	// Output:
+	// fix the configuration: redisstore: check: misconfigured Redis: authentication: the server refused the client's username or password, or the user is disabled: INFO cluster: WRONGPASS invalid username-password pair or user is disabled.
+	// ready
 }
 
 // WithReplay chooses what keeps a call that go-redis sends again after a
