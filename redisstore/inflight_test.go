@@ -337,3 +337,88 @@ func TestBlockedCallersDoNotFlood(t *testing.T) {
 	total := scripts() - base
 	t.Logf("%d requests after the holder: %d scripts in all (%.1f per request)", callers, total, float64(total)/callers)
 }
+
+// reservingStore is a Store that reports each reservation it grants for a
+// later instant, so a test knows a request is waiting on one.
+type reservingStore struct {
+	*redisstore.Store
+	reserved chan struct{}
+}
+
+func (s *reservingStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+	dec, err := s.Store.Take(ctx, d)
+	if err == nil && dec.OK && dec.Delay > 0 {
+		select {
+		case s.reserved <- struct{}{}:
+		default:
+		}
+	}
+	return dec, err
+}
+
+// TestWaitingRequestHoldsNoSlot: one POST rule (1 write per 2 s and 1
+// slot in flight) and one GET rule sharing that slot (same scope, limit
+// name and key), on Redis. POST #1 goes at once; POST #2 reserves its
+// write instant and waits for it holding no slot, so a GET sent meanwhile
+// reaches the vendor before POST #2, which then goes at its instant. The
+// vendor never has more than one request in flight.
+func TestWaitingRequestHoldsNoSlot(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		arrivals  []string
+		cur, peak atomic.Int64
+	)
+	v := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		mu.Lock()
+		arrivals = append(arrivals, r.Method)
+		mu.Unlock()
+		cur.Add(-1)
+	}))
+	t.Cleanup(v.Close)
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), arrivals...)
+	}
+	store := &reservingStore{Store: newStore(t, redistest.Prefix(t)), reserved: make(chan struct{}, 1)}
+	inflight := throttle.Limit{Name: "inflight", Rate: 1, Per: time.Minute, Algorithm: throttle.Concurrency}
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	tr, err := throttle.NewTransport(base, throttle.Policy{Rules: []throttle.Rule{{
+		Name: "writes", Method: http.MethodPost, Scope: "vendor",
+		Limits: []throttle.Limit{{Name: "writes", Rate: 1, Per: 2 * time.Second, Burst: 1}, inflight},
+		Wait:   waiters.Block(),
+	}, {
+		Name: "reads", Method: http.MethodGet, Scope: "vendor",
+		Limits: []throttle.Limit{inflight},
+		Wait:   waiters.Block(),
+	}}}, throttle.WithStore(store), throttle.WithBreaker(throttle.Breaker{CallTimeout: 10 * time.Second}))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	send := func(method string) error {
+		req, err := http.NewRequestWithContext(ctx(t), method, v.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+
+	require.NoError(t, send(http.MethodPost))
+	post2 := make(chan error, 1)
+	go func() { post2 <- send(http.MethodPost) }()
+	<-store.reserved // POST #2 waits for its write instant
+
+	require.NoError(t, send(http.MethodGet))
+	assert.Equal(t, []string{"POST", "GET"}, seen(), "the GET reached the vendor while POST #2 waited")
+	require.NoError(t, <-post2)
+	assert.Equal(t, []string{"POST", "GET", "POST"}, seen())
+	assert.Equal(t, int64(1), peak.Load(), "never more than the one slot in flight")
+}
