@@ -12,7 +12,9 @@
 --   0 GCRA            a = cost*T; mark = the arrival time the take set. It
 --                     is given back only if no later take moved it since.
 --   1, 3 windows      mark = the window index charged
---   2 sliding log     mark = the instant; the member is "cost:id"
+--   2 sliding log     mark = the instant; the member is "instant:cost:id",
+--                     its score the running total (take.lua). The whole
+--                     cost is given back.
 --   4 concurrency     a = the channel announcing releases; the member is
 --                     the id. A removed lease is announced (see release.lua).
 
@@ -50,7 +52,26 @@ for i = 1, #KEYS do
       end
     end
   elseif alg == '2' then
-    redis.call('ZREM', key, ARGV[j + 3] .. ':' .. ARGV[2])
+    -- Remove the entry and lower the running total of every later entry
+    -- by its cost, so that the cost after any entry is still total minus
+    -- its score. The later entries are those granted after this one (or
+    -- a Sync filler after it): usually reservations still waiting.
+    local cost = tonumber(ARGV[j + 3])
+    local member = ARGV[j + 2] .. ':' .. ARGV[j + 3] .. ':' .. ARGV[2]
+    local score = redis.call('ZSCORE', key, member)
+    if score then
+      redis.call('ZREM', key, member)
+      local later = redis.call('ZRANGE', key, fmt('(%d', tonumber(score)), '+inf', 'BYSCORE', 'WITHSCORES')
+      -- One ZADD per 500 entries (unpack's limit is a few thousand).
+      for from = 1, #later, 1000 do
+        local args = {}
+        for x = from, math.min(from + 998, #later - 1), 2 do
+          args[#args + 1] = fmt('%d', tonumber(later[x + 1]) - cost)
+          args[#args + 1] = later[x]
+        end
+        redis.call('ZADD', key, unpack(args))
+      end
+    end
   elseif alg == '4' then
     if redis.call('ZREM', key, ARGV[2]) == 1 then
       redis.call('PUBLISH', ARGV[j + 1], '1')

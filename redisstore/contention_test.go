@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,7 +140,9 @@ func TestContentionSlidingLog(t *testing.T) {
 	}
 
 	// Every member Redis still holds was granted, and every grant newer
-	// than the last one minus P is still held.
+	// than the last one minus P is still held. Members are
+	// "instant:cost:id", in order of instant, and scored with the running
+	// total of the costs.
 	held, err := newClient(t, srv.Addr()).ZRangeWithScores(ctx(t), prefix+"v1:{"+scope+"}:l:global:", 0, -1).Result()
 	require.NoError(t, err)
 	want := map[string]int64{}
@@ -150,9 +153,18 @@ func TestContentionSlidingLog(t *testing.T) {
 		}
 	}
 	got := map[string]int64{}
-	for _, z := range held {
-		if int64(z.Score) > last-P {
-			got[z.Member.(string)] = int64(z.Score)
+	var prevAt, prevTotal int64
+	for i, z := range held {
+		instant, rest, _ := strings.Cut(z.Member.(string), ":")
+		n, err := strconv.ParseInt(instant, 10, 64)
+		require.NoError(t, err, "member %q", z.Member)
+		if i > 0 {
+			assert.GreaterOrEqual(t, n, prevAt, "member %q out of order", z.Member)
+			assert.Equal(t, prevTotal+1, int64(z.Score), "member %q: running total", z.Member)
+		}
+		prevAt, prevTotal = n, int64(z.Score)
+		if n > last-P {
+			got[rest] = n
 		}
 	}
 	assert.Equal(t, want, got)

@@ -143,37 +143,49 @@ func (s *Store) inspectLimit(ctx context.Context, name string, l throttle.Limit,
 			}
 		}
 		st.Remaining = max(rate-st.Used, 0)
-	case throttle.SlidingLog, throttle.Concurrency:
-		from := "(" + strconv.FormatInt(now-per, 10) // log entries of the last Per
-		if l.Algorithm == throttle.Concurrency {
-			from = "(" + strconv.FormatInt(now, 10) // unexpired leases
-		}
-		zs, err := s.client.ZRangeByScoreWithScores(ctx, name, &redis.ZRangeBy{Min: from, Max: "+inf"}).Result()
+	case throttle.SlidingLog:
+		// Members "instant:cost:id" in order of instant (take.lua); the
+		// entries after now-Per are a suffix.
+		ms, err := s.client.ZRange(ctx, name, 0, -1).Result()
 		if err != nil {
 			return st, err
 		}
-		var last int64
-		for _, z := range zs {
-			cost := int64(1)
-			if m, ok := z.Member.(string); ok && l.Algorithm == throttle.SlidingLog {
-				if c, _, ok := strings.Cut(m, ":"); ok {
-					if n, err := strconv.ParseInt(c, 10, 64); err == nil {
-						cost = n
-					}
-				}
+		for i := len(ms) - 1; i >= 0; i-- {
+			at, cost, ok := logEntry(ms[i])
+			if !ok {
+				return st, fmt.Errorf("sliding log %s: malformed member %q", name, ms[i])
+			}
+			if at <= now-per {
+				break
+			}
+			if st.Used == 0 {
+				st.Reset = micros(at + per - now)
 			}
 			st.Used += cost
-			last = max(last, int64(z.Score))
 		}
-		if len(zs) > 0 {
-			if l.Algorithm == throttle.SlidingLog {
-				last += per
-			}
-			st.Reset = micros(last - now)
+		st.Remaining = max(rate-st.Used, 0)
+	case throttle.Concurrency:
+		zs, err := s.client.ZRangeByScoreWithScores(ctx, name, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"}).Result()
+		if err != nil {
+			return st, err
+		}
+		for _, z := range zs { // unexpired leases
+			st.Used++
+			st.Reset = max(st.Reset, micros(int64(z.Score)-now))
 		}
 		st.Remaining = max(rate-st.Used, 0)
 	}
 	return st, nil
+}
+
+// logEntry reads the instant and cost of a sliding-log member,
+// "instant:cost:id".
+func logEntry(m string) (at, cost int64, ok bool) {
+	a, rest, ok1 := strings.Cut(m, ":")
+	c, _, ok2 := strings.Cut(rest, ":")
+	at, err1 := strconv.ParseInt(a, 10, 64)
+	cost, err2 := strconv.ParseInt(c, 10, 64)
+	return at, cost, ok1 && ok2 && err1 == nil && err2 == nil
 }
 
 func hashInt(h map[string]string, k int64) int64 {

@@ -52,14 +52,47 @@ end
 
 local target = tonumber(ARGV[5])
 if alg == '2' then
-  -- Sliding log: members are "cost:id"; add a filler so that the cost in
-  -- (now - Per, now] is at least target.
-  local log = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - a), fmt('%d', now))
-  local sum = 0
-  for _, m in ipairs(log) do sum = sum + tonumber(string.match(m, '^%d+')) end
-  local fill = target - sum
+  -- Sliding log (take.lua): members are "instant:cost:id", in order of
+  -- instant, each scored with the running total of the costs up to it.
+  -- Add a filler at now so that the cost in (now - Per, now] is at least
+  -- target: it goes after the entries at or before now, and the later
+  -- ones (reservations) move up by its cost.
+  local n = redis.call('ZCARD', key)
+  -- upto(x) is how many entries are at or before instant x: a prefix,
+  -- found by binary search over ranks.
+  local function upto(x)
+    local lo, hi = 0, n
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local m = redis.call('ZRANGE', key, mid, mid)[1]
+      if tonumber(string.match(m, '^%d+')) <= x then lo = mid + 1 else hi = mid end
+    end
+    return lo
+  end
+  -- before(k) is the running total before the entry of rank k (0-based).
+  local function before(k)
+    if k > 0 then
+      return tonumber(redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')[2])
+    end
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if not first[1] then return 0 end
+    return tonumber(first[2]) - tonumber(string.match(first[1], '^%d+:(%d+):'))
+  end
+  local p = upto(now)
+  local base = before(p)
+  local fill = target - (base - before(upto(now - a)))
   if fill <= 0 then return 0 end
-  redis.call('ZADD', key, fmt('%d', now), fmt('%d:%s', fill, ARGV[6]))
+  local later = redis.call('ZRANGE', key, p, -1, 'WITHSCORES')
+  -- One ZADD per 500 entries (unpack's limit is a few thousand).
+  for from = 1, #later, 1000 do
+    local args = {}
+    for x = from, math.min(from + 998, #later - 1), 2 do
+      args[#args + 1] = fmt('%d', tonumber(later[x + 1]) + fill)
+      args[#args + 1] = later[x]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+  redis.call('ZADD', key, fmt('%d', base + fill), fmt('%d:%d:%s', now, fill, ARGV[6]))
   extend(math.ceil(a / 1000) + slack)
   return 1
 end

@@ -77,7 +77,8 @@ end
 -- Fixpoint: t' = max over limits of the earliest instant, not before t, at
 -- which the limit admits the cost; repeat until no limit raises t.
 local nl = (#ARGV - 5) / 4
-local st = {} -- per limit, state read once: GCRA arrival time, sliding log
+local st = {} -- per limit, state read once: GCRA arrival time, sliding log floor
+local logTotal = {} -- sliding log: the running total of its newest entry, 0 if none
 local binding, rounds = -1, 0
 while true do
   local nxt, raiser = t, -1
@@ -125,28 +126,37 @@ while true do
         k = k + 1
       end
     else
-      -- Sliding log: entries newer than now-Per, as {member, score, ...}
-      -- ascending; a member is "cost:id".
-      local log = st[i]
-      if not log then
-        log = redis.call('ZRANGEBYSCORE', key, fmt('(%d', now - a), '+inf', 'WITHSCORES')
-        st[i] = log
+      -- Sliding log: a sorted set of the granted entries, member
+      -- "instant:cost:id", score the running total of the costs up to and
+      -- including the entry. Grants come at non-decreasing instants (never
+      -- before the newest entry, below; sync.lua inserts in order), so the
+      -- order by score is the order by instant, and the cost of the
+      -- entries after one is total - its score. The cost fits at e when
+      -- the entries after e-Per hold at most b, that is when the first
+      -- entry whose score reaches need = total-b is at or before e-Per, or
+      -- when the entries before it hold no more than need (it is the first
+      -- entry left, and the ones pruned before it hold at least need).
+      -- Two O(log n) reads, once per call, give floor, the earliest
+      -- instant that allows: the same instant as summing the window.
+      local floor = st[i]
+      if not floor then
+        floor, logTotal[i] = 0, 0
+        local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        if newest[1] then
+          local total = tonumber(newest[2])
+          local need = total - b
+          local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+          local at, cost = string.match(first[1], '^(%d+):(%d+):')
+          floor = tonumber(string.match(newest[1], '^%d+'))
+          if tonumber(first[2]) - tonumber(cost) < need then
+            local free = tonumber(at) + a
+            if free > floor then floor = free end
+          end
+          logTotal[i] = total
+        end
+        st[i] = floor
       end
-      local n = #log / 2
-      if n > 0 then
-        local last = tonumber(log[2 * n])
-        if last > e then e = last end
-      end
-      local q = 1
-      while q <= n and tonumber(log[2 * q]) <= e - a do q = q + 1 end
-      local sum = 0
-      for x = q, n do sum = sum + tonumber(string.match(log[2 * x - 1], '^%d+')) end
-      while sum > b do
-        local free = tonumber(log[2 * q]) + a
-        if free > e then e = free end
-        sum = sum - tonumber(string.match(log[2 * q - 1], '^%d+'))
-        q = q + 1
-      end
+      if floor > e then e = floor end
     end
     if e > nxt then nxt, raiser = e, i - 1 end
   end
@@ -232,9 +242,35 @@ for i = 1, nl do
       r[4 + i] = exp
     end
   elseif alg == '2' then
-    redis.call('ZADD', key, fmt('%d', t), ARGV[j + 3] .. ':' .. ARGV[5])
-    if #st[i] > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now - a))
+    -- The entry's score is the running total with its cost (t is not
+    -- before the newest entry, so it goes last).
+    local total = logTotal[i] + tonumber(ARGV[j + 3])
+    redis.call('ZADD', key, fmt('%d', total), fmt('%d:%s:%s', t, ARGV[j + 3], ARGV[5]))
+    if logTotal[i] > 0 then
+      -- Entries at or before now-Per can matter no more; they are a
+      -- prefix. Read from the head in batches that double, so k of them
+      -- cost O(log k) reads (each decision adds one: usually one read of
+      -- two finds one); the new entry, after now-Per, ends the search.
+      local old, size = now - a, 2
+      while true do
+        local head = redis.call('ZRANGE', key, 0, size - 1)
+        local stale = 0
+        while head[stale + 1] and tonumber(string.match(head[stale + 1], '^%d+')) <= old do
+          stale = stale + 1
+        end
+        if stale > 0 then redis.call('ZREMRANGEBYRANK', key, 0, stale - 1) end
+        if stale < size then break end
+        size = 2 * size
+      end
+      if total >= 4503599627370496 then
+        -- The total nears 2^53, past which doubles lose integers: count
+        -- again from 0 before the first entry (once in 2^52 units).
+        local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+        local base = tonumber(all[2]) - tonumber(string.match(all[1], '^%d+:(%d+):'))
+        for x = 1, #all, 2 do
+          redis.call('ZADD', key, fmt('%d', tonumber(all[x + 1]) - base), all[x])
+        end
+      end
     end
     redis.call('PEXPIRE', key, math.ceil((t + a - now) / 1000) + slack)
     r[4 + i] = t
