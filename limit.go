@@ -117,7 +117,9 @@ const (
 	// than how many start per period: at most R demands hold a slot at any
 	// instant. Every demand takes exactly one slot, whatever its cost, and
 	// holds it as a lease with an id and an expiry: Per is the lease time,
-	// P. A slot granted for instant t expires at t+P unless it is renewed
+	// P. A slot is taken when its request goes (one that must wait for its
+	// rate quota holds none while it waits; see [LeaseStore.Claim]) and
+	// expires P later unless it is renewed
 	// ([LeaseStore.Renew], which [Transport] calls while a request is in
 	// flight) or released earlier ([LeaseStore.Release], when the
 	// response body is closed or fully read, or the round trip fails). So a

@@ -3,7 +3,8 @@
 -- KEYS: the reservation's concurrency keys (P v1:{S}:c:NAME:KEY, zsets of
 -- lease id -> expiry µs), all in the one hash tag {S}.
 --
--- ARGV[1]      the lease id (the decision id that take.lua added)
+-- ARGV[1]      the lease id (the decision id that take.lua or claim.lua
+--              added)
 -- ARGV[1 + i]  the channel announcing releases of KEYS[i] (P v1:{S}:n:...)
 --
 -- Removing by id makes a second release, or a release after the lease

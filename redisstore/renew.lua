@@ -9,11 +9,11 @@
 -- ARGV[2 + i]  the lease time (Per) of KEYS[i], µs
 --
 -- A lease still held (expiry after now) gets expiry max(old, now + Per): a
--- renewal never shortens a lease, which matters for a reservation whose
--- lease runs to its instant plus Per. A lease that is gone, or expired but
--- not yet pruned, is not taken again (another demand may hold the slot by
--- now); an expired one is pruned. The key's TTL is raised to cover the new
--- expiry (it already has one: take.lua set it).
+-- renewal never shortens a lease. A lease that is gone (released, or
+-- never claimed: see claim.lua), or expired but not yet pruned, is not
+-- taken again (another demand may hold the slot by now); an expired one
+-- is pruned. The key's TTL is raised to cover the new expiry (it already
+-- has one: take.lua or claim.lua set it).
 --
 -- Reply: 0 if every lease was renewed, else the 1-based index of the first
 -- key whose lease was lost.
