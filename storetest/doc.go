@@ -45,6 +45,12 @@
 //   - Reservations (MaxWait > 0) at the earliest instant all limits and
 //     pauses allow, and Cancel's refunds.
 //   - Pauses, and errors: [throttle.ErrCostTooHigh], costs below 1.
+//   - For a [throttle.LeaseStore]: [throttle.Concurrency] slots as
+//     leases (release, renew, expiry, all or nothing with rate limits); a
+//     reservation that holds no slot until [throttle.LeaseStore.Claim]
+//     takes its slots, all or none; Cancel of claimed and unclaimed
+//     reservations; exact slot and claim counts under contention; release
+//     wake-ups.
 //   - For a [throttle.Inspector]: the live state of every algorithm and
 //     of pauses, read without charging anything; ResetLimit and
 //     ClearPause.

@@ -26,7 +26,15 @@ type model struct {
 	win    map[string]map[int64]int64 // FixedWindow, SlidingWindow: count per window index
 	log    map[string][]logEntry      // SlidingLog: entries in order of instant
 	pauses map[string]int64           // end of the pause per scope and pause key
+	leases map[string][]lease         // Concurrency: slots held, by lease id
 	seq    int64                      // source of sliding-log entry ids
+}
+
+// lease is one held slot of a Concurrency limit; it is free at and after
+// its expiry.
+type lease struct {
+	id  string
+	exp int64
 }
 
 // logEntry is one admitted demand in a sliding log.
@@ -41,6 +49,7 @@ func newModel() *model {
 		win:    map[string]map[int64]int64{},
 		log:    map[string][]logEntry{},
 		pauses: map[string]int64{},
+		leases: map[string][]lease{},
 	}
 }
 
@@ -145,6 +154,8 @@ func (m *model) admits(id string, l throttle.Limit, c, t int64) bool {
 		e := t - k*p
 		w := m.win[id]
 		return w[k-1]*(p-e)+(w[k]+c)*p <= r*p
+	case throttle.Concurrency:
+		return true // decided at now, apart from t (take)
 	}
 	panic("storetest: unknown algorithm")
 }
@@ -154,6 +165,8 @@ func (m *model) admits(id string, l throttle.Limit, c, t int64) bool {
 func (m *model) earliest(id string, l throttle.Limit, c, t int64) int64 {
 	p, r := per(l), int64(l.Rate)
 	switch l.Algorithm {
+	case throttle.Concurrency:
+		return t // decided at now, apart from t (take)
 	case throttle.GCRA:
 		T := emission(l)
 		return max(t, m.tat[id]+c*T-burst(l)*T)
@@ -257,7 +270,11 @@ func check(d *throttle.Demand) error {
 		if b.Limit.Rate <= 0 || b.Limit.Per < time.Microsecond {
 			return fmt.Errorf("storetest model: limit %d invalid", i)
 		}
-		if int64(d.Cost) > capacity(b.Limit) {
+		if b.Limit.Algorithm == throttle.Concurrency {
+			if b.Limit.Burst != 0 || b.Limit.Per < throttle.MinLease {
+				return fmt.Errorf("storetest model: limit %d: a burst, or a lease below MinLease: %w", i, throttle.ErrInvalidPolicy)
+			}
+		} else if int64(d.Cost) > capacity(b.Limit) {
 			return fmt.Errorf("storetest model: limit %d: %w", i, throttle.ErrCostTooHigh)
 		}
 		for _, o := range d.Limits[:i] {
@@ -321,12 +338,30 @@ func (m *model) take(d *throttle.Demand, now int64) (throttle.Decision, int64, e
 		}
 		return dec, t, nil
 	}
+	// Concurrency: a slot must be free now; it is taken only when the
+	// demand acts now, else claimed when the reservation comes due.
+	for i, b := range d.Limits {
+		if b.Limit.Algorithm != throttle.Concurrency {
+			continue
+		}
+		if exp, full := m.full(bucketID(d.Scope, b), b.Limit, now, ""); full {
+			return throttle.Decision{Delay: time.Duration(max(t, exp)-now) * time.Microsecond, Limit: i}, t, nil
+		}
+	}
 	m.seq++
 	dd := *d
 	dd.Limits = slices.Clone(d.Limits)
 	dd.Pauses = slices.Clone(d.Pauses)
 	r := &throttle.Reservation{Demand: &dd, ID: strconv.FormatInt(m.seq, 10), Marks: make([]int64, len(d.Limits))}
 	for i, b := range d.Limits {
+		if b.Limit.Algorithm == throttle.Concurrency {
+			if t > now {
+				r.Unclaimed = true
+			} else {
+				r.Marks[i] = m.hold(bucketID(d.Scope, b), b.Limit, now, r.ID)
+			}
+			continue
+		}
 		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t, r.ID+"/"+strconv.Itoa(i))
 	}
 	return throttle.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
@@ -338,7 +373,132 @@ func (m *model) cancel(r *throttle.Reservation) error {
 	}
 	d := r.Demand
 	for i, b := range d.Limits {
+		if b.Limit.Algorithm == throttle.Concurrency {
+			m.drop(bucketID(d.Scope, b), r.ID)
+			continue
+		}
 		m.refund(bucketID(d.Scope, b), b.Limit, int64(d.Cost), r.Marks[i], r.ID+"/"+strconv.Itoa(i))
 	}
 	return nil
+}
+
+// The model's Concurrency limits: a view is a throttle.LeaseStore.
+
+var _ throttle.LeaseStore = view{}
+
+// live returns the leases of bucket id whose expiry is after now.
+func (m *model) live(id string, now int64) []lease {
+	m.leases[id] = slices.DeleteFunc(m.leases[id], func(l lease) bool { return l.exp <= now })
+	return m.leases[id]
+}
+
+// full reports whether bucket id has no free slot now for lease id
+// leaseID (a live lease of its own needs none), and if so the instant at
+// which expiries alone free one.
+func (m *model) full(id string, l throttle.Limit, now int64, leaseID string) (int64, bool) {
+	held := m.live(id, now)
+	if leaseID != "" && slices.ContainsFunc(held, func(x lease) bool { return x.id == leaseID }) {
+		return 0, false
+	}
+	n := len(held)
+	if n < l.Rate {
+		return 0, false
+	}
+	exp := make([]int64, n)
+	for i, x := range held {
+		exp[i] = x.exp
+	}
+	slices.Sort(exp)
+	return exp[n-l.Rate], true
+}
+
+// hold gives lease leaseID of bucket id the expiry now+Per, or keeps a
+// later one it has, and returns it.
+func (m *model) hold(id string, l throttle.Limit, now int64, leaseID string) int64 {
+	exp := now + per(l)
+	for i, x := range m.leases[id] {
+		if x.id == leaseID {
+			m.leases[id][i].exp = max(x.exp, exp)
+			return m.leases[id][i].exp
+		}
+	}
+	m.leases[id] = append(m.leases[id], lease{id: leaseID, exp: exp})
+	return exp
+}
+
+// drop removes lease leaseID from bucket id.
+func (m *model) drop(id, leaseID string) {
+	m.leases[id] = slices.DeleteFunc(m.leases[id], func(x lease) bool { return x.id == leaseID })
+}
+
+// Claim implements throttle.LeaseStore.
+func (v view) Claim(_ context.Context, r *throttle.Reservation) (throttle.Decision, error) {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return throttle.Decision{}, errors.New("storetest model: not a reservation of this store")
+	}
+	if !r.Unclaimed {
+		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
+	}
+	now, d := v.micros(), r.Demand
+	for i, b := range d.Limits {
+		if b.Limit.Algorithm != throttle.Concurrency {
+			continue
+		}
+		if exp, full := v.m.full(bucketID(d.Scope, b), b.Limit, now, r.ID); full {
+			return throttle.Decision{Delay: time.Duration(exp-now) * time.Microsecond, Limit: i}, nil
+		}
+	}
+	c := &throttle.Reservation{Demand: d, ID: r.ID, Marks: slices.Clone(r.Marks)}
+	for i, b := range d.Limits {
+		if b.Limit.Algorithm == throttle.Concurrency {
+			c.Marks[i] = v.m.hold(bucketID(d.Scope, b), b.Limit, now, r.ID)
+		}
+	}
+	return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
+}
+
+// Release implements throttle.LeaseStore.
+func (v view) Release(_ context.Context, r *throttle.Reservation) error {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	if r == nil || r.Demand == nil {
+		return errors.New("storetest model: not a reservation of this store")
+	}
+	for _, b := range r.Demand.Limits {
+		if b.Limit.Algorithm == throttle.Concurrency {
+			v.m.drop(bucketID(r.Demand.Scope, b), r.ID)
+		}
+	}
+	return nil
+}
+
+// Renew implements throttle.LeaseStore.
+func (v view) Renew(_ context.Context, r *throttle.Reservation) error {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	if r == nil || r.Demand == nil {
+		return errors.New("storetest model: not a reservation of this store")
+	}
+	now := v.micros()
+	var lost error
+	for _, b := range r.Demand.Limits {
+		if b.Limit.Algorithm != throttle.Concurrency {
+			continue
+		}
+		id := bucketID(r.Demand.Scope, b)
+		if slices.ContainsFunc(v.m.live(id, now), func(x lease) bool { return x.id == r.ID }) {
+			v.m.hold(id, b.Limit, now, r.ID)
+		} else if lost == nil {
+			lost = fmt.Errorf("storetest model: renew: limit %s: %w", b.Limit.Name, throttle.ErrLeaseLost)
+		}
+	}
+	return lost
+}
+
+// WatchRelease implements throttle.LeaseStore; the model sends no
+// wake-ups.
+func (v view) WatchRelease(context.Context, string, throttle.Bucket) (<-chan struct{}, func(), error) {
+	return nil, func() {}, nil
 }
