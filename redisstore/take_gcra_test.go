@@ -45,6 +45,7 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 	slow := newStoreOn(t, c, slowPrefix, append(opts, redisstore.WithGenericTake())...)
 
 	seen := map[string]int{}
+	spans := writeSpans{}
 	for step := range 300 {
 		if rng.IntN(8) == 0 {
 			key, d := randomPause(rng)
@@ -52,10 +53,16 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 			require.NoError(t, slow.Pause(ctx(t), "s", key, d))
 		}
 		d := randomGCRADemand(rng)
+		stepStart := time.Now()
 		want, err := slow.Take(ctx(t), d)
 		require.NoError(t, err)
 		got, err := fast.Take(ctx(t), d)
 		require.NoError(t, err)
+		if want.OK {
+			for _, b := range d.Limits {
+				spans.charged(b.Limit.Name+":"+b.Key, stepStart)
+			}
+		}
 		where := fmt.Sprintf("step %d: %+v", step, d)
 		shape := ", one limit"
 		if len(d.Limits) > 1 {
@@ -64,7 +71,7 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 		seen[outcome(want)+shape]++
 		sameDecision(t, want, got, where)
 		for _, b := range d.Limits {
-			sameGCRAKey(t, c, slowPrefix, fastPrefix, b, where)
+			sameGCRAKey(t, c, slowPrefix, fastPrefix, b, spans[b.Limit.Name+":"+b.Key], where)
 		}
 		clock.Advance(time.Duration(rng.IntN(2500)) * time.Microsecond)
 	}
@@ -134,15 +141,40 @@ func sameDecision(t *testing.T, want, got throttle.Decision, where string) bool 
 }
 
 // sameGCRAKey asserts that b's GCRA key of scope "s" under prefix got
-// holds want's value, with a PTTL equal up to the real time between the
-// two calls that wrote them.
-func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b throttle.Bucket, where string) {
+// holds want's value, with the same PTTL up to real time: written is the
+// longest real time that the writes of the key under both prefixes in one
+// step took (see writeSpans).
+func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b throttle.Bucket, written time.Duration, where string) {
 	t.Helper()
 	k := "v1:{s}:g:" + b.Limit.Name + ":" + b.Key
+	start := time.Now()
 	wv, wt := keyState(t, c, want+k)
 	gv, gt := keyState(t, c, got+k)
 	assert.Equal(t, wv, gv, "%s: value of %s", where, k)
-	assert.InDelta(t, wt, gt, 50, "%s: PTTL of %s (ms)", where, k)
+	samePTTL(t, wt, gt, written, time.Since(start), where+": PTTL of "+k)
+}
+
+// samePTTL asserts that two PTTLs (ms) of keys given the same TTL are
+// equal up to real time. Each key's TTL was set at one real instant (T1,
+// T2) and read at another (R1, R2), so they differ by (R2-R1)-(T2-T1): at
+// most the longer of the time between the writes (written) and between the
+// reads (read), plus a millisecond of rounding each. The bound holds on a
+// machine however loaded, and still catches a TTL rule that differs.
+func samePTTL(t *testing.T, want, got int64, written, read time.Duration, where string) {
+	t.Helper()
+	bound := max(written, read).Milliseconds() + 2
+	assert.InDelta(t, want, got, float64(bound), "%s (ms; writes %v apart at most, reads %v)", where, written, read)
+}
+
+// writeSpans keeps, per key, the longest real time one step took to write
+// it under both prefixes: a step that charged the key (a TTL is only set
+// by a charge) covers both writes from its start.
+type writeSpans map[string]time.Duration
+
+// charged records that a step begun at start charged key under both
+// prefixes.
+func (w writeSpans) charged(key string, start time.Time) {
+	w[key] = max(w[key], time.Since(start))
 }
 
 // keyState returns a key's value ("" if none) and its PTTL in ms.
