@@ -66,7 +66,9 @@
 // response body is closed or read to the end, or the round trip fails. A
 // crashed instance's slots come back when their leases expire. A request
 // that finds no free slot waits, within its waiter's budget, until a
-// release wakes it. The store must be a [LeaseStore].
+// release wakes it. A request that must wait for its rate quota takes its
+// slot only when it goes ([LeaseStore.Claim]), so a waiting request holds
+// no slot. The store must be a [LeaseStore].
 //
 // # Pauses
 //
