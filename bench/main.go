@@ -20,7 +20,13 @@
 //     as each library lets them; the share of the quota achieved, the
 //     Redis calls per admitted request, the waits;
 //   - memory (memory.go): MEMORY USAGE of each library's keys after one
-//     decision.
+//     decision;
+//   - fallback (fallback.go): ours only: a fleet of 4 transports, offered
+//     5 times a limit of 200 per second, while Redis (a server of the
+//     part's own, behind a delaying proxy) is up, slow, stopped for a
+//     second and killed; what the fleet admitted against the limit and
+//     against the FailLocal bound, the failure modes applied, and the
+//     decision latency as a multiple of the healthy state's.
 //
 // It lives in its own module so that the library does not depend on its
 // peers.
@@ -50,10 +56,11 @@ type config struct {
 	accRun   time.Duration // accuracy: how long each contender hammers
 	warm     time.Duration // overload: warm-up before the steady window
 	steady   time.Duration // overload: the steady window
+	fbSpan   time.Duration // fallback: the measured span of each state
 }
 
 // allParts are the parts in the order they run and print.
-var allParts = []string{"throughput", "accuracy", "overload", "memory"}
+var allParts = []string{"throughput", "accuracy", "overload", "memory", "fallback"}
 
 // main reads the flags and runs the parts.
 func main() {
@@ -66,8 +73,10 @@ func main() {
 	flag.DurationVar(&cfg.accRun, "acc-d", 3*time.Second, "accuracy: how long each contender hammers the limit")
 	flag.DurationVar(&cfg.warm, "warm", 1500*time.Millisecond, "overload: warm-up before the steady window (a whole number of periods and a half, so the window's edges fall between fixed-window bursts)")
 	flag.DurationVar(&cfg.steady, "steady", 4*time.Second, "overload: the steady window measured")
+	flag.DurationVar(&cfg.fbSpan, "fb-d", 4*time.Second, "fallback: the measured span of each store state (faults come 1.5 s into it; at least 3 s)")
 	flag.Parse()
 	cfg.rounds = max(cfg.rounds, 1)
+	cfg.fbSpan = max(cfg.fbSpan, fbFaultAt+fbStopFor+500*time.Millisecond)
 	var err error
 	if cfg.parts, err = parseParts(*parts); err == nil {
 		cfg.concs, err = parseConcs(*concs)
@@ -130,6 +139,8 @@ func run(cfg config) error {
 			err = overload(ctx, e, cfg)
 		case "memory":
 			err = memory(ctx, e)
+		case "fallback":
+			err = fallback(ctx, cfg)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
