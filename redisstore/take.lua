@@ -132,12 +132,13 @@ while true do
       -- before the newest entry, below; sync.lua inserts in order), so the
       -- order by score is the order by instant, and the cost of the
       -- entries after one is total - its score. The cost fits at e when
-      -- the entries after e-Per hold at most b, that is when the first
-      -- entry whose score reaches need = total-b is at or before e-Per, or
-      -- when the entries before it hold no more than need (it is the first
-      -- entry left, and the ones pruned before it hold at least need).
-      -- Two O(log n) reads, once per call, give floor, the earliest
-      -- instant that allows: the same instant as summing the window.
+      -- the entries after e-Per hold at most b, that is when the running
+      -- total up to e-Per reaches need = total-b: when the first entry
+      -- whose score reaches need is at or before e-Per, or when the total
+      -- before that entry already does (it is then the first entry left,
+      -- and the total before it counts entries pruned). Two O(log n)
+      -- reads, once per call, give floor, the earliest instant that
+      -- allows: the same instant as summing the window.
       local floor = st[i]
       if not floor then
         floor, logTotal[i] = 0, 0
