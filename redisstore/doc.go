@@ -46,7 +46,7 @@
 //	throttle:v1:{S}:g:NAME:KEY   GCRA: the theoretical arrival time, µs
 //	throttle:v1:{S}:f:NAME:KEY   fixed window: hash of window index -> count
 //	throttle:v1:{S}:w:NAME:KEY   sliding window: the same, two windows kept
-//	throttle:v1:{S}:l:NAME:KEY   sliding log: sorted set, member "cost:id"
+//	throttle:v1:{S}:l:NAME:KEY   sliding log: sorted set, member "instant:cost:id", score the running total of costs
 //	throttle:v1:{S}:c:NAME:KEY   concurrency: sorted set, lease id -> expiry, µs
 //	throttle:v1:{S}:p:KEY        pause: its end, µs
 //	throttle:v1:{S}:r:ID         a granted decision's reply (replay ids)

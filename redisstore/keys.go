@@ -16,7 +16,7 @@ const schema = "v1"
 //	P v1:{S}:g:NAME:KEY   GCRA theoretical arrival time, µs (string)
 //	P v1:{S}:f:NAME:KEY   fixed window counts, window index -> count (hash)
 //	P v1:{S}:w:NAME:KEY   sliding window counts, window index -> count (hash)
-//	P v1:{S}:l:NAME:KEY   sliding log, member "cost:id", score µs (zset)
+//	P v1:{S}:l:NAME:KEY   sliding log, member "instant:cost:id", score the running total of costs (zset)
 //	P v1:{S}:c:NAME:KEY   concurrency slots, member lease id, score expiry µs (zset)
 //	P v1:{S}:n:NAME:KEY   pub/sub channel (not a key): a slot of c:NAME:KEY was released
 //	P v1:{S}:p:KEY        pause end, µs (string)
