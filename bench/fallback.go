@@ -54,21 +54,24 @@ func fbBound(l throttle.Limit, instances int) int {
 // fbReq is one request of the fallback part, as offsets from the start of
 // its state's run.
 type fbReq struct {
+	due        time.Duration // when the open-loop schedule meant it to start
 	start, end time.Duration // RoundTrip called and returned
 	sent       time.Duration // the base transport got it; -1 if not sent
 }
 
 // fbFigures are what a state's requests show.
 type fbFigures struct {
-	offered   int           // requests started in the span
+	offered   int           // requests due in the span
 	admitted  int           // requests sent in whole windows from the rate's start
 	perSecond float64       // admitted per second of those windows
 	observed  int           // most sends in one closed 1 s window in the span
 	certain   int           // most requests started and sent inside one
-	p50, p99  time.Duration // RoundTrip time of the requests started in the span
+	p50, p99  time.Duration // RoundTrip time of the requests due in the span
 }
 
-// summarize reads reqs: the span is [span0, span1); admitted per second
+// summarize reads reqs: the span is [span0, span1), and the requests of
+// the span are those due in it (a loaded machine may start one late, but
+// not count it twice or in another span); admitted per second
 // counts the sends in [from, to), where to - from is the whole number of
 // seconds (windows of the limit) that fit in [from, span1): a sliding log
 // admits in bursts a window apart, so a part of a window would count one
@@ -79,7 +82,7 @@ func summarize(reqs []fbReq, span0, span1, from time.Duration) fbFigures {
 	var sends, lat []time.Duration
 	var spans []span
 	for _, r := range reqs {
-		if r.start >= span0 && r.start < span1 {
+		if r.due >= span0 && r.due < span1 {
 			f.offered++
 			lat = append(lat, r.end-r.start)
 		}
@@ -317,6 +320,7 @@ func fbRun(ctx context.Context, addr, key string, st fbState, span time.Duration
 					rctx, cancel := context.WithTimeout(context.WithValue(ctx, fbMark{}, &sent), fbGuard)
 					defer cancel()
 					req, _ := http.NewRequestWithContext(rctx, http.MethodGet, "http://vendor.invalid/fallback", nil)
+					due := at
 					start := time.Since(t0)
 					resp, err := tr.RoundTrip(req)
 					end := time.Since(t0)
@@ -325,7 +329,7 @@ func fbRun(ctx context.Context, addr, key string, st fbState, span time.Duration
 						_ = resp.Body.Close()
 					}
 					mu.Lock()
-					reqs = append(reqs, fbReq{start: start, end: end, sent: sent})
+					reqs = append(reqs, fbReq{due: due, start: start, end: end, sent: sent})
 					if err != nil && !errors.Is(err, throttle.ErrLimited) && firstErr == nil {
 						firstErr = err
 					}
@@ -368,7 +372,7 @@ func printFallback(rs []fbResult, span time.Duration, delayed int64) {
 	share := throttle.LocalShare(l, fbInstances).Rate
 	fmt.Printf("### Fallback states\n\n"+
 		"%d transports (each with its own go-redis client, with the options docs/when-redis-fails.md recommends, and its own redisstore.New; Policy.Instances %d; the default Breaker and failure mode, FailLocal; waiters.FailFast()) share a sliding log of %d per second on one key. They are offered %d requests per second in all (open loop: %d per instance, each request on its own goroutine whatever the earlier ones do); the base RoundTripper is in process and counts what it is sent. Redis is a redis-server of the part's own, reached through a loopback proxy in every state (it delays replies in the slow state; at the kill it closes, so that dials are refused as they would be without it). Each state runs a new fleet on a new key: %v of load, then a measured span of %v; faults come %v into the span, half a window after a burst of the sliding log (it admits each window's %d at the window's start, as offered 5 times over), so that a window holding the kill holds Redis's last burst and the local shares' first.\n\n"+
-		"Bound: the most FailLocal lets the fleet admit in any 1 s, Rate + N·max(1, Rate/N) = %d + %d·%d = %d. Admitted/s: requests sent in the span's whole seconds ÷ their length (down: the %v from the kill on, every instance on its local share of %d). Most in any 1 s: \"observed\" from the instants the base got the requests; \"certain\" counts only requests whose RoundTrip began and reached the base inside the window (a lower bound, immune to client-side delays). Failure mode applied: DecisionEvent.Fallback of every decision of the state's run (Hooks.OnDecision). States reported: Hooks.OnStoreState, summed over the fleet. Allowed / refused / failed: DecisionEvent.Outcome (failed includes gave up). Latency: RoundTrip time of the requests started in the span (the decision: the base answers at once), p50 / p99, × those of the healthy state in the same run.\n\n",
+		"Bound: the most FailLocal lets the fleet admit in any 1 s, Rate + N·max(1, Rate/N) = %d + %d·%d = %d. Admitted/s: requests sent in the span's whole seconds ÷ their length (down: the %v from the kill on, every instance on its local share of %d). Most in any 1 s: \"observed\" from the instants the base got the requests; \"certain\" counts only requests whose RoundTrip began and reached the base inside the window (a lower bound, immune to client-side delays). Failure mode applied: DecisionEvent.Fallback of every decision of the state's run (Hooks.OnDecision). States reported: Hooks.OnStoreState, summed over the fleet. Allowed / refused / failed: DecisionEvent.Outcome (failed includes gave up). Latency: RoundTrip time of the requests due in the span (the decision: the base answers at once), p50 / p99, × those of the healthy state in the same run.\n\n",
 		fbInstances, fbInstances, fbRate, fbOffered, fbOffered/fbInstances, fbWarm, span, fbFaultAt, fbRate,
 		l.Rate, fbInstances, share, bound, (span - fbFaultAt).Truncate(time.Second), share)
 	t := table{head: []string{"store state", "fault", "offered/s", "admitted/s (÷ Rate, ÷ bound)", "most in any 1 s: observed (certain) (÷ Rate, ÷ bound)", "failure mode applied: local / open / closed", "states reported", "allowed / refused / failed", "held", "decision p50 / p99 µs (× up)"}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestFbBound(t *testing.T) {
@@ -37,12 +38,13 @@ func TestFbBound(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	s := time.Second
 	reqs := []fbReq{
-		{start: 500 * ms, end: 501 * ms, sent: 501 * ms},   // warm-up: not counted
-		{start: s, end: s + ms, sent: s + ms},              // in the span
-		{start: s + 2*ms, end: s + 3*ms, sent: -1},         // refused
-		{start: s + 900*ms, end: 2*s + 50*ms, sent: 2 * s}, // slow
-		{start: 2*s + 10*ms, end: 2*s + 11*ms, sent: 2*s + 11*ms},
-		{start: 2*s + 600*ms, end: 2*s + 601*ms, sent: 2*s + 601*ms}, // after the whole second
+		{due: 500 * ms, start: 500 * ms, end: 501 * ms, sent: 501 * ms},     // warm-up: not counted
+		{due: 999 * ms, start: s, end: s + ms, sent: s + ms},                // started late: the warm-up's, but sent in the span
+		{due: s, start: s, end: s + ms, sent: s + ms},                       // in the span
+		{due: s + 2*ms, start: s + 2*ms, end: s + 3*ms, sent: -1},           // refused
+		{due: s + 900*ms, start: s + 900*ms, end: 2*s + 50*ms, sent: 2 * s}, // slow
+		{due: 2*s + 10*ms, start: 2*s + 10*ms, end: 2*s + 11*ms, sent: 2*s + 11*ms},
+		{due: 2*s + 600*ms, start: 2*s + 600*ms, end: 2*s + 601*ms, sent: 2*s + 601*ms}, // after the whole second
 	}
 	tests := []struct {
 		name string
@@ -50,7 +52,7 @@ func TestSummarize(t *testing.T) {
 		want fbFigures
 	}{
 		// Span [1 s, 2.7 s): the rate counts [1 s, 2 s), a whole second.
-		{"from the span's start", s, fbFigures{offered: 5, admitted: 1, perSecond: 1, observed: 3, certain: 3, p50: ms, p99: 150 * ms}},
+		{"from the span's start", s, fbFigures{offered: 5, admitted: 2, perSecond: 2, observed: 3, certain: 3, p50: ms, p99: 150 * ms}},
 		// From 1.5 s: [1.5 s, 2.5 s).
 		{"from a fault", s + 500*ms, fbFigures{offered: 5, admitted: 2, perSecond: 2, observed: 3, certain: 3, p50: ms, p99: 150 * ms}},
 	}
@@ -162,6 +164,8 @@ func TestFbRunDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server and runs for about 4 s")
 	}
+	var lines fbLogCounter // the pools' failed dials after the kill
+	redis.SetLogger(&lines)
 	srv := redistest.Start(t)
 	px, err := newSlowProxy(srv.Addr())
 	if err != nil {
