@@ -213,10 +213,13 @@ type breaker struct {
 	// srtt and rttvar smooth the latency of answered calls, in ns.
 	srtt, rttvar atomic.Int64
 
+	// down is closed when the breaker opens and replaced when it closes;
+	// read without the lock on every call, written under mu.
+	down atomic.Pointer[chan struct{}]
+
 	mu          sync.Mutex
 	state       StoreState // of the breaker: calls go (Up, Failing) or not (Down)
 	reported    StoreState // as last reported: an outage lasts until quiet
-	down        chan struct{}
 	lastFail    time.Time
 	outageFails int       // failed calls since the outage began
 	fails       int       // in a row
@@ -233,8 +236,9 @@ func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *break
 		floor:    b.CallTimeout,
 		now:      now,
 		report:   report,
-		down:     make(chan struct{}),
 	}
+	down := make(chan struct{})
+	br.down.Store(&down)
 	if br.failures <= 0 {
 		br.failures = DefaultBreakerFailures
 	}
@@ -357,11 +361,7 @@ func (b *breaker) acquire(ctx context.Context, probe bool) error {
 }
 
 // downSignal returns a channel that is closed when the breaker opens.
-func (b *breaker) downSignal() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.down
-}
+func (b *breaker) downSignal() <-chan struct{} { return *b.down.Load() }
 
 // openErr is the error of a call not made, or not waited for, because the
 // breaker is open.
@@ -473,7 +473,8 @@ func (b *breaker) succeeded(probe bool) {
 	}
 	now := b.now()
 	if b.state == StoreDown {
-		b.down = make(chan struct{})
+		down := make(chan struct{})
+		b.down.Store(&down)
 	}
 	b.state, b.fails, b.lastErr = StoreUp, 0, nil
 	var ev StoreEvent
@@ -517,7 +518,7 @@ func (b *breaker) failed(probe bool, err error) {
 		b.openUntil = now.Add(b.openFor)
 	}
 	if b.state == StoreDown && prevState != StoreDown {
-		close(b.down)
+		close(*b.down.Load())
 	}
 	var ev StoreEvent
 	changed := false

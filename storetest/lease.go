@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,50 +21,29 @@ func (s *suite) testConcurrency(t *testing.T) {
 		t.Skipf("%T is not a throttle.LeaseStore", st)
 	}
 	t.Run("Steps", func(t *testing.T) { s.runCases(t, concurrencyCases()) })
-	t.Run("Contention", func(t *testing.T) {
-		t.Parallel()
-		store, _ := s.newStore(t)
-		stores := make([]throttle.Store, 64)
-		for i := range stores {
-			stores[i] = store
-		}
-		s.contendSlots(t, stores)
-	})
-	t.Run("ContentionInstances", func(t *testing.T) {
-		if s.c.Instances == nil {
-			t.Skip("storetest: Config.Instances is nil")
-		}
-		t.Parallel()
-		var stores []throttle.Store
-		for _, st := range s.instances(t, NewClock(Start), 8) {
-			for range 8 {
-				stores = append(stores, st)
+	// Each contention test runs on one store shared by 64 callers, and on
+	// 8 instances of 8 callers each.
+	for _, c := range []struct {
+		name    string
+		contend func(*testing.T, []throttle.Store)
+	}{{"Contention", s.contendSlots}, {"ClaimContention", s.contendClaims}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			store, _ := s.newStore(t)
+			c.contend(t, slices.Repeat([]throttle.Store{store}, 64))
+		})
+		t.Run(c.name+"Instances", func(t *testing.T) {
+			if s.c.Instances == nil {
+				t.Skip("storetest: Config.Instances is nil")
 			}
-		}
-		s.contendSlots(t, stores)
-	})
-	t.Run("ClaimContention", func(t *testing.T) {
-		t.Parallel()
-		store, _ := s.newStore(t)
-		stores := make([]throttle.Store, 64)
-		for i := range stores {
-			stores[i] = store
-		}
-		s.contendClaims(t, stores)
-	})
-	t.Run("ClaimContentionInstances", func(t *testing.T) {
-		if s.c.Instances == nil {
-			t.Skip("storetest: Config.Instances is nil")
-		}
-		t.Parallel()
-		var stores []throttle.Store
-		for _, st := range s.instances(t, NewClock(Start), 8) {
-			for range 8 {
-				stores = append(stores, st)
+			t.Parallel()
+			var stores []throttle.Store
+			for _, st := range s.instances(t, NewClock(Start), 8) {
+				stores = append(stores, slices.Repeat([]throttle.Store{st}, 8)...)
 			}
-		}
-		s.contendClaims(t, stores)
-	})
+			c.contend(t, stores)
+		})
+	}
 	t.Run("WatchRelease", s.testWatchRelease)
 }
 
