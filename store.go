@@ -230,7 +230,12 @@ type LeaseStore interface {
 	// Release frees the Concurrency slots of r, a reservation granted by
 	// Take or Claim. It does not give back what r charged to other limits.
 	// Releasing again, after Cancel, or an unclaimed reservation does
-	// nothing.
+	// nothing. A store may return before the slots are free, to send the
+	// release with a later call (redisstore does, so that an in-flight
+	// limit costs one round trip per request): it must then free them
+	// promptly, and a Take or Claim of the same scope that the same store
+	// value sends after Release returned must see them free. An error
+	// means the slots may stay held until their leases expire.
 	Release(ctx context.Context, r *Reservation) error
 
 	// Claim takes the Concurrency slots of r, an unclaimed reservation

@@ -12,8 +12,11 @@
 -- ARGV[1]          "" to read TIME; tests may pass the current instant
 --                  instead
 -- ARGV[2]          the lease id (the reservation's decision id)
--- ARGV[1 + 2*i]    the lease time (Per) of KEYS[i], µs
--- ARGV[2 + 2*i]    the slots (Rate) of KEYS[i]
+-- ARGV[3]          number of leases released earlier, carried by this
+--                  call (as in take.lua): their keys come last in KEYS,
+--                  and 2 arguments each (lease id, channel) last in ARGV
+-- ARGV[2 + 2*i]    the lease time (Per) of KEYS[i], µs
+-- ARGV[3 + 2*i]    the slots (Rate) of KEYS[i]
 --
 -- Every key must have a free slot now: fewer than Rate leases whose expiry
 -- is after now (expired ones are pruned when the set looks full, as in
@@ -41,15 +44,23 @@ else
   slack = 3600000
 end
 
+-- Carried releases first (as in release.lua); a second run is a no-op.
+local nr = tonumber(ARGV[3])
+for k = #KEYS - nr + 1, #KEYS do
+  local x = #ARGV - 2 * (#KEYS - k) - 1
+  if redis.call('ZREM', KEYS[k], ARGV[x]) == 1 then redis.call('PUBLISH', ARGV[x + 1], '1') end
+end
+
 local id = ARGV[2]
+local nc = #KEYS - nr
 local held, size = {}, {}
-for i = 1, #KEYS do
+for i = 1, nc do
   local key = KEYS[i]
   local old = tonumber(redis.call('ZSCORE', key, id))
   if old and old > now then
     held[i] = old
   else
-    local n, slots = redis.call('ZCARD', key), tonumber(ARGV[2 + 2 * i])
+    local n, slots = redis.call('ZCARD', key), tonumber(ARGV[3 + 2 * i])
     if n >= slots then
       n = n - redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now))
     end
@@ -62,9 +73,9 @@ for i = 1, #KEYS do
 end
 
 local r = {1}
-for i = 1, #KEYS do
+for i = 1, nc do
   local key = KEYS[i]
-  local exp = now + tonumber(ARGV[1 + 2 * i])
+  local exp = now + tonumber(ARGV[2 + 2 * i])
   if held[i] and held[i] > exp then exp = held[i] end
   redis.call('ZADD', key, fmt('%d', exp), id)
   local ms = math.ceil((exp - now) / 1000) + slack

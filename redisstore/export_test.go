@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/quotakit/throttle"
+import (
+	"time"
+
+	"github.com/quotakit/throttle"
+)
 
 // WithNow makes the scripts take the current instant from now instead of
 // Redis's TIME, so the conformance suite can drive time.
@@ -53,4 +57,11 @@ func TakeBatch(s *Store, ds []*throttle.Demand) ([]throttle.Decision, []error) {
 // before demands wait to go together (BatchInFlight by default).
 func WithBatchInFlight(n int) Option {
 	return func(s *Store) { s.batchInFlight = n }
+}
+
+// WithReleaseLinger sets how long released leases wait for a take or
+// claim of their scope to carry them (releaseLinger), so tests can tell
+// the carried path from the sent one.
+func WithReleaseLinger(d time.Duration) Option {
+	return func(s *Store) { s.linger = d }
 }

@@ -72,7 +72,7 @@ func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.De
 	if !r.Unclaimed || s.multiExec {
 		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	}
-	args := []any{s.nowArg(), ""}
+	args := []any{s.nowArg(), "", 0}
 	var idx []int // limit index of each key
 	keys, err := s.leaseKeys(r, func(_ keys, b *throttle.Bucket) {
 		args = append(args, b.Limit.Per.Microseconds(), b.Limit.Rate)
@@ -91,15 +91,23 @@ func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.De
 		return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
 	}
 	args[1] = r.ID
+	nc := len(keys)
+	carried, err := s.releases.carry(ctx, r.Demand.Scope)
+	if err != nil {
+		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	args[2] = len(carried)
+	keys, args = appendReleases(keys, args, carried)
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	res, err := s.run(ctx, claimScript, nil, keys, args...).Int64Slice()
 	if err != nil {
 		s.reload.note(err)
+		s.releases.giveBack(s, r.Demand.Scope, carried, releaseRetry)
 		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", s.configErr(err))
 	}
 	switch {
-	case len(res) == 1+len(keys) && res[0] == 1:
+	case len(res) == 1+nc && res[0] == 1:
 		for k, i := range idx {
 			c.Marks[i] = res[1+k]
 		}
@@ -110,28 +118,31 @@ func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.De
 	return throttle.Decision{}, fmt.Errorf("redisstore: claim: malformed reply %v", res)
 }
 
-// Release implements [throttle.LeaseStore.Release] in one round trip: it
-// removes r's leases by id and announces each removal on the bucket's
-// channel. Releasing twice does nothing. In the MULTI/EXEC mode, which has
-// no Concurrency limits, it does nothing.
-func (s *Store) Release(ctx context.Context, r *throttle.Reservation) error {
+// Release implements [throttle.LeaseStore.Release] without a round trip
+// of its own: it queues r's leases and returns. The next Take or Claim of
+// r's scope that this store sends carries them and applies them first,
+// in the same script; leases that no such call carries within a
+// millisecond are sent together in one call (releases.go). A slot is so
+// freed at most about a millisecond and one round trip after Release
+// returns, and a Take or Claim of the scope sent after Release returns
+// sees it free. Sending is retried while Redis fails, until the lease
+// would have expired anyway. Each removal is announced on the bucket's
+// channel, which wakes waiters (WatchRelease). Releasing twice does
+// nothing. In the MULTI/EXEC mode, which has no Concurrency limits, it
+// does nothing.
+func (s *Store) Release(_ context.Context, r *throttle.Reservation) error {
 	if s.multiExec {
 		return nil
 	}
-	args := []any{""}
-	keys, err := s.leaseKeys(r, func(ks keys, b *throttle.Bucket) { args = append(args, ks.released(b)) })
+	var rs []leaseRelease
+	until := time.Now()
+	_, err := s.leaseKeys(r, func(ks keys, b *throttle.Bucket) {
+		rs = append(rs, leaseRelease{key: ks.limit(b), id: r.ID, channel: ks.released(b), until: until.Add(b.Limit.Per)})
+	})
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	args[0] = r.ID
-	ctx, cancel := s.callContext(ctx)
-	defer cancel()
-	if err := releaseScript.Run(ctx, s.client, keys, args...).Err(); err != nil {
-		return fmt.Errorf("redisstore: release: %w", s.configErr(err))
-	}
+	s.releases.add(s, r.Demand.Scope, rs, s.linger)
 	return nil
 }
 
@@ -154,6 +165,9 @@ func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if err := s.flushScope(ctx, r.Demand.Scope); err != nil { // a lease released before is lost
+		return fmt.Errorf("redisstore: renew: %w", err)
 	}
 	args[1] = r.ID
 	ctx, cancel := s.callContext(ctx)

@@ -33,11 +33,13 @@ type Store struct {
 	replayArg     any   // replayMS, boxed once for the scripts' arguments
 	idBase        string
 	seq           atomic.Uint64
-	reload        reloader // cluster state reloads on connection errors
-	hub           hub      // lease.go: release notifications
-	batchMax      int      // WithBatching; below 2: no batches
-	batchInFlight int      // calls of a scope in flight before demands wait
-	batch         batcher  // batch.go
+	reload        reloader      // cluster state reloads on connection errors
+	hub           hub           // lease.go: release notifications
+	releases      releaseQueue  // releases.go: released leases not yet sent
+	linger        time.Duration // releases.go: releaseLinger, but in tests
+	batchMax      int           // WithBatching; below 2: no batches
+	batchInFlight int           // calls of a scope in flight before demands wait
+	batch         batcher       // batch.go
 	deadlines     callDeadlines
 }
 
@@ -52,7 +54,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight}
+	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, linger: releaseLinger}
 	for _, o := range opts {
 		o(s)
 	}
@@ -192,6 +194,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
 		(d.Limits[0].Limit.Algorithm == throttle.FixedWindow || d.Limits[0].Limit.Algorithm == throttle.SlidingWindow)
 	var mark *resendMark
+	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
 	case window:
 		script = takeWindowScript
@@ -218,10 +221,14 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 			args = append(args, s.nowArg())
 		}
 	default:
-		args = make([]any, 0, 5+4*len(d.Limits))
+		var err error
+		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
+			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+		}
+		args = make([]any, 0, 6+4*len(d.Limits)+2*len(carried))
 		var a any
 		a, mark = s.marked("0", s.replayArg) // marked: replayMS is 0
-		args = append(args, s.nowArg(), maxWait, len(d.Pauses), a, id)
+		args = append(args, s.nowArg(), maxWait, len(d.Pauses), a, id, len(carried))
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			switch l.Algorithm {
@@ -235,6 +242,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 				args = append(args, int(l.Algorithm), p, r-cost, cost)
 			}
 		}
+		keys, args = appendReleases(keys, args, carried)
 	}
 
 	ctx, cancel := s.callContext(ctx)
@@ -251,6 +259,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 	res, err := cmd.Slice()
 	if err != nil {
 		s.reload.note(err)
+		s.releases.giveBack(s, d.Scope, carried, releaseRetry)
 		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
 	return parseTake(res, d, id)

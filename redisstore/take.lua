@@ -7,8 +7,9 @@
 -- Lua's default number format has only 14 significant digits.
 --
 -- KEYS: the demand's pause keys (ARGV[3] of them), then one key per limit,
--- then, when ARGV[4] > 0, the key that remembers this decision's reply.
--- All share one hash tag {scope}; no other key is touched.
+-- then, when ARGV[4] > 0, the key that remembers this decision's reply,
+-- then the ARGV[6] concurrency keys of leases released earlier (see
+-- below). All share one hash tag {scope}; no other key is touched.
 --
 -- ARGV[1]  "" to read TIME; tests may pass the current instant instead
 -- ARGV[2]  MaxWait
@@ -17,6 +18,7 @@
 --          go-redis sends the call again (ReplayDetect, resend.go): refused
 --          with an error beginning "RESENT", nothing decided
 -- ARGV[5]  decision id (unique; names sliding-log members)
+-- ARGV[6]  number of leases released earlier, carried by this call
 -- then 4 per limit: algorithm, a, b, cost
 --   0 GCRA            a = cost*T, b = Burst*T - cost*T (T = ceil(Per/Rate))
 --   1 fixed window    a = Per,    b = Rate - cost
@@ -26,6 +28,12 @@
 --                     of a lease is the decision id. A slot is taken only
 --                     when the demand acts now; a reservation (delay > 0)
 --                     leaves it to claim.lua when it comes due
+-- then 2 per carried release: the lease id, the channel announcing it
+--
+-- Carried releases: a release (Store.Release) waits briefly for a later
+-- take or claim of its scope to carry it (releases.go), so an in-flight
+-- limit costs one round trip per request, not two. They are applied
+-- first, as release.lua does: ZREM by id (idempotent) and PUBLISH.
 --
 -- Reply: {1, delay, -1, -1, mark...} when granted (a mark per limit: the
 -- GCRA arrival time set, the window charged, the log instant, or the
@@ -50,11 +58,19 @@ else
   slack = 3600000
 end
 
-local nk = #KEYS
+-- Carried releases first (as in release.lua); a second run is a no-op.
+local nr = tonumber(ARGV[6])
+for k = #KEYS - nr + 1, #KEYS do
+  local x = #ARGV - 2 * (#KEYS - k) - 1
+  if redis.call('ZREM', KEYS[k], ARGV[x]) == 1 then redis.call('PUBLISH', ARGV[x + 1], '1') end
+end
+
+local np = tonumber(ARGV[3])
+local nl = (#ARGV - 6 - 2 * nr) / 4
 local rttl = tonumber(ARGV[4])
 if rttl > 0 then
   -- A retry of a call whose reply was lost: answer as the first run did.
-  local prev = redis.call('GET', KEYS[nk])
+  local prev = redis.call('GET', KEYS[np + nl + 1])
   if prev then
     local r = {1, 0, -1, -1}
     for w in string.gmatch(prev, '%S+') do
@@ -67,7 +83,6 @@ if rttl > 0 then
 end
 
 -- Pauses: t starts at the latest pause end (lowest index on ties).
-local np = tonumber(ARGV[3])
 local t, pause = now, -1
 for i = 1, np do
   local v = tonumber(redis.call('GET', KEYS[i]))
@@ -76,14 +91,13 @@ end
 
 -- Fixpoint: t' = max over limits of the earliest instant, not before t, at
 -- which the limit admits the cost; repeat until no limit raises t.
-local nl = (#ARGV - 5) / 4
 local st = {} -- per limit, state read once: GCRA arrival time, sliding log floor
 local logTotal = {} -- sliding log: the running total of its newest entry, 0 if none
 local binding, rounds = -1, 0
 while true do
   local nxt, raiser = t, -1
   for i = 1, nl do
-    local j = 2 + 4 * i
+    local j = 3 + 4 * i
     local alg, a, b = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
     local key = KEYS[np + i]
     local e = t
@@ -182,7 +196,7 @@ end
 -- grows past Rate. A full limit refuses with the delay until max(t, the
 -- expiry that frees a slot if nobody releases).
 for i = 1, nl do
-  local j = 2 + 4 * i
+  local j = 3 + 4 * i
   if ARGV[j] == '4' then
     local key = KEYS[np + i]
     local n, slots = redis.call('ZCARD', key), tonumber(ARGV[j + 2])
@@ -205,7 +219,7 @@ end
 -- Per after the newest log entry.
 local r = {1, t - now, -1, -1}
 for i = 1, nl do
-  local j = 2 + 4 * i
+  local j = 3 + 4 * i
   local alg, a = ARGV[j], tonumber(ARGV[j + 1])
   local key = KEYS[np + i]
   if alg == '0' then
@@ -303,6 +317,6 @@ end
 if rttl > 0 then
   local v = fmt('%d', t)
   for i = 1, nl do v = v .. ' ' .. fmt('%d', r[4 + i]) end
-  redis.call('SET', KEYS[nk], v, 'PX', rttl)
+  redis.call('SET', KEYS[np + nl + 1], v, 'PX', rttl)
 end
 return r
