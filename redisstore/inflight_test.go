@@ -237,6 +237,9 @@ func TestInFlightCrash(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int64(7*32), v.served.Load(), "requests served after the crash")
 	assert.LessOrEqual(t, v.peak.Load(), int64(slots), "peak in flight at the vendor")
+	for _, in := range others {
+		require.NoError(t, in.store.Flush(ctx(t)))
+	}
 	n, err := admin.Exists(ctx(t), prefix+"v1:{vendor}:c:inflight:").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the concurrency key is gone once every lease expired or was released")
