@@ -95,17 +95,19 @@
 // ASK redirects; Redis may then run the script twice. [Replay] selects
 // the remedy, and the default picks the cheapest safe one for the client:
 //
-//   - [ReplayDetect] (the default for a *redis.Client or *redis.Ring that
-//     retries): every call carries a mark that go-redis writes anew with
-//     each sending, and the script refuses a call sent again with
-//     [ErrResent]. Nothing is kept in Redis and it costs Redis nothing;
-//     a lost reply becomes an error.
-//   - [ReplayIDs] (the default for a ClusterClient that follows
-//     redirects, where a call is sent again in normal operation): the
-//     script remembers a granted decision's reply for max(1 s, 4 x the
-//     per-call timeout) and answers a call sent again with it, so the
-//     retry succeeds. It about doubles Redis's work for a one-limit
-//     decision (a GET, a SET of a new key, the id and a longer reply).
+//   - [ReplayDetect] (the default for go-redis's clients that retry,
+//     Cluster included): every call carries a mark that go-redis writes
+//     anew with each sending, and the script refuses a call sent again
+//     after a sending that may have run with [ErrResent]. A redirected
+//     call (MOVED, ASK) is decided once: go-redis tells the call of the
+//     redirect before it sends it again, and the mark then knows the
+//     first sending never ran. Nothing is kept in Redis and it costs
+//     Redis nothing; a lost reply becomes an error.
+//   - [ReplayIDs]: the script remembers a granted decision's reply for
+//     the per-call timeout plus a second and answers a call sent again
+//     with it, so the retry succeeds. It costs about 2.5 times Redis's
+//     work for a one-limit decision (a GET, a SET of a new key, the id
+//     and a longer reply); choose it where a lost reply must be retried.
 //   - [ReplayNoRetries]: the client must have retries and redirects
 //     disabled; a lost reply is an error, at no cost.
 //
@@ -171,8 +173,8 @@
 //     go-redis retries calls it never sent (a failed dial, an exhausted
 //     pool), which is how a call survives a restart, and a call it had
 //     sent is refused with [ErrResent] rather than decided twice
-//     ([ReplayDetect]), or answered from memory ([ReplayIDs], the default
-//     for a ClusterClient).
+//     ([ReplayDetect], the default), or answered from memory
+//     ([ReplayIDs]); a Cluster redirect is followed and decided once.
 //   - PoolSize: the default (10 per GOMAXPROCS; 5 per GOMAXPROCS and
 //     node for a ClusterClient) is ample: batching keeps the connections
 //     in use per scope near [BatchInFlight].

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,19 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file holds the Concurrency limits' lease operations: Claim, Release
-// and Renew (one script call each), and the release notifications that
-// wake waiters, over one shared pub/sub connection per store.
-
-var (
-	//go:embed release.lua
-	releaseSource string
-	releaseScript = redis.NewScript(releaseSource)
-
-	//go:embed renew.lua
-	renewSource string
-	renewScript = redis.NewScript(renewSource)
-)
+// This file holds the Concurrency limits' lease operations: Claim and
+// Renew (one script call each), Release (queued: releases.go), and the
+// release notifications that wake waiters, over one shared pub/sub
+// connection per store.
 
 var _ throttle.LeaseStore = (*Store)(nil)
 

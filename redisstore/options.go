@@ -48,11 +48,11 @@ type Replay int
 
 const (
 	// ReplayAuto picks the cheapest safe remedy for the client: nothing
-	// for a client that never retries a command; [ReplayIDs] for a
-	// *redis.ClusterClient that follows redirects, since a MOVED or ASK
-	// reply sends a call again in normal operation (resharding); and
-	// [ReplayDetect] for any other *redis.Client or *redis.Ring. Other
-	// implementations of redis.UniversalClient get [ReplayIDs].
+	// for a client that never retries a command; [ReplayDetect] for
+	// go-redis's own clients (*redis.Client, *redis.Ring and
+	// *redis.ClusterClient, redirects included); [ReplayIDs] for other
+	// implementations of redis.UniversalClient, whose resends the mark
+	// cannot follow.
 	ReplayAuto Replay = iota
 
 	// ReplayIDs gives every decision a unique id. The script stores a
@@ -60,8 +60,9 @@ const (
 	// (the per-call timeout plus a second) and answers a rerun of the same
 	// call with that reply instead of charging again, so a retry after a
 	// lost reply succeeds. It costs a GET per decision, a SET per granted
-	// one and a small key per granted decision for that time: about twice
-	// Redis's work for a one-limit GCRA decision (BENCHMARKS.md).
+	// one and a small key per granted decision for that time: about 2.5
+	// times Redis's work for a one-limit GCRA decision (BENCHMARKS.md).
+	// Choose it where a lost reply must be retried rather than reported.
 	ReplayIDs
 
 	// ReplayNoRetries requires a client that never retries: a
@@ -70,17 +71,20 @@ const (
 	// fails for any other client. A lost reply is then an error (which
 	// may or may not have charged) rather than a retry, at no cost in
 	// Redis. A ClusterClient without redirects cannot follow a resharding,
-	// so prefer ReplayIDs there.
+	// so prefer ReplayDetect there.
 	ReplayNoRetries
 
 	// ReplayDetect keeps nothing in Redis: every call carries a mark that
 	// go-redis writes anew each time it sends the call, and a call sent
-	// again (a retry after its connection failed with the call written, or
-	// a Cluster redirect) fails with [ErrResent] instead of deciding a
-	// second time. It costs Redis nothing and works with any client;
-	// go-redis still retries calls it never wrote (a failed dial, a pool
-	// timeout). A lost reply is then an error, which may or may not have
-	// charged, as with [ReplayNoRetries].
+	// again after a sending that may have run (a retry after its
+	// connection failed with the call written) fails with [ErrResent]
+	// instead of deciding a second time. A sending that Redis refused
+	// before running it, such as a Cluster redirect (MOVED, ASK), which
+	// go-redis reports to the call before it follows the redirect, does
+	// not count: the redirected call is decided once, as a first sending.
+	// It costs Redis nothing; go-redis still retries calls it never wrote
+	// (a failed dial, a pool timeout). A lost reply is then an error,
+	// which may or may not have charged, as with [ReplayNoRetries].
 	ReplayDetect
 )
 

@@ -19,13 +19,22 @@ var resentArg = []byte("R")
 
 // A resendMark is a script argument that tells the script whether go-redis
 // is sending the call for the first time. go-redis writes every argument
-// anew with each sending, calling MarshalBinary for this one: the first
-// writes first, every later one writes "R", which the scripts refuse
-// with an error that begins "RESENT". Within one call go-redis writes its
-// arguments from one goroutine at a time, so writes needs no lock.
+// anew with each sending, calling MarshalBinary for this one: it writes
+// first while every earlier sending is known not to have run, and "R"
+// otherwise, which the scripts refuse with an error that begins "RESENT".
+//
+// A sending is known not to have run when Redis refused it before running
+// it: a Cluster redirect (MOVED, ASK), TRYAGAIN, CLUSTERDOWN, LOADING,
+// READONLY, or NOSCRIPT. The call's command (markedCmd) hears of each such
+// reply, since go-redis sets a command's error after each sending to a
+// node, before it follows a redirect. So a Cluster client's redirects are
+// followed and decided once, while a resend after a lost reply is refused.
+// Within one call go-redis writes its arguments and sets its error from
+// one goroutine at a time, so the fields need no lock.
 type resendMark struct {
 	first  string
-	writes int
+	writes int     // sendings so far
+	notRun int     // sendings refused before they ran, as far as is known
 	buf    [8]byte // holds first's bytes when they fit: no allocation to write them
 }
 
@@ -33,7 +42,7 @@ type resendMark struct {
 // which copies the bytes before the next call.
 func (m *resendMark) MarshalBinary() ([]byte, error) {
 	m.writes++
-	if m.writes > 1 {
+	if m.writes-1 > m.notRun {
 		return resentArg, nil
 	}
 	if len(m.first) <= len(m.buf) {
@@ -45,15 +54,49 @@ func (m *resendMark) MarshalBinary() ([]byte, error) {
 // String is what hooks that print commands show.
 func (m *resendMark) String() string { return m.first }
 
+// heard records the outcome of the latest sending.
+func (m *resendMark) heard(err error) {
+	if err != nil && notRun(err) && m.notRun == m.writes-1 {
+		m.notRun = m.writes
+	}
+}
+
+// notRunPrefixes are the replies of a Redis that refused a command before
+// running any of it.
+var notRunPrefixes = []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "NOSCRIPT", "MASTERDOWN"}
+
+// notRun reports whether err is a reply of Redis refusing to run the
+// command at all.
+func notRun(err error) bool {
+	for _, p := range notRunPrefixes {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// markedCmd is the command of a marked call: go-redis sets its error after
+// each sending to a node, which tells the mark whether that sending ran.
+type markedCmd struct {
+	*redis.Cmd
+	mark *resendMark
+}
+
+// SetErr implements redis.Cmder: it records err, and tells the mark.
+func (c *markedCmd) SetErr(err error) {
+	c.Cmd.SetErr(err)
+	c.mark.heard(err)
+}
+
 // detectable reports whether [ReplayAuto] picks [ReplayDetect] for
-// client: a client that sends a call again only after a failure, not as
-// part of normal operation (a Cluster redirect).
+// client: one of go-redis's own clients, whose commands it sends again
+// only through the paths a resendMark sees (a retry after a failure, and
+// a Cluster redirect, which the mark knows did not run).
 func detectable(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case *redis.Client, *redis.Ring:
+	switch client.(type) {
+	case *redis.Client, *redis.Ring, *redis.ClusterClient:
 		return true
-	case *redis.ClusterClient:
-		return c.Options().MaxRedirects <= 0
 	}
 	return false
 }
@@ -70,19 +113,37 @@ func (s *Store) marked(first string, plain any) (any, *resendMark) {
 }
 
 // run runs script as go-redis's Script.Run does: EVALSHA, then EVAL if
-// Redis does not have the script. A NOSCRIPT reply means the script did
-// not run, so mark (when not nil) is rewound for the EVAL, unless the call
-// had already been sent more than once (an earlier sending may have run
-// before the script cache was lost).
-func (s *Store) run(ctx context.Context, script *redis.Script, mark *resendMark, keys []string, args ...any) *redis.Cmd {
-	cmd := script.EvalSha(ctx, s.client, keys, args...)
+// Redis does not have the script. A marked call (mark not nil) is sent as
+// a markedCmd, so the mark hears which sendings Redis refused before they
+// ran (a NOSCRIPT reply among them: the EVAL after it is not a resend).
+func (s *Store) run(ctx context.Context, script luaScript, mark *resendMark, keys []string, args ...any) *redis.Cmd {
+	if mark == nil {
+		cmd := script.EvalSha(ctx, s.client, keys, args...)
+		if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return cmd
+		}
+		return script.Eval(ctx, s.client, keys, args...)
+	}
+	cmd := s.send(ctx, mark, "evalsha", script.Hash(), keys, args)
 	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
 	}
-	if mark != nil && mark.writes == 1 {
-		mark.writes = 0
+	mark.heard(cmd.Err())
+	return s.send(ctx, mark, "eval", script.src, keys, args)
+}
+
+// send sends one marked EVALSHA or EVAL, as redis.Script's methods build
+// it.
+func (s *Store) send(ctx context.Context, mark *resendMark, name, script string, keys []string, args []any) *redis.Cmd {
+	all := make([]any, 0, 3+len(keys)+len(args))
+	all = append(all, name, script, len(keys))
+	for _, k := range keys {
+		all = append(all, k)
 	}
-	return script.Eval(ctx, s.client, keys, args...)
+	all = append(all, args...)
+	cmd := &markedCmd{Cmd: redis.NewCmd(ctx, all...), mark: mark}
+	_ = s.client.Process(ctx, cmd)
+	return cmd.Cmd
 }
 
 // resent returns [ErrResent] for a script's refusal of a call sent again,

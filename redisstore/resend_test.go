@@ -31,7 +31,7 @@ func TestReplayAutoPicks(t *testing.T) {
 	}{
 		{"client that retries", retrying, redisstore.ReplayAuto, "detect"},
 		{"client that never retries", noRetry, redisstore.ReplayAuto, "none"},
-		{"cluster client that follows redirects", cluster, redisstore.ReplayAuto, "ids"},
+		{"cluster client that follows redirects", cluster, redisstore.ReplayAuto, "detect"},
 		{"cluster client whose nodes retry, without redirects", noRedirects, redisstore.ReplayAuto, "detect"},
 		{"ring", ring, redisstore.ReplayAuto, "detect"},
 		{"ids asked for", retrying, redisstore.ReplayIDs, "ids"},

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -10,11 +9,6 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed sync.lua
-var syncSource string
-
-var syncScript = redis.NewScript(syncSource)
 
 var _ throttle.Syncer = (*Store)(nil)
 
