@@ -166,9 +166,13 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 	}
 	f := t.failover()
 	var dec Decision
+	// The store reads a snapshot of d: a call the breaker stopped waiting
+	// for may still run while the request goes on and changes d (its
+	// MaxWait, when it waits for a slot).
+	sd := *d
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
-		dec, err = t.store.Take(ctx, d)
+		dec, err = t.store.Take(ctx, &sd)
 		return err
 	}, func() {
 		// The request moved on without this decision: give back what it
