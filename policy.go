@@ -106,6 +106,19 @@ type Rule struct {
 	// it. Zero means the policy's [Policy.OnStoreFailure].
 	OnStoreFailure FailureMode
 
+	// MaxQueue caps how many requests of the rule may wait at once in one
+	// Transport (for a reservation, a slot or a pause), so that a backlog
+	// cannot pile up goroutines and memory. A request that may wait takes
+	// a place from its decision until it goes or fails; what happens when
+	// none is left is QueueFull's choice. Zero means no cap; the cap is
+	// per Transport, not across the fleet.
+	MaxQueue int
+
+	// QueueFull says what happens to a request that may wait when
+	// MaxQueue requests of the rule already wait: [RefuseNew] (the zero
+	// value) or [DropOldest].
+	QueueFull QueueFull
+
 	// Scope groups counters and pauses in the store; the Redis store keeps
 	// a scope in one Cluster slot. Rules that share a limit (same limit
 	// name) must share a scope. Empty means the rule's Name.
@@ -170,6 +183,7 @@ type rule struct {
 
 	failMode FailureMode // resolved: never FailDefault
 	local    []Limit     // LocalShare of each of Limits
+	queue    *waitQueue  // nil when MaxQueue is 0
 }
 
 // compiledPolicy is a validated Policy, ready to match requests.
@@ -257,6 +271,14 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			bad(id, "Retry.Max", "must not be negative, got %d", r.Retry.Max)
 		case r.Retry.MaxWait < 0:
 			bad(id, "Retry.MaxWait", "must not be negative, got %v", r.Retry.MaxWait)
+		}
+		switch {
+		case r.MaxQueue < 0:
+			bad(id, "MaxQueue", "must not be negative, got %d", r.MaxQueue)
+		case !r.QueueFull.valid():
+			bad(id, "QueueFull", "unknown choice %v", r.QueueFull)
+		case r.MaxQueue > 0:
+			cr.queue = &waitQueue{max: r.MaxQueue, full: r.QueueFull}
 		}
 		cr.failMode = r.OnStoreFailure
 		if cr.failMode == FailDefault {

@@ -262,7 +262,16 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 	if deadline, ok := ctx.Deadline(); ok {
 		d.MaxWait = min(d.MaxWait, max(deadline.Sub(now), 0))
 	}
+	if r.queue != nil && d.MaxWait > 0 {
+		return t.queued(ctx, r, d, pk, ev) // queue.go: Rule.MaxQueue
+	}
+	return t.obtain(ctx, r, d, pk, now, ev)
+}
 
+// obtain decides d, the demand of a request under rule r whose pause key
+// is pk, as of now, and waits as long as d.MaxWait allows: for a pause
+// this instance learned, a slot, or the reservation's instant.
+func (t *Transport) obtain(ctx context.Context, r *rule, d *Demand, pk string, now time.Time, ev *DecisionEvent) error {
 	// A pause this instance learned holds even if the store lost it.
 	if until, ok := t.learned.localPause(r.pauseID(pk), now); ok {
 		wait := until.Sub(now)

@@ -1,0 +1,181 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/waiters"
+)
+
+// queued is a policy of one rule, one request per hour and key (so that a
+// second request of a key must wait), whose queue holds max requests.
+func queued(max int, full throttle.QueueFull) throttle.Policy {
+	return throttle.Policy{Rules: []throttle.Rule{{
+		Name:      "bulk",
+		Limits:    []throttle.Limit{{Name: "hourly", Rate: 1, Per: time.Hour, Key: throttle.KeyFromHeader("Tenant")}},
+		Wait:      waiters.Block(),
+		MaxQueue:  max,
+		QueueFull: full,
+	}}}
+}
+
+// sendAs sends one request of tenant and reports its outcome on out.
+func sendAs(ctx context.Context, tr http.RoundTripper, tenant string, out chan<- error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.example.com/x", nil)
+	if err == nil {
+		req.Header.Set("Tenant", tenant)
+		var resp *http.Response
+		if resp, err = tr.RoundTrip(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	}
+	out <- err
+}
+
+// drain reads what out holds now.
+func drain(out <-chan error) []error {
+	var errs []error
+	for {
+		select {
+		case err := <-out:
+			errs = append(errs, err)
+		default:
+			return errs
+		}
+	}
+}
+
+// TestQueueBound: 10,000 callers want a rule whose quota is spent, and
+// whose queue holds 100. With RefuseNew, 100 wait and 9,900 are refused at
+// once with ErrQueueFull and the time to retry; with DropOldest, each
+// newcomer makes the oldest waiter give up (ErrQueueDropped), so the last
+// 100 wait. synctest.Wait returns once every caller has either finished or
+// blocked, so the counts are exact, with no timing involved; goleak
+// (TestMain) checks that no goroutine outlives the callers.
+func TestQueueBound(t *testing.T) {
+	const callers, max = 10_000, 100
+	for _, tc := range []struct {
+		full    throttle.QueueFull
+		outcome error
+	}{
+		{throttle.RefuseNew, throttle.ErrQueueFull},
+		{throttle.DropOldest, throttle.ErrQueueDropped},
+	} {
+		t.Run(tc.full.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := newRecorder()
+				tr, err := throttle.NewTransport(rec, queued(max, tc.full))
+				require.NoError(t, err)
+				out := make(chan error, callers+1)
+				sendAs(context.Background(), tr, "big", out)
+				require.NoError(t, <-out, "the first request spends the hour's quota")
+
+				ctx, cancel := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				for range callers {
+					wg.Go(func() { sendAs(ctx, tr, "big", out) })
+				}
+				synctest.Wait()
+				settled := drain(out)
+				assert.Len(t, settled, callers-max, "all but the queue's places settled at once")
+				for _, err := range settled {
+					var le *throttle.LimitError
+					if !assert.ErrorAs(t, err, &le) || !assert.ErrorIs(t, err, tc.outcome) {
+						break
+					}
+					assert.ErrorIs(t, err, throttle.ErrLimited)
+					if tc.full == throttle.RefuseNew {
+						assert.Positive(t, le.RetryAfter, "a refusal says when to retry")
+					}
+				}
+
+				// A tenant whose quota is there goes at once, queue full or not.
+				other := make(chan error, 1)
+				sendAs(context.Background(), tr, "small", other)
+				assert.NoError(t, <-other)
+
+				cancel()
+				wg.Wait()
+				waited := drain(out)
+				assert.Len(t, waited, max)
+				for _, err := range waited {
+					if !assert.ErrorIs(t, err, context.Canceled, "%v", err) {
+						break
+					}
+				}
+				assert.Len(t, rec.times(), 2, "only the first request and the other tenant's were sent")
+			})
+		})
+	}
+}
+
+// TestQueueDropsOldestFirst: with a queue of 2 and DropOldest, the third
+// waiter makes the first give up, and the fourth the second, and the two
+// that stayed go in their turn.
+func TestQueueDropsOldestFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		tr, err := throttle.NewTransport(rec, queued(2, throttle.DropOldest))
+		require.NoError(t, err)
+		first := make(chan error, 1)
+		sendAs(context.Background(), tr, "t", first)
+		require.NoError(t, <-first)
+
+		outs := make([]chan error, 4)
+		for i := range outs {
+			outs[i] = make(chan error, 1)
+			go sendAs(context.Background(), tr, "t", outs[i])
+			synctest.Wait() // the i-th waiter is in the queue before the next comes
+		}
+		for i, want := range []error{throttle.ErrQueueDropped, throttle.ErrQueueDropped} {
+			err := <-outs[i]
+			assert.ErrorIs(t, err, want, "waiter %d", i)
+			assert.Contains(t, fmt.Sprint(err), "dropped")
+		}
+		for i := 2; i < 4; i++ {
+			assert.NoError(t, <-outs[i], "waiter %d goes in its turn", i)
+		}
+		times := rec.times()
+		require.Len(t, times, 3)
+		// Each newcomer dropped the oldest before it took its own
+		// reservation, so the newcomers got hours 3 and 4: a GCRA
+		// reservation that is not the latest cannot be given back without
+		// moving later ones (Store.Cancel), so the dropped hours are spent.
+		assert.Equal(t, []time.Duration{0, 3 * time.Hour, 4 * time.Hour}, times)
+	})
+}
+
+// TestQueuePolicyErrors: a negative MaxQueue or an unknown QueueFull is
+// refused by NewTransport, naming the rule and the field.
+func TestQueuePolicyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rule  func(*throttle.Rule)
+		field string
+	}{
+		{"negative", func(r *throttle.Rule) { r.MaxQueue = -1 }, "MaxQueue"},
+		{"unknown choice", func(r *throttle.Rule) { r.MaxQueue, r.QueueFull = 3, throttle.QueueFull(7) }, "QueueFull"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := queued(1, throttle.RefuseNew)
+			tc.rule(&p.Rules[0])
+			_, err := throttle.NewTransport(http.DefaultTransport, p)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+			var pe *throttle.PolicyError
+			require.True(t, errors.As(err, &pe), "%v", err)
+			assert.Equal(t, "bulk", pe.Rule)
+			assert.Equal(t, tc.field, pe.Field)
+		})
+	}
+}
