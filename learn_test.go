@@ -443,3 +443,37 @@ func (p plainStore) Cancel(ctx context.Context, r *throttle.Reservation) error {
 func (p plainStore) Pause(ctx context.Context, scope, key string, d time.Duration) error {
 	return p.s.Pause(ctx, scope, key, d)
 }
+
+// TestRetryDecide: Retry.Decide sees each answer before its resend, with
+// the attempt and the pause it caused, and stops the resends when it says
+// no: the caller then gets that answer.
+func TestRetryDecide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vendor := newScriptedVendor(tooMany("1"), tooMany("5"), ok200)
+		var seen []throttle.RetryEvent
+		decide := func(ev throttle.RetryEvent) bool {
+			seen = append(seen, ev)
+			return ev.Wait <= 2*time.Second // not worth a long pause
+		}
+		tr, err := throttle.NewTransport(vendor,
+			learningPolicy(waiters.Block(), throttle.Learning{}, throttle.Retry{Max: 3, Decide: decide}))
+		require.NoError(t, err)
+
+		req, _ := http.NewRequest(http.MethodGet, "http://api.example.com/x", nil)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the caller gets the answer Decide did not resend")
+		assert.Equal(t, "5", resp.Header.Get("Retry-After"))
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, []time.Duration{0, time.Second}, vendor.arrivals(), "one resend, after the first pause")
+
+		require.Len(t, seen, 2)
+		for i, want := range []time.Duration{time.Second, 5 * time.Second} {
+			assert.Equal(t, "vendor", seen[i].Rule)
+			assert.Equal(t, i+1, seen[i].Attempt)
+			assert.Equal(t, want, seen[i].Wait)
+			assert.Equal(t, want, seen[i].Feedback.RetryAfter)
+			assert.Equal(t, http.StatusTooManyRequests, seen[i].Response.StatusCode)
+		}
+	})
+}

@@ -150,6 +150,9 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 	}
 	deadline := t.now().Add(budget)
 	for attempt := 0; attempt < r.Retry.Max; attempt++ {
+		if r.Retry.Decide != nil && !r.Retry.Decide(t.retryEvent(r, req, resp, attempt+1)) {
+			return resp, nil
+		}
 		next := req.Clone(ctx)
 		if req.Body != nil && req.Body != http.NoBody {
 			if req.GetBody == nil {
@@ -183,6 +186,21 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 		}
 	}
 	return resp, nil
+}
+
+// retryEvent describes resend attempt of req, answered resp, for
+// Retry.Decide.
+func (t *Transport) retryEvent(r *rule, req *http.Request, resp *http.Response, attempt int) RetryEvent {
+	now := t.now()
+	c := t.learnConfig(r, req.URL.Host)
+	ev := RetryEvent{
+		Rule: r.id, Request: req, Response: resp, Attempt: attempt,
+		Feedback: ParseFeedback(resp.Header, now, ParseOptions{ResetFormat: c.resetFormat, MaxPause: c.maxPause}),
+	}
+	if until, ok := t.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now); ok {
+		ev.Wait = until.Sub(now)
+	}
+	return ev
 }
 
 // maxDrain bounds how much of a response body is read before it is
