@@ -274,3 +274,14 @@ type LeaseStore interface {
 	// notifications may return a nil channel.
 	WatchRelease(ctx context.Context, scope string, b Bucket) (wake <-chan struct{}, stop func(), err error)
 }
+
+// A RuleChecker is a [Store] that can decide only some rules as written
+// (redisstore's MULTI/EXEC mode: fixed windows only, and no waiting).
+// [NewTransport] asks it about every rule and fails with the first
+// problem, so a mismatch shows at start-up rather than as refusals.
+type RuleChecker interface {
+	// CheckRule returns nil if the store can decide the requests of r as
+	// r says, or a [*PolicyError] naming the field it cannot honour (its
+	// Rule may be left empty).
+	CheckRule(r Rule) error
+}

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -76,6 +77,20 @@ func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport,
 	}
 	if err := t.checkLeases(); err != nil {
 		return nil, err
+	}
+	if rc, ok := t.store.(RuleChecker); ok {
+		for _, r := range cp.rules {
+			if err := rc.CheckRule(r.Rule); err != nil {
+				var pe *PolicyError
+				if !errors.As(err, &pe) {
+					pe = &PolicyError{Field: "Limits", Err: err}
+				}
+				if pe.Rule == "" {
+					pe.Rule = r.id
+				}
+				return nil, pe
+			}
+		}
 	}
 	if _, ok := t.store.(Syncer); !ok {
 		for _, r := range cp.rules {

@@ -2,12 +2,39 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/quotakit/throttle"
 	"github.com/redis/go-redis/v9"
 )
+
+var _ throttle.RuleChecker = (*Store)(nil)
+
+// CheckRule implements [throttle.RuleChecker]: in the MULTI/EXEC mode
+// ([WithMultiExec]) a rule may have only [throttle.FixedWindow] limits,
+// and its waiter must not wait (the mode makes no reservations: a request
+// that cannot go now is refused with the time until its window ends), so
+// NewTransport refuses any other rule at start-up. Nil in the Lua mode.
+// A per-request waiter ([throttle.WithWaiter]) that allows a wait is
+// still refused at once in that mode.
+func (s *Store) CheckRule(r throttle.Rule) error {
+	if !s.multiExec {
+		return nil
+	}
+	for j, l := range r.Limits {
+		if l.Algorithm != throttle.FixedWindow {
+			return &throttle.PolicyError{Field: fmt.Sprintf("Limits[%d].Algorithm", j),
+				Err: fmt.Errorf("redisstore: the MULTI/EXEC mode supports only %v limits, not %v", throttle.FixedWindow, l.Algorithm)}
+		}
+	}
+	if r.Wait == nil || r.Wait.MaxWait(context.Background()) > 0 {
+		return &throttle.PolicyError{Field: "Wait",
+			Err: errors.New("redisstore: the MULTI/EXEC mode makes no reservations, so a request cannot wait for its quota (nil means waiters.Block): use waiters.FailFast()")}
+	}
+	return nil
+}
 
 // takeMultiExec decides d without Lua (see [WithMultiExec]): one
 // MULTI/EXEC that reads every pause's PTTL and, for every limit, adds the

@@ -7,6 +7,7 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/waiters"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -66,4 +67,43 @@ func TestMultiExec(t *testing.T) {
 	_, err = s.Take(c, &throttle.Demand{Scope: "tx", Limits: []throttle.Bucket{fw("a", 5)}, Cost: 6})
 	assert.ErrorIs(t, err, throttle.ErrCostTooHigh)
 	assert.NoError(t, s.Cancel(c, &throttle.Reservation{Demand: d, Marks: make([]int64, 2)}))
+}
+
+// TestMultiExecRefusesWhatItCannotDo: NewTransport on a MULTI/EXEC store
+// refuses, at start-up and naming the rule and field, a rule whose waiter
+// may wait (nil is waiters.Block) or whose limit is not a fixed window; a
+// fail-fast fixed-window rule is accepted, and the Lua store accepts all.
+func TestMultiExecRefusesWhatItCannotDo(t *testing.T) {
+	tx := newStore(t, redistest.Prefix(t), redisstore.WithMultiExec())
+	lua := newStore(t, redistest.Prefix(t))
+	rule := func(alg throttle.Algorithm, w throttle.Waiter) throttle.Policy {
+		return throttle.Policy{Rules: []throttle.Rule{{Name: "r", Wait: w,
+			Limits: []throttle.Limit{{Name: "l", Rate: 5, Per: time.Minute, Algorithm: alg}}}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		p     throttle.Policy
+		field string // "" when accepted
+	}{
+		{"fail-fast fixed window", rule(throttle.FixedWindow, waiters.FailFast()), ""},
+		{"nil waiter blocks", rule(throttle.FixedWindow, nil), "Wait"},
+		{"waits up to", rule(throttle.FixedWindow, waiters.UpTo(5*time.Second)), "Wait"},
+		{"GCRA", rule(throttle.GCRA, waiters.FailFast()), "Limits[0].Algorithm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := throttle.NewTransport(nil, tc.p, throttle.WithStore(tx))
+			if tc.field == "" {
+				assert.NoError(t, err)
+			} else {
+				var pe *throttle.PolicyError
+				require.ErrorAs(t, err, &pe)
+				assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+				assert.Equal(t, "r", pe.Rule)
+				assert.Equal(t, tc.field, pe.Field)
+				assert.Contains(t, err.Error(), "MULTI/EXEC")
+			}
+			_, err = throttle.NewTransport(nil, tc.p, throttle.WithStore(lua))
+			assert.NoError(t, err, "the Lua store decides every rule")
+		})
+	}
 }

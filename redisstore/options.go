@@ -113,7 +113,10 @@ func WithReplay(r Replay) Option {
 //     Under overload fewer than Rate may pass in a window; never more.
 //   - Cancel does nothing.
 //
-// Pauses work as usual.
+// Pauses work as usual. [throttle.NewTransport] refuses, at start-up, a
+// rule the mode cannot decide as written: a limit that is not a fixed
+// window, or a waiter that may wait (see [Store.CheckRule]); give such
+// rules waiters.FailFast().
 func WithMultiExec() Option {
 	return func(s *Store) { s.multiExec = true }
 }
