@@ -41,7 +41,7 @@ const DefaultBatchMax = 64
 // single Redis busy (on the development VM batching at 8 callers gained
 // nothing over single calls, and at 64 callers it decided about twice as
 // many demands per second as the EVALSHA baseline's calls: see the
-// README's Benchmarks).
+// docs/benchmarks.md).
 const BatchInFlight = 8
 
 // ErrNotSent wraps the context error of a batched demand whose context
