@@ -1,6 +1,6 @@
 module github.com/quotakit/throttle/bench
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/quotakit/throttle => ../
 
@@ -18,5 +18,5 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )

@@ -1,6 +1,6 @@
 module github.com/quotakit/throttle/examples/github
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/google/go-github/v75 v75.0.0
@@ -16,7 +16,7 @@ require (
 	github.com/google/go-querystring v1.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )
 
 replace github.com/quotakit/throttle => ../..

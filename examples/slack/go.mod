@@ -1,6 +1,6 @@
 module github.com/quotakit/throttle/examples/slack
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/quotakit/throttle v0.0.0-00010101000000-000000000000
@@ -16,7 +16,7 @@ require (
 	github.com/gorilla/websocket v1.5.3 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )
 
 replace github.com/quotakit/throttle => ../..
