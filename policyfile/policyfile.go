@@ -52,16 +52,16 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/github"
-	"github.com/quotakit/throttle/presets/slack"
+	"github.com/quotakit/throttle/presets/githubquota"
+	"github.com/quotakit/throttle/presets/slackquota"
 	"github.com/quotakit/throttle/waiters"
 )
 
 // Presets are the presets a file can name, each giving its rules with the
 // preset's default options. Add your own before loading files.
 var Presets = map[string]func() []throttle.Rule{
-	"slack":  func() []throttle.Rule { return slack.Rules(slack.Options{}) },
-	"github": func() []throttle.Rule { return github.Rules(github.Options{}) },
+	"slack":  func() []throttle.Rule { return slackquota.Rules(slackquota.Options{}) },
+	"github": func() []throttle.Rule { return githubquota.Rules(githubquota.Options{}) },
 }
 
 func presetNames() string {

@@ -34,8 +34,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/github"
-	"github.com/quotakit/throttle/presets/github/githubtest"
+	"github.com/quotakit/throttle/presets/githubquota"
+	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
 	"github.com/quotakit/throttle/redisstore"
 )
 
@@ -63,7 +63,7 @@ type config struct {
 	redisURL           string
 	token, repo        string // the real GitHub, if token is set
 
-	fake *githubtest.Server // tests: the fake GitHub to use, shared by runs
+	fake *fakegithub.Server // tests: the fake GitHub to use, shared by runs
 }
 
 // summary is what a run did. Every API call counts once: sent (waited is
@@ -72,17 +72,17 @@ type config struct {
 type summary struct {
 	sent, waited, refused, failed atomic.Int64
 	rateLimited                   int64 // rate-limit answers go-github reported
-	fake                          githubtest.Stats
+	fake                          fakegithub.Stats
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
-	opts := github.Options{}
+	opts := githubquota.Options{}
 	token, owner, repo, write := cfg.token, "octo", "hello", true
 	fake := cfg.fake
 	var baseURL *url.URL
 	if token == "" {
 		if fake == nil {
-			fake = githubtest.NewServer(githubtest.Options{})
+			fake = fakegithub.NewServer(fakegithub.Options{})
 			defer fake.Close()
 		}
 		opts.Host = fake.Host()
@@ -129,15 +129,15 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 	}
 	fmt.Fprintf(out, "%d instances x %d workers, %v, %s, store: %s\n", cfg.instances, cfg.workers, cfg.duration, target, where)
 	fmt.Fprintf(out, "limits per token: %d/h; search %d/min; code search %d/min; %d points/min per endpoint (writes %d); content creation %d/min, %d/h\n",
-		github.Standard.Hourly(), github.SearchPerMinute, github.CodeSearchPerMinute, github.EndpointPoints, github.WritePoints,
-		github.ContentPerMinute, github.ContentPerHour)
+		githubquota.Standard.Hourly(), githubquota.SearchPerMinute, githubquota.CodeSearchPerMinute, githubquota.EndpointPoints, githubquota.WritePoints,
+		githubquota.ContentPerMinute, githubquota.ContentPerHour)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 	var rateLimited atomic.Int64
 	var wg sync.WaitGroup
 	for i := range cfg.instances {
-		t, err := throttle.NewTransport(nil, github.Policy(opts), throttle.WithStore(store), throttle.WithHooks(hooks))
+		t, err := throttle.NewTransport(nil, githubquota.Policy(opts), throttle.WithStore(store), throttle.WithHooks(hooks))
 		if err != nil {
 			return nil, err
 		}

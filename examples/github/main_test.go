@@ -17,8 +17,8 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
-	"github.com/quotakit/throttle/presets/github"
-	"github.com/quotakit/throttle/presets/github/githubtest"
+	"github.com/quotakit/throttle/presets/githubquota"
+	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -30,20 +30,20 @@ func TestRunOffline(t *testing.T) {
 	assert.Zero(t, sum.rateLimited, "go-github saw rate-limit answers")
 	assert.Zero(t, sum.fake.Limited, "the fake GitHub refused requests")
 	// Each limit's first window, exactly, in 2 s.
-	assert.Equal(t, github.ContentPerMinute, sum.fake.Created)
-	assert.Equal(t, github.SearchPerMinute, sum.fake.ByResource["search"])
-	assert.Equal(t, github.CodeSearchPerMinute, sum.fake.ByResource["code_search"])
+	assert.Equal(t, githubquota.ContentPerMinute, sum.fake.Created)
+	assert.Equal(t, githubquota.SearchPerMinute, sum.fake.ByResource["search"])
+	assert.Equal(t, githubquota.CodeSearchPerMinute, sum.fake.ByResource["code_search"])
 	// The reads fill two endpoints' windows only if the machine keeps up
 	// (under -race on a loaded machine it may not in 2 s): never more.
-	assert.LessOrEqual(t, sum.fake.ByResource["core"], 2*github.EndpointPoints+github.ContentPerMinute, "two read endpoints and the comments")
-	assert.Greater(t, sum.fake.ByResource["core"], github.ContentPerMinute)
+	assert.LessOrEqual(t, sum.fake.ByResource["core"], 2*githubquota.EndpointPoints+githubquota.ContentPerMinute, "two read endpoints and the comments")
+	assert.Greater(t, sum.fake.ByResource["core"], githubquota.ContentPerMinute)
 }
 
 // Two processes of the example side by side, sharing a Redis and the
 // GitHub they talk to, stay within GitHub's limits together.
 func TestRunsShareRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	fake := githubtest.NewServer(githubtest.Options{})
+	fake := fakegithub.NewServer(fakegithub.Options{})
 	defer fake.Close()
 	cfg := config{instances: 2, workers: 5, duration: 2 * time.Second, redisURL: "redis://" + srv.Addr(), fake: fake}
 	var wg sync.WaitGroup
@@ -60,17 +60,17 @@ func TestRunsShareRedis(t *testing.T) {
 	wg.Wait()
 	st := fake.Stats()
 	assert.Zero(t, st.Limited, "the fake GitHub refused requests")
-	assert.Equal(t, github.ContentPerMinute, st.Created, "both processes together")
-	assert.Equal(t, github.SearchPerMinute, st.ByResource["search"])
-	assert.Equal(t, github.CodeSearchPerMinute, st.ByResource["code_search"])
+	assert.Equal(t, githubquota.ContentPerMinute, st.Created, "both processes together")
+	assert.Equal(t, githubquota.SearchPerMinute, st.ByResource["search"])
+	assert.Equal(t, githubquota.CodeSearchPerMinute, st.ByResource["code_search"])
 }
 
 // The real go-github client, through the preset's transport.
 func TestGoGitHubThroughTransport(t *testing.T) {
-	fake := githubtest.NewServer(githubtest.Options{NoRetryAfter: true})
+	fake := fakegithub.NewServer(fakegithub.Options{NoRetryAfter: true})
 	defer fake.Close()
 	newClient := func() (*gogithub.Client, func()) {
-		tr, err := throttle.NewTransport(nil, github.Policy(github.Options{Host: fake.Host(), Wait: waiters.FailFast()}))
+		tr, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{Host: fake.Host(), Wait: waiters.FailFast()}))
 		require.NoError(t, err)
 		hc := &http.Client{Transport: tr}
 		gh := gogithub.NewClient(hc).WithAuthToken("ghp_test_token")
@@ -84,7 +84,7 @@ func TestGoGitHubThroughTransport(t *testing.T) {
 
 	// Search: 30, then refused before sending; go-github passes our error
 	// through.
-	for range github.SearchPerMinute {
+	for range githubquota.SearchPerMinute {
 		_, _, err := gh.Search.Issues(ctx, "is:open", nil)
 		require.NoError(t, err)
 	}
@@ -106,7 +106,7 @@ func TestGoGitHubThroughTransport(t *testing.T) {
 	// 81st, and GitHub answers a secondary-limit 403 without Retry-After:
 	// go-github's AbuseRateLimitError. That instance pauses the token for
 	// a minute.
-	for range github.ContentPerMinute {
+	for range githubquota.ContentPerMinute {
 		_, _, err = gh.Issues.CreateComment(ctx, "o", "r", 1, &gogithub.IssueComment{Body: gogithub.Ptr("x")})
 		require.NoError(t, err)
 	}

@@ -30,8 +30,8 @@ import (
 	slackgo "github.com/slack-go/slack"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/slack"
-	"github.com/quotakit/throttle/presets/slack/slacktest"
+	"github.com/quotakit/throttle/presets/slackquota"
+	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
 	"github.com/quotakit/throttle/redisstore"
 )
 
@@ -59,7 +59,7 @@ type config struct {
 	redisURL            string
 	token, channel      string // the real Slack, if token is set
 
-	fake *slacktest.Server // tests: the fake Slack to use, shared by runs
+	fake *fakeslack.Server // tests: the fake Slack to use, shared by runs
 }
 
 // summary is what a run did. Every API call counts once: sent (waited is
@@ -73,14 +73,14 @@ type summary struct {
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
-	opts := slack.Options{}
+	opts := slackquota.Options{}
 	apiURL := slackgo.APIURL
 	token := cfg.token
 	channels := []string{cfg.channel}
 	fake := cfg.fake
 	if token == "" {
 		if fake == nil {
-			fake = slacktest.NewServer(slacktest.Options{})
+			fake = fakeslack.NewServer(fakeslack.Options{})
 			defer fake.Close()
 		}
 		opts.APIHost, opts.WebhookHost = fake.Host(), fake.Host()
@@ -127,14 +127,14 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 	}
 	fmt.Fprintf(out, "%d instances, %v, %s, store: %s\n", cfg.instances, cfg.duration, target, where)
 	fmt.Fprintf(out, "limits: chat.postMessage 1/s per channel (burst %d); %s; %s; %s\n",
-		slack.PostBurst, tierLine("conversations.history"), tierLine("users.info"), tierLine("conversations.list"))
+		slackquota.PostBurst, tierLine("conversations.history"), tierLine("users.info"), tierLine("conversations.list"))
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 	var rateLimited atomic.Int64
 	var wg sync.WaitGroup
 	for i := range cfg.instances {
-		t, err := throttle.NewTransport(nil, slack.Policy(opts), throttle.WithStore(store), throttle.WithHooks(hooks))
+		t, err := throttle.NewTransport(nil, slackquota.Policy(opts), throttle.WithStore(store), throttle.WithHooks(hooks))
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +182,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 }
 
 func tierLine(method string) string {
-	l := slack.Options{}.TierOf(method).Limit()
+	l := slackquota.Options{}.TierOf(method).Limit()
 	return fmt.Sprintf("%s %s (%d/min, burst %d)", method, l.Name, l.Rate, l.Burst)
 }
 

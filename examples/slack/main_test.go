@@ -16,8 +16,8 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
-	"github.com/quotakit/throttle/presets/slack"
-	"github.com/quotakit/throttle/presets/slack/slacktest"
+	"github.com/quotakit/throttle/presets/slackquota"
+	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // maxMessages is the most the preset lets through to one channel in d:
 // the burst, then one a second.
 func maxMessages(channels int, d time.Duration) int {
-	return channels * (slack.PostBurst + int(d/time.Second) + 1)
+	return channels * (slackquota.PostBurst + int(d/time.Second) + 1)
 }
 
 func TestRunOffline(t *testing.T) {
@@ -36,7 +36,7 @@ func TestRunOffline(t *testing.T) {
 	assert.Zero(t, sum.rateLimited, "slack-go saw 429s")
 	assert.Zero(t, sum.fakeLimited, "the fake Slack answered 429s")
 	assert.Positive(t, sum.sent.Load())
-	assert.GreaterOrEqual(t, sum.messages, 2*slack.PostBurst, "every channel's burst went")
+	assert.GreaterOrEqual(t, sum.messages, 2*slackquota.PostBurst, "every channel's burst went")
 	assert.LessOrEqual(t, sum.messages, maxMessages(2, cfg.duration))
 }
 
@@ -44,7 +44,7 @@ func TestRunOffline(t *testing.T) {
 // Slack they talk to, stay within Slack's limits together.
 func TestRunsShareRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	fake := slacktest.NewServer(slacktest.Options{})
+	fake := fakeslack.NewServer(fakeslack.Options{})
 	defer fake.Close()
 	cfg := config{instances: 2, channels: 2, duration: 3 * time.Second, redisURL: "redis://" + srv.Addr(), fake: fake}
 	var wg sync.WaitGroup
@@ -71,9 +71,9 @@ func TestRunsShareRedis(t *testing.T) {
 
 // The real slack-go client, through the preset's transport.
 func TestSlackGoThroughTransport(t *testing.T) {
-	fake := slacktest.NewServer(slacktest.Options{Tiers: map[string]slack.Tier{"conversations.info": slack.Tier1}})
+	fake := fakeslack.NewServer(fakeslack.Options{Tiers: map[string]slackquota.Tier{"conversations.info": slackquota.Tier1}})
 	defer fake.Close()
-	tr, err := throttle.NewTransport(nil, slack.Policy(slack.Options{APIHost: fake.Host(), Wait: waiters.FailFast()}))
+	tr, err := throttle.NewTransport(nil, slackquota.Policy(slackquota.Options{APIHost: fake.Host(), Wait: waiters.FailFast()}))
 	require.NoError(t, err)
 	hc := &http.Client{Transport: tr}
 	defer hc.CloseIdleConnections()
@@ -81,7 +81,7 @@ func TestSlackGoThroughTransport(t *testing.T) {
 	ctx := context.Background()
 
 	// chat.postMessage: the channel's burst, then refused before sending.
-	for range slack.PostBurst {
+	for range slackquota.PostBurst {
 		ch, _, err := api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("hi", false))
 		require.NoError(t, err)
 		assert.Equal(t, "C1", ch)
@@ -91,7 +91,7 @@ func TestSlackGoThroughTransport(t *testing.T) {
 	assert.ErrorIs(t, err, throttle.ErrLimited, "slack-go passes our error through")
 	var le *throttle.LimitError
 	require.ErrorAs(t, err, &le)
-	assert.Equal(t, slack.ChannelLimit, le.Limit)
+	assert.Equal(t, slackquota.ChannelLimit, le.Limit)
 	_, _, err = api.PostMessageContext(ctx, "C2", slackgo.MsgOptionText("hi", false))
 	assert.NoError(t, err, "another channel")
 

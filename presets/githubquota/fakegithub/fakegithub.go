@@ -1,4 +1,4 @@
-// Package githubtest runs a fake GitHub API for tests and examples: an
+// Package fakegithub runs a fake GitHub API for tests and examples: an
 // [httptest.Server] that answers a few REST routes, search and GraphQL, and
 // enforces GitHub's rate limits as GitHub documents them, answering a
 // request over a limit as GitHub does and counting it.
@@ -23,7 +23,7 @@
 //
 // Requests for installation tokens are limited only to 2,000 an hour. A
 // repository named "private" answers a plain permission 403.
-package githubtest
+package fakegithub
 
 import (
 	"encoding/json"
@@ -157,7 +157,7 @@ func NewServer(o Options) *Server {
 	return s
 }
 
-// Host is the server's host:port, for github.Options.Host.
+// Host is the server's host:port, for githubquota.Options.Host.
 func (s *Server) Host() string { return strings.TrimPrefix(s.URL, "http://") }
 
 // Stats returns a copy of what the server received so far.

@@ -1,4 +1,4 @@
-// Package slacktest runs a fake Slack for tests and examples: an
+// Package fakeslack runs a fake Slack for tests and examples: an
 // [httptest.Server] that answers the Web API and incoming webhooks and
 // enforces Slack's rate limits as package slack reads them, answering a
 // call over a limit like Slack does (HTTP 429, Retry-After in seconds,
@@ -6,10 +6,10 @@
 //
 // Limits are enforced per method per workspace (each token is a workspace)
 // over a sliding minute: at most a tier's rate plus its burst calls (see
-// slack.Tier.Limit). chat.postMessage is limited per channel and an
+// slackquota.Tier.Limit). chat.postMessage is limited per channel and an
 // incoming webhook per URL (and channel), over a sliding second, to
-// slack.PostRate plus slack.PostBurst messages.
-package slacktest
+// slackquota.PostRate plus slackquota.PostBurst messages.
+package fakeslack
 
 import (
 	"encoding/json"
@@ -24,23 +24,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotakit/throttle/presets/slack"
+	"github.com/quotakit/throttle/presets/slackquota"
 )
 
 // Options configure a fake Slack. The zero value enforces the tiers of
-// [slack.DefaultTiers] (Tier2 for other methods) and the posting limits.
+// [slackquota.DefaultTiers] (Tier2 for other methods) and the posting limits.
 type Options struct {
 	// Tiers sets the tier the fake enforces for methods, over
-	// slack.DefaultTiers; a fake stricter than the preset shows what the
+	// slackquota.DefaultTiers; a fake stricter than the preset shows what the
 	// preset learns from a 429.
-	Tiers map[string]slack.Tier
+	Tiers map[string]slackquota.Tier
 
 	// NonMarketplace2025 enforces one call a minute on
 	// conversations.history and conversations.replies.
 	NonMarketplace2025 bool
 
 	// PostPerSecond is how many messages per second a channel (or webhook)
-	// takes. Zero means slack.PostRate + slack.PostBurst.
+	// takes. Zero means slackquota.PostRate + slackquota.PostBurst.
 	PostPerSecond int
 }
 
@@ -65,7 +65,7 @@ type Stats struct {
 // concurrent use.
 type Server struct {
 	*httptest.Server
-	tiers  slack.Options
+	tiers  slackquota.Options
 	perSec int
 
 	mu    sync.Mutex
@@ -76,13 +76,13 @@ type Server struct {
 // NewServer starts a fake Slack; Close it when done.
 func NewServer(o Options) *Server {
 	s := &Server{
-		tiers:  slack.Options{Tiers: o.Tiers, NonMarketplace2025: o.NonMarketplace2025},
+		tiers:  slackquota.Options{Tiers: o.Tiers, NonMarketplace2025: o.NonMarketplace2025},
 		perSec: o.PostPerSecond,
 		log:    make(map[string][]time.Time),
 		stats:  Stats{ByMethod: make(map[string]int)},
 	}
 	if s.perSec <= 0 {
-		s.perSec = slack.PostRate + slack.PostBurst
+		s.perSec = slackquota.PostRate + slackquota.PostBurst
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/{method}", s.api)
@@ -100,7 +100,7 @@ func (s *Server) WebhookURL(n int) string {
 	return fmt.Sprintf("%s/services/T0000FAKE/B%07d/fakesecret%d", s.URL, n, n)
 }
 
-// Host is the server's host:port, for slack.Options.APIHost and
+// Host is the server's host:port, for slackquota.Options.APIHost and
 // WebhookHost.
 func (s *Server) Host() string { return strings.TrimPrefix(s.URL, "http://") }
 

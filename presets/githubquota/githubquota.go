@@ -1,4 +1,4 @@
-// Package github is a throttle preset for the GitHub API (REST and
+// Package githubquota is a throttle preset for the GitHub API (REST and
 // GraphQL): its primary limits per token, kept in sync with the
 // x-ratelimit-* headers of each resource; its search limits; its secondary
 // limits; and pauses learned from its 403 and 429 answers. Token requests
@@ -6,7 +6,7 @@
 //
 // Use it as the policy of a [throttle.Transport], e.g. under go-github:
 //
-//	t, err := throttle.NewTransport(nil, github.Policy(github.Options{}), throttle.WithStore(store))
+//	t, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{}), throttle.WithStore(store))
 //	gh := gogithub.NewClient(&http.Client{Transport: t}).WithAuthToken(token)
 //
 // # Primary limits
@@ -59,7 +59,7 @@
 // github.com/login/oauth/access_token) are in a lane of their own (their
 // own scope, with GitHub's limit of 2,000 token requests an hour), so they
 // never wait behind requests that are waiting for a token.
-package github
+package githubquota
 
 import (
 	"bytes"

@@ -1,10 +1,10 @@
-// Package slack is a throttle preset for Slack: the Web API's rate-limit
+// Package slackquota is a throttle preset for Slack: the Web API's rate-limit
 // tiers, the posting limits of chat.postMessage and incoming webhooks, and
 // pauses learned from Slack's 429s that hold back only what Slack limited.
 //
 // Use it as the policy of a [throttle.Transport], e.g. under slack-go:
 //
-//	t, err := throttle.NewTransport(nil, slack.Policy(slack.Options{}), throttle.WithStore(store))
+//	t, err := throttle.NewTransport(nil, slackquota.Policy(slackquota.Options{}), throttle.WithStore(store))
 //	api := slackgo.New(token, slackgo.OptionHTTPClient(&http.Client{Transport: t}))
 //
 // # What it limits
@@ -41,7 +41,7 @@
 // for the Slack Marketplace may call conversations.history and
 // conversations.replies only once a minute (and get at most 15 messages a
 // call). Set [Options.NonMarketplace2025] for such apps.
-package slack
+package slackquota
 
 import (
 	"errors"

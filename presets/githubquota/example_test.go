@@ -1,4 +1,4 @@
-package github_test
+package githubquota_test
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"net/http"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/github"
-	"github.com/quotakit/throttle/presets/github/githubtest"
+	"github.com/quotakit/throttle/presets/githubquota"
+	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -16,10 +16,10 @@ import (
 // to the 30th said no search quota remains, so the token's search is
 // paused until GitHub's reset (the limit would refuse it too).
 func ExamplePolicy() {
-	fake := githubtest.NewServer(githubtest.Options{}) // a fake GitHub; drop it and Host in production
+	fake := fakegithub.NewServer(fakegithub.Options{}) // a fake GitHub; drop it and Host in production
 	defer fake.Close()
 
-	t, err := throttle.NewTransport(nil, github.Policy(github.Options{
+	t, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{
 		Host: fake.Host(),
 		Wait: waiters.FailFast(),
 	}))

@@ -1,4 +1,4 @@
-package slack_test
+package slackquota_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/slack"
-	"github.com/quotakit/throttle/presets/slack/slacktest"
+	"github.com/quotakit/throttle/presets/slackquota"
+	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -21,10 +21,10 @@ import (
 // channel's burst): the category's limit stops the last two, and a
 // "warnings" notification still goes.
 func ExamplePolicy_notifier() {
-	fake := slacktest.NewServer(slacktest.Options{}) // a fake Slack; drop it and the hosts in production
+	fake := fakeslack.NewServer(fakeslack.Options{}) // a fake Slack; drop it and the hosts in production
 	defer fake.Close()
 
-	policy := slack.Policy(slack.Options{
+	policy := slackquota.Policy(slackquota.Options{
 		Notify: []throttle.Limit{
 			{Name: "global", Rate: 100, Per: 30 * time.Minute, Algorithm: throttle.SlidingLog},
 			{Name: "category", Rate: 10, Per: 30 * time.Minute, Algorithm: throttle.SlidingLog,

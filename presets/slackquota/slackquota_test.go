@@ -1,4 +1,4 @@
-package slack_test
+package slackquota_test
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/slack"
-	"github.com/quotakit/throttle/presets/slack/slacktest"
+	"github.com/quotakit/throttle/presets/slackquota"
+	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -48,20 +48,20 @@ func (s *keyStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decis
 
 type fixture struct {
 	t      *testing.T
-	fake   *slacktest.Server
+	fake   *fakeslack.Server
 	store  *keyStore
 	client *http.Client
 }
 
-func newFixture(t *testing.T, po slack.Options, fo slacktest.Options) *fixture {
-	fake := slacktest.NewServer(fo)
+func newFixture(t *testing.T, po slackquota.Options, fo fakeslack.Options) *fixture {
+	fake := fakeslack.NewServer(fo)
 	t.Cleanup(fake.Close)
 	po.APIHost, po.WebhookHost = fake.Host(), fake.Host()
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
 	store := &keyStore{MemoryStore: throttle.NewMemoryStore()}
-	tr, err := throttle.NewTransport(nil, slack.Policy(po), throttle.WithStore(store))
+	tr, err := throttle.NewTransport(nil, slackquota.Policy(po), throttle.WithStore(store))
 	require.NoError(t, err)
 	c := &http.Client{Transport: tr}
 	t.Cleanup(c.CloseIdleConnections)
@@ -116,28 +116,28 @@ func (f *fixture) burst(token, method string, n int) (int, *throttle.LimitError)
 func TestTiers(t *testing.T) {
 	cases := []struct {
 		name    string
-		opts    slack.Options
+		opts    slackquota.Options
 		method  string
-		tier    slack.Tier
+		tier    slackquota.Tier
 		burst   int
 		nextIn  time.Duration // when the next call could go
 		ruleFor string
 	}{
-		{"tier1", slack.Options{}, "rtm.connect", slack.Tier1, 1, time.Minute, "slack-tier1"},
-		{"tier2", slack.Options{}, "users.list", slack.Tier2, 3, 3 * time.Second, "slack-tier2"},
-		{"tier3", slack.Options{}, "conversations.history", slack.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
-		{"tier4", slack.Options{}, "users.info", slack.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
-		{"unknown method: default tier 2", slack.Options{}, "admin.foo.bar", slack.Tier2, 3, 3 * time.Second, "slack-tier2"},
-		{"default tier set", slack.Options{DefaultTier: slack.Tier4}, "admin.foo.bar", slack.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
-		{"override", slack.Options{Tiers: map[string]slack.Tier{"users.list": slack.Tier4}}, "users.list", slack.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
-		{"non-Marketplace 2025: history", slack.Options{NonMarketplace2025: true}, "conversations.history", slack.Tier1, 1, time.Minute, "slack-tier1"},
-		{"non-Marketplace 2025: replies", slack.Options{NonMarketplace2025: true}, "conversations.replies", slack.Tier1, 1, time.Minute, "slack-tier1"},
-		{"non-Marketplace 2025, overridden", slack.Options{NonMarketplace2025: true, Tiers: map[string]slack.Tier{"conversations.replies": slack.Tier3}}, "conversations.replies", slack.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
+		{"tier1", slackquota.Options{}, "rtm.connect", slackquota.Tier1, 1, time.Minute, "slack-tier1"},
+		{"tier2", slackquota.Options{}, "users.list", slackquota.Tier2, 3, 3 * time.Second, "slack-tier2"},
+		{"tier3", slackquota.Options{}, "conversations.history", slackquota.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
+		{"tier4", slackquota.Options{}, "users.info", slackquota.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
+		{"unknown method: default tier 2", slackquota.Options{}, "admin.foo.bar", slackquota.Tier2, 3, 3 * time.Second, "slack-tier2"},
+		{"default tier set", slackquota.Options{DefaultTier: slackquota.Tier4}, "admin.foo.bar", slackquota.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
+		{"override", slackquota.Options{Tiers: map[string]slackquota.Tier{"users.list": slackquota.Tier4}}, "users.list", slackquota.Tier4, 10, 600 * time.Millisecond, "slack-tier4"},
+		{"non-Marketplace 2025: history", slackquota.Options{NonMarketplace2025: true}, "conversations.history", slackquota.Tier1, 1, time.Minute, "slack-tier1"},
+		{"non-Marketplace 2025: replies", slackquota.Options{NonMarketplace2025: true}, "conversations.replies", slackquota.Tier1, 1, time.Minute, "slack-tier1"},
+		{"non-Marketplace 2025, overridden", slackquota.Options{NonMarketplace2025: true, Tiers: map[string]slackquota.Tier{"conversations.replies": slackquota.Tier3}}, "conversations.replies", slackquota.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.tier, tc.opts.TierOf(tc.method))
-			f := newFixture(t, tc.opts, slacktest.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025})
+			f := newFixture(t, tc.opts, fakeslack.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025})
 			sent, le := f.burst(tokenA, tc.method, tc.burst+3)
 			assert.Equal(t, tc.burst, sent, "a burst, then the tier's pace")
 			require.NotNil(t, le)
@@ -160,22 +160,22 @@ func TestTiers(t *testing.T) {
 }
 
 func TestTierValues(t *testing.T) {
-	for tier, want := range map[slack.Tier][3]int{slack.Tier1: {1, 1}, slack.Tier2: {20, 3}, slack.Tier3: {50, 5}, slack.Tier4: {100, 10}} {
+	for tier, want := range map[slackquota.Tier][3]int{slackquota.Tier1: {1, 1}, slackquota.Tier2: {20, 3}, slackquota.Tier3: {50, 5}, slackquota.Tier4: {100, 10}} {
 		l := tier.Limit()
 		assert.Equal(t, [3]int{want[0], want[1], int(time.Minute / time.Second)}, [3]int{l.Rate, l.Burst, int(l.Per / time.Second)}, tier.String())
 		assert.True(t, tier.Valid())
 	}
-	assert.False(t, slack.Tier(0).Valid())
-	assert.Equal(t, "Tier(9)", slack.Tier(9).String())
-	assert.Zero(t, slack.Tier(9).Limit())
+	assert.False(t, slackquota.Tier(0).Valid())
+	assert.Equal(t, "Tier(9)", slackquota.Tier(9).String())
+	assert.Zero(t, slackquota.Tier(9).Limit())
 	// An invalid override falls back to the default tier.
-	o := slack.Options{Tiers: map[string]slack.Tier{"users.info": 7}}
-	assert.Equal(t, slack.Tier2, o.TierOf("users.info"))
-	require.NoError(t, slack.Policy(slack.Options{}).Validate())
+	o := slackquota.Options{Tiers: map[string]slackquota.Tier{"users.info": 7}}
+	assert.Equal(t, slackquota.Tier2, o.TierOf("users.info"))
+	require.NoError(t, slackquota.Policy(slackquota.Options{}).Validate())
 }
 
 func TestPostMessagePerChannel(t *testing.T) {
-	f := newFixture(t, slack.Options{}, slacktest.Options{})
+	f := newFixture(t, slackquota.Options{}, fakeslack.Options{})
 	post := func(token, channel string, json bool) (int, *throttle.LimitError) {
 		var req *http.Request
 		var err error
@@ -195,15 +195,15 @@ func TestPostMessagePerChannel(t *testing.T) {
 		if json {
 			ch = "C-json"
 		}
-		for i := range slack.PostBurst {
+		for i := range slackquota.PostBurst {
 			status, le := post(tokenA, ch, json)
 			require.Nil(t, le, "message %d", i)
 			assert.Equal(t, http.StatusOK, status)
 		}
 		_, le := post(tokenA, ch, json)
 		require.NotNil(t, le, "the channel's burst is spent")
-		assert.Equal(t, slack.PostRule, le.Rule)
-		assert.Equal(t, slack.ChannelLimit, le.Limit)
+		assert.Equal(t, slackquota.PostRule, le.Rule)
+		assert.Equal(t, slackquota.ChannelLimit, le.Limit)
 		assert.InDelta(t, 1, le.RetryAfter.Seconds(), 0.1)
 	}
 	// Another channel, the same channel in another workspace: their own.
@@ -220,11 +220,11 @@ func TestPostMessagePerChannel(t *testing.T) {
 
 	st := f.fake.Stats()
 	assert.Zero(t, st.Limited)
-	assert.Equal(t, 2*slack.PostBurst+2, st.Messages)
+	assert.Equal(t, 2*slackquota.PostBurst+2, st.Messages)
 }
 
 func TestWebhookPerURLAndChannel(t *testing.T) {
-	f := newFixture(t, slack.Options{}, slacktest.Options{})
+	f := newFixture(t, slackquota.Options{}, fakeslack.Options{})
 	hook := func(n int, body string) *throttle.LimitError {
 		req, err := http.NewRequest(http.MethodPost, f.fake.WebhookURL(n), strings.NewReader(body))
 		require.NoError(t, err)
@@ -235,22 +235,22 @@ func TestWebhookPerURLAndChannel(t *testing.T) {
 		}
 		return le
 	}
-	for range slack.PostBurst {
+	for range slackquota.PostBurst {
 		require.Nil(t, hook(1, `{"text":"hi"}`))
 	}
 	le := hook(1, `{"text":"hi"}`)
 	require.NotNil(t, le)
-	assert.Equal(t, slack.WebhookRule, le.Rule)
-	assert.Equal(t, slack.WebhookLimit, le.Limit)
+	assert.Equal(t, slackquota.WebhookRule, le.Rule)
+	assert.Equal(t, slackquota.WebhookLimit, le.Limit)
 	assert.Nil(t, hook(2, `{"text":"hi"}`), "another webhook")
 	assert.Nil(t, hook(1, `{"text":"hi","channel":"#ops"}`), "a channel named in the body")
 	st := f.fake.Stats()
 	assert.Zero(t, st.Limited)
-	assert.Equal(t, slack.PostBurst+2, st.Messages)
+	assert.Equal(t, slackquota.PostBurst+2, st.Messages)
 }
 
 func TestTokensAreHashed(t *testing.T) {
-	f := newFixture(t, slack.Options{}, slacktest.Options{})
+	f := newFixture(t, slackquota.Options{}, fakeslack.Options{})
 	f.call(tokenA, "users.info", url.Values{"user": {"U1"}})
 	f.call(tokenA, "chat.postMessage", url.Values{"channel": {"C1"}, "text": {"x"}})
 	// The older style: the token in the form body.
@@ -287,7 +287,7 @@ func TestTokensAreHashed(t *testing.T) {
 // burst of 3), so the preset's third call gets a 429; the pause it learns
 // holds back users.list in that workspace only.
 func TestRateLimitedPausesMethodInWorkspace(t *testing.T) {
-	f := newFixture(t, slack.Options{}, slacktest.Options{Tiers: map[string]slack.Tier{"users.list": slack.Tier1}})
+	f := newFixture(t, slackquota.Options{}, fakeslack.Options{Tiers: map[string]slackquota.Tier{"users.list": slackquota.Tier1}})
 	for range 2 {
 		status, le := f.call(tokenA, "users.list", nil)
 		require.Nil(t, le)
@@ -315,7 +315,7 @@ func TestRateLimitedPausesMethodInWorkspace(t *testing.T) {
 }
 
 func TestRateLimitedPausesPostingChannel(t *testing.T) {
-	f := newFixture(t, slack.Options{}, slacktest.Options{PostPerSecond: 1})
+	f := newFixture(t, slackquota.Options{}, fakeslack.Options{PostPerSecond: 1})
 	form := func(ch string) url.Values { return url.Values{"channel": {ch}, "text": {"hi"}} }
 	status, _ := f.call(tokenA, "chat.postMessage", form("C1"))
 	assert.Equal(t, http.StatusOK, status)
@@ -324,7 +324,7 @@ func TestRateLimitedPausesPostingChannel(t *testing.T) {
 
 	_, le := f.call(tokenA, "chat.postMessage", form("C1"))
 	require.NotNil(t, le, "channel C1 is paused")
-	assert.Equal(t, slack.ChannelLimit, le.Pause)
+	assert.Equal(t, slackquota.ChannelLimit, le.Pause)
 	status, le = f.call(tokenA, "chat.postMessage", form("C2"))
 	assert.Nil(t, le, "channel C2 is not")
 	assert.Equal(t, http.StatusOK, status)
@@ -335,7 +335,7 @@ func TestRateLimitedPausesPostingChannel(t *testing.T) {
 }
 
 func TestWaitingKeepsUnderTheLimit(t *testing.T) {
-	f := newFixture(t, slack.Options{Wait: waiters.UpTo(5 * time.Second)}, slacktest.Options{})
+	f := newFixture(t, slackquota.Options{Wait: waiters.UpTo(5 * time.Second)}, fakeslack.Options{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	sent := 0

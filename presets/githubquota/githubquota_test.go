@@ -1,4 +1,4 @@
-package github_test
+package githubquota_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/presets/github"
-	"github.com/quotakit/throttle/presets/github/githubtest"
+	"github.com/quotakit/throttle/presets/githubquota"
+	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -65,15 +65,15 @@ func (s *keyStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decis
 type fixture struct {
 	t      *testing.T
 	clock  *clock
-	fake   *githubtest.Server
+	fake   *fakegithub.Server
 	store  *keyStore
 	client *http.Client
 }
 
-func newFixture(t *testing.T, po github.Options, fo githubtest.Options) *fixture {
+func newFixture(t *testing.T, po githubquota.Options, fo fakegithub.Options) *fixture {
 	c := &clock{t: time.Now()}
 	fo.Now = c.Now
-	fake := githubtest.NewServer(fo)
+	fake := fakegithub.NewServer(fo)
 	t.Cleanup(fake.Close)
 	f := &fixture{t: t, clock: c, fake: fake}
 	f.client, f.store = f.newClient(po)
@@ -81,13 +81,13 @@ func newFixture(t *testing.T, po github.Options, fo githubtest.Options) *fixture
 }
 
 // newClient is another instance: a transport with a store of its own.
-func (f *fixture) newClient(po github.Options) (*http.Client, *keyStore) {
+func (f *fixture) newClient(po githubquota.Options) (*http.Client, *keyStore) {
 	po.Host, po.OAuthHost = f.fake.Host(), f.fake.Host()
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
 	store := &keyStore{MemoryStore: throttle.NewMemoryStore(throttle.WithStoreClock(f.clock.Now))}
-	tr, err := throttle.NewTransport(nil, github.Policy(po), throttle.WithStore(store), throttle.WithClock(f.clock.Now))
+	tr, err := throttle.NewTransport(nil, githubquota.Policy(po), throttle.WithStore(store), throttle.WithClock(f.clock.Now))
 	require.NoError(f.t, err)
 	c := &http.Client{Transport: tr}
 	f.t.Cleanup(c.CloseIdleConnections)
@@ -147,7 +147,7 @@ func (f *fixture) upTo(n int, token, method, path, body string) (int, *throttle.
 func TestLimits(t *testing.T) {
 	cases := []struct {
 		name         string
-		opts         github.Options
+		opts         githubquota.Options
 		token        string
 		method, path string
 		body         string
@@ -155,18 +155,18 @@ func TestLimits(t *testing.T) {
 		rule, limit  string
 		retryAfter   time.Duration
 	}{
-		{"search", github.Options{}, tokenA, "GET", "/search/issues?q=bug", "", 30, "github-search", github.SearchLimit, 61 * time.Second},
-		{"code search", github.Options{}, tokenA, "GET", "/search/code?q=x", "", 9, "github-code-search", github.CodeSearchLimit, 61 * time.Second},
-		{"900 read points per endpoint", github.Options{}, tokenA, "GET", "/repos/o/r/issues", "", 900, "github-read", github.ReadPointsLimit, 61 * time.Second},
-		{"writes cost 5 points", github.Options{}, tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, 180, "github-write", github.WritePointsLimit, 61 * time.Second},
-		{"content creation per minute", github.Options{}, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, 80, "github-create", github.ContentMinuteLimit, 61 * time.Second},
-		{"GraphQL mutations cost 5 points", github.Options{}, tokenA, "POST", "/graphql", `{"query": "mutation { addStar(input: {}) { clientMutationId } }"}`, 400, "github-graphql", github.GraphQLPointsLimit, 61 * time.Second},
-		{"primary, standard token", github.Options{Hourly: 40}, tokenA, "GET", "/user", "", 40, "github-read", github.CoreLimit, time.Hour + time.Second},
-		{"unauthenticated", github.Options{}, "", "GET", "/repos/o/r", "", 60, "github-unauthenticated", github.UnauthenticatedLimit, time.Hour + time.Second},
+		{"search", githubquota.Options{}, tokenA, "GET", "/search/issues?q=bug", "", 30, "github-search", githubquota.SearchLimit, 61 * time.Second},
+		{"code search", githubquota.Options{}, tokenA, "GET", "/search/code?q=x", "", 9, "github-code-search", githubquota.CodeSearchLimit, 61 * time.Second},
+		{"900 read points per endpoint", githubquota.Options{}, tokenA, "GET", "/repos/o/r/issues", "", 900, "github-read", githubquota.ReadPointsLimit, 61 * time.Second},
+		{"writes cost 5 points", githubquota.Options{}, tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, 180, "github-write", githubquota.WritePointsLimit, 61 * time.Second},
+		{"content creation per minute", githubquota.Options{}, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, 80, "github-create", githubquota.ContentMinuteLimit, 61 * time.Second},
+		{"GraphQL mutations cost 5 points", githubquota.Options{}, tokenA, "POST", "/graphql", `{"query": "mutation { addStar(input: {}) { clientMutationId } }"}`, 400, "github-graphql", githubquota.GraphQLPointsLimit, 61 * time.Second},
+		{"primary, standard token", githubquota.Options{Hourly: 40}, tokenA, "GET", "/user", "", 40, "github-read", githubquota.CoreLimit, time.Hour + time.Second},
+		{"unauthenticated", githubquota.Options{}, "", "GET", "/repos/o/r", "", 60, "github-unauthenticated", githubquota.UnauthenticatedLimit, time.Hour + time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, tc.opts, githubtest.Options{Hourly: tc.opts.Hourly})
+			f := newFixture(t, tc.opts, fakegithub.Options{Hourly: tc.opts.Hourly})
 			ok, le := f.upTo(tc.admitted, tc.token, tc.method, tc.path, tc.body)
 			assert.Equal(t, tc.admitted, ok)
 			require.NotNil(t, le)
@@ -190,7 +190,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestEndpointsAreCountedApart(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
 	ok, le := f.upTo(900, tokenA, "GET", "/repos/o/r/issues", "")
 	require.Equal(t, 900, ok)
 	require.NotNil(t, le)
@@ -202,36 +202,36 @@ func TestEndpointsAreCountedApart(t *testing.T) {
 }
 
 func TestContentCreationPerHour(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
 	sent := 0
-	for round := 0; sent < github.ContentPerHour; round++ {
-		ok, le := f.upTo(github.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues/1/comments", `{"body":"x"}`)
+	for round := 0; sent < githubquota.ContentPerHour; round++ {
+		ok, le := f.upTo(githubquota.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues/1/comments", `{"body":"x"}`)
 		sent += ok
 		require.NotNil(t, le)
-		if sent < github.ContentPerHour {
-			assert.Equal(t, github.ContentMinuteLimit, le.Limit, "round %d", round)
+		if sent < githubquota.ContentPerHour {
+			assert.Equal(t, githubquota.ContentMinuteLimit, le.Limit, "round %d", round)
 		} else {
-			assert.Equal(t, github.ContentHourLimit, le.Limit, "round %d", round)
+			assert.Equal(t, githubquota.ContentHourLimit, le.Limit, "round %d", round)
 			// The hour's first comments leave the window an hour (and the
 			// margin) after they were sent, 6 rounds of 61 s ago.
 			assert.Equal(t, time.Hour+time.Second-6*61*time.Second, le.RetryAfter)
 		}
 		f.clock.Add(61 * time.Second)
 	}
-	assert.Equal(t, github.ContentPerHour, sent)
+	assert.Equal(t, githubquota.ContentPerHour, sent)
 	st := f.fake.Stats()
 	assert.Zero(t, st.Limited)
-	assert.Equal(t, github.ContentPerHour, st.Created)
+	assert.Equal(t, githubquota.ContentPerHour, st.Created)
 }
 
 func TestPrimarySyncedWithHeaders(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
 	f.fake.Use(tokenA, "core", 4990) // another service used the token
 	ok, le := f.upTo(20, tokenA, "GET", "/user", "")
 	assert.Equal(t, 10, ok, "what GitHub said remained, not our own 5000")
 	require.NotNil(t, le)
 	assert.Equal(t, "github-read", le.Rule)
-	assert.Equal(t, github.CoreLimit, le.Pause, "remaining 0 pauses the token's core quota until the reset")
+	assert.Equal(t, githubquota.CoreLimit, le.Pause, "remaining 0 pauses the token's core quota until the reset")
 	assert.Zero(t, f.fake.Stats().Limited)
 
 	assert.Nil(t, f.do(tokenA, "GET", "/search/issues?q=x", "").le, "search is another resource")
@@ -239,14 +239,14 @@ func TestPrimarySyncedWithHeaders(t *testing.T) {
 }
 
 func TestPrimaryExhaustedBy403PausesUntilReset(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{Hourly: 3})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{Hourly: 3})
 	// Our preset believes in 5,000 and GitHub enforces 3: the 4th request
 	// gets GitHub's 403 with remaining 0. Sync lowers the counter on the
 	// way, so it is the preset that stops first.
 	ok, le := f.upTo(10, tokenA, "GET", "/user", "")
 	assert.Equal(t, 3, ok)
 	require.NotNil(t, le)
-	assert.Equal(t, github.CoreLimit, le.Pause)
+	assert.Equal(t, githubquota.CoreLimit, le.Pause)
 	assert.InDelta(t, time.Hour.Seconds(), le.RetryAfter.Seconds(), 2)
 	assert.Zero(t, f.fake.Stats().Limited)
 }
@@ -254,21 +254,21 @@ func TestPrimaryExhaustedBy403PausesUntilReset(t *testing.T) {
 func TestSecondaryLimitAnswers(t *testing.T) {
 	cases := []struct {
 		name  string
-		fake  githubtest.Options
+		fake  fakegithub.Options
 		pause time.Duration
 	}{
-		{"403 with Retry-After", githubtest.Options{}, 61 * time.Second},
-		{"429 with Retry-After", githubtest.Options{SecondaryStatus: http.StatusTooManyRequests}, 61 * time.Second},
-		{"403 without Retry-After: a minute", githubtest.Options{NoRetryAfter: true}, time.Minute},
+		{"403 with Retry-After", fakegithub.Options{}, 61 * time.Second},
+		{"429 with Retry-After", fakegithub.Options{SecondaryStatus: http.StatusTooManyRequests}, 61 * time.Second},
+		{"403 without Retry-After: a minute", fakegithub.Options{NoRetryAfter: true}, time.Minute},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, github.Options{}, tc.fake)
+			f := newFixture(t, githubquota.Options{}, tc.fake)
 			// Instance A creates 80 comments; instance B, with a store of
 			// its own (no Redis), does not know and creates one more.
-			ok, _ := f.upTo(github.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`)
-			require.Equal(t, github.ContentPerMinute, ok)
-			b, _ := f.newClient(github.Options{})
+			ok, _ := f.upTo(githubquota.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`)
+			require.Equal(t, githubquota.ContentPerMinute, ok)
+			b, _ := f.newClient(githubquota.Options{})
 			r := f.send(b, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`)
 			require.Nil(t, r.le)
 			want := tc.fake.SecondaryStatus
@@ -281,7 +281,7 @@ func TestSecondaryLimitAnswers(t *testing.T) {
 			// B now holds back every request of that token...
 			r = f.send(b, tokenA, "GET", "/user", "")
 			require.NotNil(t, r.le, "the token is paused")
-			assert.Equal(t, github.CoreLimit, r.le.Pause)
+			assert.Equal(t, githubquota.CoreLimit, r.le.Pause)
 			assert.GreaterOrEqual(t, r.le.RetryAfter, tc.pause-time.Second)
 			assert.LessOrEqual(t, r.le.RetryAfter, tc.pause+time.Second, "at most a second of jitter")
 			// ...but not other tokens.
@@ -292,7 +292,7 @@ func TestSecondaryLimitAnswers(t *testing.T) {
 }
 
 func TestPermission403IsNotAPause(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
 	r := f.do(tokenA, "GET", "/repos/o/private", "")
 	require.Nil(t, r.le)
 	assert.Equal(t, http.StatusForbidden, r.status)
@@ -305,7 +305,7 @@ func TestPermission403IsNotAPause(t *testing.T) {
 }
 
 func TestTokenRequestsHaveTheirOwnLane(t *testing.T) {
-	f := newFixture(t, github.Options{Hourly: 1}, githubtest.Options{Hourly: 1})
+	f := newFixture(t, githubquota.Options{Hourly: 1}, fakegithub.Options{Hourly: 1})
 	require.Nil(t, f.do(tokenA, "GET", "/user", "").le)
 	r := f.do(tokenA, "GET", "/user", "")
 	require.NotNil(t, r.le, "the token's quota is spent and it is paused")
@@ -315,38 +315,38 @@ func TestTokenRequestsHaveTheirOwnLane(t *testing.T) {
 	require.Nil(t, r.le)
 	assert.Equal(t, http.StatusCreated, r.status)
 	// So it does even when the whole GitHub scope is paused.
-	require.NoError(t, f.store.Pause(context.Background(), github.Scope, "", time.Hour))
+	require.NoError(t, f.store.Pause(context.Background(), githubquota.Scope, "", time.Hour))
 	r = f.do(tokenA, "POST", "/app/installations/42/access_tokens", "")
 	assert.Nil(t, r.le)
 	assert.Zero(t, f.fake.Stats().Limited)
 }
 
 func TestActionsTokenPerRepository(t *testing.T) {
-	f := newFixture(t, github.Options{Token: github.Actions, Hourly: 4}, githubtest.Options{Hourly: 100})
+	f := newFixture(t, githubquota.Options{Token: githubquota.Actions, Hourly: 4}, fakegithub.Options{Hourly: 100})
 	for i, tok := range []string{"ghs_run1", "ghs_run2", "ghs_run1", "ghs_run2"} {
 		require.Nil(t, f.do(tok, "GET", "/repos/o/r/issues", "").le, "request %d", i)
 	}
 	r := f.do("ghs_run3", "GET", "/repos/o/r", "")
 	require.NotNil(t, r.le, "every token of the repository shares its 1,000 (here 4) an hour")
-	assert.Equal(t, github.CoreLimit, r.le.Limit)
+	assert.Equal(t, githubquota.CoreLimit, r.le.Limit)
 	assert.Nil(t, f.do("ghs_run3", "GET", "/repos/o/other", "").le, "another repository")
 }
 
 func TestTokenKinds(t *testing.T) {
-	assert.Equal(t, 5000, github.Standard.Hourly())
-	assert.Equal(t, 15000, github.EnterpriseCloud.Hourly())
-	assert.Equal(t, 1000, github.Actions.Hourly())
-	for _, tok := range []github.Token{github.Standard, github.EnterpriseCloud, github.Actions} {
-		require.NoError(t, github.Policy(github.Options{Token: tok}).Validate())
+	assert.Equal(t, 5000, githubquota.Standard.Hourly())
+	assert.Equal(t, 15000, githubquota.EnterpriseCloud.Hourly())
+	assert.Equal(t, 1000, githubquota.Actions.Hourly())
+	for _, tok := range []githubquota.Token{githubquota.Standard, githubquota.EnterpriseCloud, githubquota.Actions} {
+		require.NoError(t, githubquota.Policy(githubquota.Options{Token: tok}).Validate())
 	}
-	f := newFixture(t, github.Options{Token: github.EnterpriseCloud}, githubtest.Options{Hourly: 15000})
+	f := newFixture(t, githubquota.Options{Token: githubquota.EnterpriseCloud}, fakegithub.Options{Hourly: 15000})
 	r := f.do(tokenA, "GET", "/user", "")
 	require.Nil(t, r.le)
 	assert.Equal(t, "15000", r.header.Get("X-Ratelimit-Limit"))
 }
 
 func TestTokensAreHashed(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
 	f.do(tokenA, "GET", "/repos/o/r/issues", "")
 	f.do(tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`)
 	// "token X" and "Bearer X" are one token.
@@ -386,14 +386,14 @@ func TestEndpointKey(t *testing.T) {
 		method, path, _ := strings.Cut(in, " ")
 		req, err := http.NewRequest(method, "https://api.github.com"+path, nil)
 		require.NoError(t, err)
-		got, err := github.EndpointKey(req)
+		got, err := githubquota.EndpointKey(req)
 		require.NoError(t, err)
 		assert.Equal(t, want, got, in)
 	}
 }
 
 func TestGraphQLQueriesCostOnePoint(t *testing.T) {
-	f := newFixture(t, github.Options{}, githubtest.Options{})
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
 	// 400 mutations spend the 2,000 points; a query still costs 1, so it
 	// is refused too, and a fresh token's 2,000 queries all go.
 	ok, le := f.upTo(400, tokenA, "POST", "/graphql", `{"query":"\n  mutation { x }"}`)
@@ -405,9 +405,9 @@ func TestGraphQLQueriesCostOnePoint(t *testing.T) {
 }
 
 func TestInFlightLimit(t *testing.T) {
-	burst := func(t *testing.T, po github.Options) githubtest.Stats {
+	burst := func(t *testing.T, po githubquota.Options) fakegithub.Stats {
 		po.Wait = waiters.Block()
-		f := newFixture(t, po, githubtest.Options{Latency: 200 * time.Millisecond})
+		f := newFixture(t, po, fakegithub.Options{Latency: 200 * time.Millisecond})
 		var wg sync.WaitGroup
 		for i := range 150 {
 			wg.Add(1)
@@ -431,13 +431,13 @@ func TestInFlightLimit(t *testing.T) {
 	}
 
 	t.Run("limited", func(t *testing.T) {
-		st := burst(t, github.Options{})
+		st := burst(t, githubquota.Options{})
 		assert.LessOrEqual(t, st.MaxInFlight, 100, "never more than 100 of a token in flight")
 		assert.Equal(t, 0, st.Limited, "no secondary-limit answers")
 		assert.Equal(t, 150, st.OK, "every request went through")
 	})
 	t.Run("without the limit the fake GitHub refuses some", func(t *testing.T) {
-		st := burst(t, github.Options{MaxInFlight: -1})
+		st := burst(t, githubquota.Options{MaxInFlight: -1})
 		assert.Greater(t, st.MaxInFlight, 100)
 		assert.Positive(t, st.Limited)
 	})
