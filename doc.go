@@ -80,7 +80,7 @@
 // # Learning from responses
 //
 // After each response the transport reads the vendor's rate-limit headers
-// ([ParseFeedback]: Retry-After, the X-RateLimit-* families, the IETF
+// ([quotaheader.Parse]: Retry-After, the X-RateLimit-* families, the IETF
 // RateLimit fields, OpenAI's and Anthropic's) and, as the rule's
 // [Learning] says, pauses the rule's scope in the store after a "slow
 // down" answer or a spent quota, so every instance holds back before its

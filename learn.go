@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"github.com/quotakit/throttle/quotaheader"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -53,18 +54,18 @@ type Learning struct {
 	// Limited classifies a response as "slow down". Nil means the
 	// vendor profile's (see [Profile]; GitHub's counts a 403 with no
 	// quota left), else [DefaultLimited].
-	Limited func(resp *http.Response, fb Feedback) bool
+	Limited func(resp *http.Response, fb quotaheader.Feedback) bool
 
 	// ResetFormat says how the vendor writes its *-Reset headers. Zero
 	// means the vendor profile's, else decide by the value's shape.
-	ResetFormat ResetFormat
+	ResetFormat quotaheader.ResetFormat
 
 	// Sync names a limit of the rule that mirrors the vendor's quota. When
 	// a response reports how much of that quota remains and when it
 	// resets, the limit's shared counter is lowered to match (never
 	// raised; see [Syncer]), so a quota the vendor shares with clients we
 	// do not control is respected. If SyncResource is set, only responses
-	// whose [Feedback.Resource] equals it are used. Empty: no sync. The
+	// whose [quotaheader.Feedback.Resource] equals it are used. Empty: no sync. The
 	// transport's store must implement [Syncer].
 	Sync string
 
@@ -111,8 +112,8 @@ func (l *learner) localPause(scope string, now time.Time) (time.Time, bool) {
 
 // learnConfig is a rule's Learning with the vendor profile applied.
 type learnConfig struct {
-	limited      func(*http.Response, Feedback) bool
-	resetFormat  ResetFormat
+	limited      func(*http.Response, quotaheader.Feedback) bool
+	resetFormat  quotaheader.ResetFormat
 	defaultPause time.Duration
 	maxPause     time.Duration
 }
@@ -126,7 +127,7 @@ func (t *Transport) learnConfig(r *rule, host string) learnConfig {
 		if c.limited == nil {
 			c.limited = p.Limited
 		}
-		if c.resetFormat == ResetAuto {
+		if c.resetFormat == quotaheader.ResetAuto {
 			c.resetFormat = p.ResetFormat
 		}
 		if c.defaultPause <= 0 {
@@ -147,7 +148,7 @@ func (t *Transport) learnConfig(r *rule, host string) learnConfig {
 
 // pauseFor returns how long r's scope must pause after resp, whose
 // feedback is fb (or 0), and whether resp said "slow down".
-func (l *learner) pauseFor(id string, c learnConfig, resp *http.Response, fb Feedback, now time.Time) (time.Duration, bool) {
+func (l *learner) pauseFor(id string, c learnConfig, resp *http.Response, fb quotaheader.Feedback, now time.Time) (time.Duration, bool) {
 	if !c.limited(resp, fb) {
 		l.mu.Lock()
 		delete(l.backoff, id)
@@ -222,7 +223,7 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 	}
 	now := t.now()
 	c := t.learnConfig(r, req.URL.Host)
-	fb := ParseFeedback(resp.Header, now, ParseOptions{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
+	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
 	pk := r.pauseKey(d)
 	p, limited := t.learned.pauseFor(r.pauseID(pk), c, resp, fb, now)
 	if r.syncIdx >= 0 && d != nil {
@@ -251,7 +252,7 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 // sync lowers the rule's Sync limit to the vendor's remaining quota, when
 // the response gives one with a reset and it is less than the limit could
 // admit before that reset (otherwise the store call could change nothing).
-func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, now time.Time) {
+func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb quotaheader.Feedback, now time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
 	}
@@ -277,6 +278,11 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb Feedback, n
 		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
 	}
 }
+
+// DefaultMaxPause caps a pause learned from a response, and the time a
+// rule's retries may wait in all, when the rule sets no other: 10 minutes
+// (the parsing default, [quotaheader.DefaultMaxPause]).
+const DefaultMaxPause = quotaheader.DefaultMaxPause
 
 // storeCallTimeout bounds store calls made after the caller's part is
 // done: recording a pause, returning a reservation.
@@ -316,7 +322,7 @@ type RetryEvent struct {
 	// (Retry-After, X-RateLimit-*, RateLimit) say which limit it was.
 	Response *http.Response
 	// Feedback is what the transport read from the answer's headers.
-	Feedback Feedback
+	Feedback quotaheader.Feedback
 	// Attempt is the resend this would be: 1 for the first.
 	Attempt int
 	// Wait is how long the pause the answer caused still holds the rule

@@ -3,6 +3,7 @@ package throttle
 import (
 	"bytes"
 	"fmt"
+	"github.com/quotakit/throttle/quotaheader"
 	"io"
 	"net/http"
 	"strings"
@@ -25,11 +26,11 @@ type Profile struct {
 
 	// ResetFormat says how the vendor writes a bare number in a *-Reset
 	// header. Zero decides by the value's shape.
-	ResetFormat ResetFormat
+	ResetFormat quotaheader.ResetFormat
 
 	// Limited classifies a response as "slow down". Nil means
 	// [DefaultLimited].
-	Limited func(resp *http.Response, fb Feedback) bool
+	Limited func(resp *http.Response, fb quotaheader.Feedback) bool
 
 	// DefaultPause is the first pause after a "slow down" answer with no
 	// time in it. Zero means the transport's default (5 seconds).
@@ -45,7 +46,7 @@ type Profile struct {
 var GitHubProfile = Profile{
 	Name:         "github",
 	Hosts:        []string{"api.github.com", "uploads.github.com", "*.ghe.com"},
-	ResetFormat:  ResetEpochSeconds,
+	ResetFormat:  quotaheader.ResetEpochSeconds,
 	Limited:      GitHubLimited,
 	DefaultPause: time.Minute,
 }
@@ -54,7 +55,7 @@ var GitHubProfile = Profile{
 var XProfile = Profile{
 	Name:        "x",
 	Hosts:       []string{"api.twitter.com", "api.x.com"},
-	ResetFormat: ResetEpochSeconds,
+	ResetFormat: quotaheader.ResetEpochSeconds,
 }
 
 // DiscordProfile is Discord's API: X-RateLimit-Reset in epoch seconds
@@ -62,7 +63,7 @@ var XProfile = Profile{
 var DiscordProfile = Profile{
 	Name:        "discord",
 	Hosts:       []string{"discord.com", "discordapp.com"},
-	ResetFormat: ResetEpochSeconds,
+	ResetFormat: quotaheader.ResetEpochSeconds,
 }
 
 // DefaultProfiles are the profiles a [Transport] uses unless
@@ -80,7 +81,7 @@ func WithProfiles(ps ...Profile) Option {
 
 // DefaultLimited reports a 429, or a 503 with a Retry-After, as "slow
 // down".
-func DefaultLimited(resp *http.Response, fb Feedback) bool {
+func DefaultLimited(resp *http.Response, fb quotaheader.Feedback) bool {
 	return resp.StatusCode == http.StatusTooManyRequests ||
 		resp.StatusCode == http.StatusServiceUnavailable && fb.HasRetryAfter
 }
@@ -90,7 +91,7 @@ func DefaultLimited(resp *http.Response, fb Feedback) bool {
 // whose body mentions a secondary rate limit. To read the body it peeks at
 // most 64 KiB and puts back what it read, so the caller still reads the
 // body whole.
-func GitHubLimited(resp *http.Response, fb Feedback) bool {
+func GitHubLimited(resp *http.Response, fb quotaheader.Feedback) bool {
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
 		return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotakit/throttle/quotaheader"
 	"io"
 	"log/slog"
 	"net/http"
@@ -210,7 +211,7 @@ func (t *Transport) retryEvent(r *rule, req *http.Request, resp *http.Response, 
 	c := t.learnConfig(r, req.URL.Host)
 	ev := RetryEvent{
 		Rule: r.id, Request: req, Response: resp, Attempt: attempt,
-		Feedback: ParseFeedback(resp.Header, now, ParseOptions{ResetFormat: c.resetFormat, MaxPause: c.maxPause}),
+		Feedback: quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause}),
 	}
 	if until, ok := t.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now); ok {
 		ev.Wait = until.Sub(now)

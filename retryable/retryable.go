@@ -18,7 +18,7 @@
 //   - a "slow down" response (429, 503 with Retry-After, or any answer after
 //     which the transport paused the rule, such as GitHub's 403 for a spent
 //     quota) is retried after the longer of its Retry-After (read with
-//     [throttle.ParseFeedback], so every format and the response's Date are
+//     [quotaheader.Parse], so every format and the response's Date are
 //     understood) and the pause the transport learned for the request's
 //     rule; when that is longer than MaxWait, the response is returned to
 //     the caller at once instead;
@@ -41,6 +41,7 @@ package retryable
 import (
 	"context"
 	"errors"
+	"github.com/quotakit/throttle/quotaheader"
 	"net/http"
 	"time"
 
@@ -160,7 +161,7 @@ func (p Policy) Backoff(minWait, maxWait time.Duration, attempt int, resp *http.
 // capped just above MaxWait, so that a longer wait is seen as one.
 func (p Policy) responseWait(resp *http.Response) time.Duration {
 	now := p.now()
-	fb := throttle.ParseFeedback(resp.Header, now, throttle.ParseOptions{MaxPause: p.maxWait() + time.Second})
+	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{MaxPause: p.maxWait() + time.Second})
 	d := fb.PauseFor(now)
 	if p.Transport != nil && resp.Request != nil {
 		d = max(d, p.Transport.LearnedPause(resp.Request))

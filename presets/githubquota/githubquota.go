@@ -63,6 +63,7 @@ package githubquota
 
 import (
 	"bytes"
+	"github.com/quotakit/throttle/quotaheader"
 	"io"
 	"net/http"
 	"strings"
@@ -231,7 +232,7 @@ func Rules(o Options) []throttle.Rule {
 	learn := func(sync, resource, pauseBy string) throttle.Learning {
 		return throttle.Learning{
 			Limited:      throttle.GitHubLimited,
-			ResetFormat:  throttle.ResetEpochSeconds,
+			ResetFormat:  quotaheader.ResetEpochSeconds,
 			DefaultPause: SecondaryPause,
 			MaxPause:     hour, // a reset is at most an hour away
 			Sync:         sync, SyncResource: resource,

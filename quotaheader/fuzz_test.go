@@ -1,4 +1,4 @@
-package throttle_test
+package quotaheader_test
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quotaheader"
 )
 
 // fuzzHeaders turns "Name: value" lines into headers, as a response
@@ -23,7 +23,7 @@ func fuzzHeaders(raw string) http.Header {
 	return h
 }
 
-// FuzzParseFeedback checks that ParseFeedback never panics and that its
+// FuzzParse checks that Parse never panics and that its
 // result keeps these invariants, whatever the headers:
 //
 //   - RetryAfter is in [0, MaxPause], a whole number of microseconds, and
@@ -35,7 +35,7 @@ func fuzzHeaders(raw string) http.Header {
 //   - PauseFor(now) is in [0, MaxPause], and is RetryAfter when the
 //     response gave one;
 //   - parsing does not modify the headers and gives the same result twice.
-func FuzzParseFeedback(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	seeds := []string{
 		"Retry-After: 120",
 		"Retry-After: 0.5",
@@ -66,13 +66,13 @@ func FuzzParseFeedback(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string, maxPause int64, format uint8) {
 		h := fuzzHeaders(raw)
 		before := h.Clone()
-		o := throttle.ParseOptions{ResetFormat: throttle.ResetFormat(format % 8), MaxPause: time.Duration(maxPause)}
+		o := quotaheader.Options{ResetFormat: quotaheader.ResetFormat(format % 8), MaxPause: time.Duration(maxPause)}
 		capAt := o.MaxPause
 		if capAt <= 0 {
-			capAt = throttle.DefaultMaxPause
+			capAt = quotaheader.DefaultMaxPause
 		}
 
-		fb := throttle.ParseFeedback(h, now, o)
+		fb := quotaheader.Parse(h, now, o)
 
 		if fb.RetryAfter < 0 || fb.RetryAfter > capAt {
 			t.Errorf("RetryAfter %v outside [0, %v]", fb.RetryAfter, capAt)
@@ -119,7 +119,7 @@ func FuzzParseFeedback(f *testing.F) {
 			fb.HasRetryAfter || fb.Resource != "" || fb.Window > 0) {
 			t.Errorf("HasAny %v for %+v", fb.HasAny(), fb)
 		}
-		if again := throttle.ParseFeedback(h, now, o); again != fb {
+		if again := quotaheader.Parse(h, now, o); again != fb {
 			t.Errorf("not deterministic: %+v then %+v", fb, again)
 		}
 		if len(h) != len(before) {

@@ -1,17 +1,17 @@
-package throttle_test
+package quotaheader_test
 
 import (
 	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quotaheader"
 )
 
 // A GitHub-style answer: the quota is spent and resets in 40 seconds by the
 // vendor's clock, which runs an hour ahead of ours. The Date header cancels
 // the skew.
-func ExampleParseFeedback() {
+func ExampleParse() {
 	now := time.Date(2025, time.June, 1, 12, 0, 0, 0, time.UTC)
 	vendorNow := now.Add(time.Hour)
 
@@ -23,7 +23,7 @@ func ExampleParseFeedback() {
 	h.Set("X-RateLimit-Reset", fmt.Sprint(vendorNow.Add(40*time.Second).Unix()))
 	h.Set("X-RateLimit-Resource", "core")
 
-	fb := throttle.ParseFeedback(h, now, throttle.ParseOptions{})
+	fb := quotaheader.Parse(h, now, quotaheader.Options{})
 	fmt.Println(fb.Resource, fb.Limit, fb.Remaining, fb.Used)
 	fmt.Println("resets in", fb.Reset.Sub(now))
 	fmt.Println("pause", fb.PauseFor(now))
@@ -31,7 +31,7 @@ func ExampleParseFeedback() {
 	// A 429 with a Retry-After longer than the cap.
 	h = http.Header{}
 	h.Set("Retry-After", "3600")
-	fb = throttle.ParseFeedback(h, now, throttle.ParseOptions{MaxPause: time.Minute})
+	fb = quotaheader.Parse(h, now, quotaheader.Options{MaxPause: time.Minute})
 	fmt.Println("pause", fb.PauseFor(now), "capped", fb.Capped)
 	// Output:
 	// core 5000 0 5000

@@ -1,4 +1,10 @@
-package throttle
+// Package quotaheader reads what a vendor's answer says about its rate
+// limits: Retry-After, the X-RateLimit-* family, the IETF RateLimit
+// fields and the OpenAI and Anthropic headers, into a [Feedback]. It needs
+// no Transport: a retry loop, a queue consumer or a gRPC adapter that has
+// HTTP-like headers can use [Parse] directly. It imports nothing of
+// throttle's; the throttle package uses it to learn pauses.
+package quotaheader
 
 import (
 	"math"
@@ -14,7 +20,7 @@ const DefaultMaxPause = 10 * time.Minute
 
 // Feedback is what one response says about the vendor's rate limits,
 // normalized from whichever header family the vendor uses. Its zero value
-// is not "said nothing" (counts are then 0, not -1); use [ParseFeedback].
+// is not "said nothing" (counts are then 0, not -1); use [Parse].
 //
 // # Headers read
 //
@@ -90,7 +96,7 @@ type Feedback struct {
 	Used int64
 
 	// Reset is when the current quota resets, on the caller's clock (the
-	// now given to ParseFeedback, plus the delay the response gives), at
+	// now given to Parse, plus the delay the response gives), at
 	// most now+MaxPause. It is zero when the response did not say, or when
 	// the reset is not after now.
 	Reset time.Time
@@ -118,7 +124,7 @@ type Feedback struct {
 	// MaxPause and was capped to it.
 	Capped bool
 
-	// maxPause is the cap ParseFeedback applied, for PauseFor.
+	// maxPause is the cap Parse applied, for PauseFor.
 	maxPause time.Duration
 }
 
@@ -161,8 +167,8 @@ const (
 	ResetRFC3339
 )
 
-// ParseOptions tunes [ParseFeedback].
-type ParseOptions struct {
+// Options tunes [Parse].
+type Options struct {
 	// ResetFormat says how to read a bare number in a *-Reset header,
 	// usually from a vendor profile. The zero value is ResetAuto.
 	ResetFormat ResetFormat
@@ -172,24 +178,24 @@ type ParseOptions struct {
 	MaxPause time.Duration
 }
 
-// ParseFeedback reads h, the headers of a response received at now (see
+// Parse reads h, the headers of a response received at now (see
 // [Feedback] for the headers read). It never fails: garbage, negative or
 // absurd values are ignored, or capped at o.MaxPause with Capped set. It
 // does not modify h, and is safe for concurrent use.
-func ParseFeedback(h http.Header, now time.Time, o ParseOptions) Feedback {
-	p := fbParser{h: h, format: o.ResetFormat, maxPause: o.MaxPause}
+func Parse(h http.Header, now time.Time, o Options) Feedback {
+	p := parser{h: h, format: o.ResetFormat, maxPause: o.MaxPause}
 	if p.maxPause <= 0 {
 		p.maxPause = DefaultMaxPause
 	}
 	p.ref = now
-	if d, ok := fbDate(h.Values("Date")); ok {
+	if d, ok := date(h.Values("Date")); ok {
 		p.ref = d
 	}
 
 	f := Feedback{Limit: -1, Remaining: -1, Used: -1, maxPause: p.maxPause}
 	f.RetryAfter, f.HasRetryAfter, f.Capped = p.retryAfter()
 
-	var best fbQuota
+	var best quota
 	found := false
 	for _, q := range p.quotas() {
 		if !found || q.moreRestrictive(best) {
@@ -223,8 +229,8 @@ func (f Feedback) HasAny() bool {
 // from now: RetryAfter if the response gave one (even 0, as GitHub
 // documents: Retry-After comes before the reset), else the time until
 // Reset when Remaining is 0, else 0. The result is in [0, MaxPause], the
-// MaxPause given to ParseFeedback ([DefaultMaxPause] for a Feedback built
-// by hand); Capped reports whether ParseFeedback had to cap.
+// MaxPause given to Parse ([DefaultMaxPause] for a Feedback built
+// by hand); Capped reports whether Parse had to cap.
 func (f Feedback) PauseFor(now time.Time) time.Duration {
 	maxPause := f.maxPause
 	if maxPause <= 0 {
@@ -246,39 +252,39 @@ func (f Feedback) PauseFor(now time.Time) time.Duration {
 	return max(0, min(d, maxPause))
 }
 
-// fbParser holds what every header of one response is read against.
-type fbParser struct {
+// parser holds what every header of one response is read against.
+type parser struct {
 	h        http.Header
 	ref      time.Time // the response's Date, else now: instants are read against it
 	format   ResetFormat
 	maxPause time.Duration
 }
 
-// fbDelay is a delay read from a header: ok when the header said one,
+// delay is a delay read from a header: ok when the header said one,
 // delay in [0, maxPause] in whole microseconds, capped when it was longer.
-type fbDelay struct {
+type delay struct {
 	delay  time.Duration
 	ok     bool
 	capped bool
 }
 
-// fbQuota is one quota a response describes.
-type fbQuota struct {
+// quota is one quota a response describes.
+type quota struct {
 	limit, remaining, used int64
-	reset                  fbDelay
+	reset                  delay
 	window                 time.Duration
 	resource               string
 }
 
 // said reports whether q holds anything.
-func (q fbQuota) said() bool {
+func (q quota) said() bool {
 	return q.limit >= 0 || q.remaining >= 0 || q.used >= 0 || q.reset.ok ||
 		q.window > 0 || q.resource != ""
 }
 
 // moreRestrictive reports whether q ranks strictly before r (see
 // Feedback, "Several quotas in one response").
-func (q fbQuota) moreRestrictive(r fbQuota) bool {
+func (q quota) moreRestrictive(r quota) bool {
 	qHas, rHas := q.remaining >= 0, r.remaining >= 0
 	if qHas != rHas {
 		return qHas
@@ -306,21 +312,21 @@ func (q fbQuota) moreRestrictive(r fbQuota) bool {
 }
 
 // retryAfter reads Retry-After and Retry-After-Ms.
-func (p *fbParser) retryAfter() (time.Duration, bool, bool) {
-	var got fbDelay
-	fbFirst(p.h.Values("Retry-After"), func(s string) bool {
-		if n, ok := fbParseNumber(s); ok {
+func (p *parser) retryAfter() (time.Duration, bool, bool) {
+	var got delay
+	first(p.h.Values("Retry-After"), func(s string) bool {
+		if n, ok := parseNumber(s); ok {
 			got = p.clamp(n.micros(1_000_000))
 			return true
 		}
-		if t, ok := fbParseTime(s); ok {
+		if t, ok := parseTime(s); ok {
 			got = p.until(t)
 			return true
 		}
 		return false
 	})
-	fbFirst(p.h.Values("Retry-After-Ms"), func(s string) bool {
-		n, ok := fbParseNumber(s)
+	first(p.h.Values("Retry-After-Ms"), func(s string) bool {
+		n, ok := parseNumber(s)
 		if !ok {
 			return false
 		}
@@ -334,9 +340,9 @@ func (p *fbParser) retryAfter() (time.Duration, bool, bool) {
 
 // quotas returns every quota the response describes, in the order of
 // precedence for ties.
-func (p *fbParser) quotas() []fbQuota {
-	var qs []fbQuota
-	add := func(q fbQuota) {
+func (p *parser) quotas() []quota {
+	var qs []quota
+	add := func(q quota) {
 		if q.said() {
 			qs = append(qs, q)
 		}
@@ -353,7 +359,7 @@ func (p *fbParser) quotas() []fbQuota {
 	}
 	add(gh)
 	add(p.family("X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", "", "", false))
-	for _, u := range fbUnits {
+	for _, u := range units {
 		if u.openAI[0] == "" {
 			continue
 		}
@@ -363,7 +369,7 @@ func (p *fbParser) quotas() []fbQuota {
 			add(q)
 		}
 	}
-	for _, u := range fbUnits {
+	for _, u := range units {
 		q := p.family(u.anthropic[0], u.anthropic[1], u.anthropic[2], "", "", false)
 		if q.said() {
 			q.resource = u.name
@@ -379,9 +385,9 @@ func (p *fbParser) quotas() []fbQuota {
 	return qs
 }
 
-// fbUnits lists the per-unit header families of OpenAI and Anthropic, with
+// units lists the per-unit header families of OpenAI and Anthropic, with
 // names already in canonical form so that lookups do not allocate.
-var fbUnits = [...]struct {
+var units = [...]struct {
 	name      string
 	openAI    [3]string // limit, remaining, reset
 	anthropic [3]string
@@ -401,17 +407,17 @@ var fbUnits = [...]struct {
 // family reads one family of separate headers. The limit may be a list
 // whose members carry a w parameter ("100, 100;w=60"); with policyWindow,
 // RateLimit-Policy items such as "100;w=60" give the window too.
-func (p *fbParser) family(limitKey, remainingKey, resetKey, usedKey, resourceKey string, policyWindow bool) fbQuota {
-	q := fbQuota{limit: -1, remaining: -1, used: -1}
-	q.limit, q.window = fbCountList(p.h.Values(limitKey))
-	q.remaining, _ = fbCountList(p.h.Values(remainingKey))
+func (p *parser) family(limitKey, remainingKey, resetKey, usedKey, resourceKey string, policyWindow bool) quota {
+	q := quota{limit: -1, remaining: -1, used: -1}
+	q.limit, q.window = countList(p.h.Values(limitKey))
+	q.remaining, _ = countList(p.h.Values(remainingKey))
 	if usedKey != "" {
-		q.used, _ = fbCountList(p.h.Values(usedKey))
+		q.used, _ = countList(p.h.Values(usedKey))
 	}
 	q.reset = p.reset(p.h.Values(resetKey))
 	if resourceKey != "" {
-		fbFirst(p.h.Values(resourceKey), func(s string) bool {
-			if fbIsToken(s) {
+		first(p.h.Values(resourceKey), func(s string) bool {
+			if isToken(s) {
 				q.resource = s
 				return true
 			}
@@ -428,8 +434,8 @@ func (p *fbParser) family(limitKey, remainingKey, resetKey, usedKey, resourceKey
 // the form "limit;w=seconds" (drafts up to -07) whose number is limit, or
 // of the first such item when limit is unknown (-1). A policy of another
 // size is another quota, whose window says nothing of this one.
-func (p *fbParser) policyWindow(limit int64) time.Duration {
-	for _, m := range fbParseList(p.h.Values("Ratelimit-Policy")) {
+func (p *parser) policyWindow(limit int64) time.Duration {
+	for _, m := range parseList(p.h.Values("Ratelimit-Policy")) {
 		n, ok := m.count()
 		if !ok {
 			continue
@@ -446,9 +452,9 @@ func (p *fbParser) policyWindow(limit int64) time.Duration {
 // "name";q=..;w=.., and the -07 dictionary limit=.., remaining=.., reset=..
 // with integer policies "100;w=60". Policies that no RateLimit member
 // speaks of are returned apart, as quotas with only a limit and a window.
-func (p *fbParser) ietfStructured() (quotas, policiesOnly []fbQuota) {
-	rl := fbParseList(p.h.Values("Ratelimit"))
-	policies := fbParseList(p.h.Values("Ratelimit-Policy"))
+func (p *parser) ietfStructured() (quotas, policiesOnly []quota) {
+	rl := parseList(p.h.Values("Ratelimit"))
+	policies := parseList(p.h.Values("Ratelimit-Policy"))
 	if len(rl) == 0 && len(policies) == 0 {
 		return nil, nil
 	}
@@ -465,24 +471,24 @@ func (p *fbParser) ietfStructured() (quotas, policiesOnly []fbQuota) {
 		}
 		pol := policy{name: m.bare, limit: -1, window: m.window()}
 		if q, ok := m.param("q"); ok {
-			if n, ok := fbParseCount(q); ok {
+			if n, ok := parseCount(q); ok {
 				pol.limit = n
 			}
 		}
 		named = append(named, pol)
 	}
 
-	var qs []fbQuota
-	dict := fbQuota{limit: -1, remaining: -1, used: -1}
+	var qs []quota
+	dict := quota{limit: -1, remaining: -1, used: -1}
 	for _, m := range rl {
 		if m.key != "" { // -07 dictionary member
 			switch m.key {
 			case "limit":
-				if n, ok := fbParseCount(m.bare); ok {
+				if n, ok := parseCount(m.bare); ok {
 					dict.limit = n
 				}
 			case "remaining":
-				if n, ok := fbParseCount(m.bare); ok {
+				if n, ok := parseCount(m.bare); ok {
 					dict.remaining = n
 				}
 			case "reset":
@@ -495,9 +501,9 @@ func (p *fbParser) ietfStructured() (quotas, policiesOnly []fbQuota) {
 		if m.isNumber() {
 			continue
 		}
-		q := fbQuota{limit: -1, remaining: -1, used: -1, resource: m.bare}
+		q := quota{limit: -1, remaining: -1, used: -1, resource: m.bare}
 		if r, ok := m.param("r"); ok {
-			if n, ok := fbParseCount(r); ok {
+			if n, ok := parseCount(r); ok {
 				q.remaining = n
 			}
 		}
@@ -515,7 +521,7 @@ func (p *fbParser) ietfStructured() (quotas, policiesOnly []fbQuota) {
 	}
 	for _, pol := range named {
 		if !pol.used {
-			policiesOnly = append(policiesOnly, fbQuota{limit: pol.limit, remaining: -1, used: -1, window: pol.window, resource: pol.name})
+			policiesOnly = append(policiesOnly, quota{limit: pol.limit, remaining: -1, used: -1, window: pol.window, resource: pol.name})
 		}
 	}
 	if dict.said() {
@@ -525,7 +531,7 @@ func (p *fbParser) ietfStructured() (quotas, policiesOnly []fbQuota) {
 		// A -07 policy ("100;w=60") alone: the first one.
 		for _, m := range policies {
 			if n, ok := m.count(); ok {
-				policiesOnly = append(policiesOnly, fbQuota{limit: n, remaining: -1, used: -1, window: m.window()})
+				policiesOnly = append(policiesOnly, quota{limit: n, remaining: -1, used: -1, window: m.window()})
 				break
 			}
 		}
@@ -534,11 +540,11 @@ func (p *fbParser) ietfStructured() (quotas, policiesOnly []fbQuota) {
 }
 
 // reset reads a *-Reset header under the parser's ResetFormat.
-func (p *fbParser) reset(vals []string) fbDelay {
-	var got fbDelay
-	fbFirst(vals, func(s string) bool {
-		if n, ok := fbParseNumber(s); ok {
-			var d fbDelay
+func (p *parser) reset(vals []string) delay {
+	var got delay
+	first(vals, func(s string) bool {
+		if n, ok := parseNumber(s); ok {
+			var d delay
 			switch p.format {
 			case ResetEpochSeconds:
 				d = p.untilMicros(n.micros(1_000_000))
@@ -567,11 +573,11 @@ func (p *fbParser) reset(vals []string) fbDelay {
 			got = d
 			return true
 		}
-		if us, ok := fbParseDuration(s); ok {
+		if us, ok := parseDuration(s); ok {
 			got = p.clamp(us, false)
 			return true
 		}
-		if t, ok := fbParseTime(s); ok {
+		if t, ok := parseTime(s); ok {
 			got = p.until(t)
 			return true
 		}
@@ -582,10 +588,10 @@ func (p *fbParser) reset(vals []string) fbDelay {
 
 // fixedDelay reads a delay whose unit is fixed (unit microseconds per
 // unit of the number).
-func (p *fbParser) fixedDelay(vals []string, unit int64) fbDelay {
-	var got fbDelay
-	fbFirst(vals, func(s string) bool {
-		n, ok := fbParseNumber(s)
+func (p *parser) fixedDelay(vals []string, unit int64) delay {
+	var got delay
+	first(vals, func(s string) bool {
+		n, ok := parseNumber(s)
 		if ok {
 			got = p.clamp(n.micros(unit))
 		}
@@ -596,7 +602,7 @@ func (p *fbParser) fixedDelay(vals []string, unit int64) fbDelay {
 
 // until returns the delay until t, an instant on the vendor's clock: it is
 // measured from the response's Date, else from now.
-func (p *fbParser) until(t time.Time) fbDelay {
+func (p *parser) until(t time.Time) delay {
 	d := t.Sub(p.ref) // saturates rather than overflows
 	us := int64(d / time.Microsecond)
 	if d%time.Microsecond > 0 {
@@ -606,10 +612,10 @@ func (p *fbParser) until(t time.Time) fbDelay {
 }
 
 // untilMicros is until for an instant given in microseconds since the
-// epoch; huge (as from [fbNumber.micros]) means too far away to represent.
+// epoch; huge (as from [number.micros]) means too far away to represent.
 // The reference's sub-microsecond part is dropped, which lengthens the
 // delay: never early.
-func (p *fbParser) untilMicros(us int64, huge bool) fbDelay {
+func (p *parser) untilMicros(us int64, huge bool) delay {
 	if huge {
 		return p.clamp(0, true)
 	}
@@ -623,32 +629,32 @@ func (p *fbParser) untilMicros(us int64, huge bool) fbDelay {
 		if ref < 0 {
 			return p.clamp(0, true)
 		}
-		return fbDelay{ok: true}
+		return delay{ok: true}
 	}
 	return p.clamp(d, false)
 }
 
-// clamp turns a delay in microseconds into an fbDelay in [0, maxPause];
+// clamp turns a delay in microseconds into an delay in [0, maxPause];
 // huge means larger than an int64 of microseconds.
-func (p *fbParser) clamp(us int64, huge bool) fbDelay {
+func (p *parser) clamp(us int64, huge bool) delay {
 	maxUs := int64(p.maxPause / time.Microsecond)
 	switch {
 	case huge || us > maxUs:
-		return fbDelay{delay: p.maxPause, ok: true, capped: true}
+		return delay{delay: p.maxPause, ok: true, capped: true}
 	case us <= 0:
-		return fbDelay{ok: true}
+		return delay{ok: true}
 	}
-	return fbDelay{delay: time.Duration(us) * time.Microsecond, ok: true}
+	return delay{delay: time.Duration(us) * time.Microsecond, ok: true}
 }
 
-// fbFirst calls try with each candidate value in vals, in order, until try
+// first calls try with each candidate value in vals, in order, until try
 // returns true: each whole value, then each comma-separated member, and
 // each pair of neighbouring members joined again by their comma (an
 // HTTP-date such as "Sun, 06 Nov 1994 08:49:37 GMT" contains one).
 // Parameters (";w=60") are cut off. It reports whether try accepted one.
-func fbFirst(vals []string, try func(string) bool) bool {
+func first(vals []string, try func(string) bool) bool {
 	for _, v := range vals {
-		if try(fbBare(v)) {
+		if try(bare(v)) {
 			return true
 		}
 		parts := strings.Split(v, ",")
@@ -656,10 +662,10 @@ func fbFirst(vals []string, try func(string) bool) bool {
 			continue
 		}
 		for i, part := range parts {
-			if try(fbBare(part)) {
+			if try(bare(part)) {
 				return true
 			}
-			if i+1 < len(parts) && try(fbBare(part+","+parts[i+1])) {
+			if i+1 < len(parts) && try(bare(part+","+parts[i+1])) {
 				return true
 			}
 		}
@@ -667,26 +673,26 @@ func fbFirst(vals []string, try func(string) bool) bool {
 	return false
 }
 
-// fbBare trims s and cuts off any parameters.
-func fbBare(s string) string {
+// bare trims s and cuts off any parameters.
+func bare(s string) string {
 	s, _, _ = strings.Cut(s, ";")
 	return strings.TrimSpace(s)
 }
 
-// fbDate reads a Date header.
-func fbDate(vals []string) (time.Time, bool) {
+// date reads a Date header.
+func date(vals []string) (time.Time, bool) {
 	var t time.Time
-	ok := fbFirst(vals, func(s string) bool {
+	ok := first(vals, func(s string) bool {
 		var ok bool
-		t, ok = fbParseTime(s)
+		t, ok = parseTime(s)
 		return ok
 	})
 	return t, ok
 }
 
-// fbParseTime reads an HTTP-date in any form [http.ParseTime] accepts, or
+// parseTime reads an HTTP-date in any form [http.ParseTime] accepts, or
 // an RFC 3339 timestamp.
-func fbParseTime(s string) (time.Time, bool) {
+func parseTime(s string) (time.Time, bool) {
 	if len(s) < 10 || len(s) > 64 {
 		return time.Time{}, false
 	}
@@ -699,9 +705,9 @@ func fbParseTime(s string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// fbParseDuration reads a non-negative Go duration such as "6m0s" or
+// parseDuration reads a non-negative Go duration such as "6m0s" or
 // "12ms", rounded up to whole microseconds.
-func fbParseDuration(s string) (int64, bool) {
+func parseDuration(s string) (int64, bool) {
 	if s == "" || !(s[0] >= '0' && s[0] <= '9' || s[0] == '.') {
 		return 0, false // no sign: negative delays are garbage
 	}
@@ -716,34 +722,34 @@ func fbParseDuration(s string) (int64, bool) {
 	return us, true
 }
 
-// fbNumber is a non-negative decimal number as written in a header: 1*DIGIT
+// number is a non-negative decimal number as written in a header: 1*DIGIT
 // ["." 1*DIGIT]. whole is its integer part, frac the digits after the
 // point; huge means whole does not fit in 18 digits.
-type fbNumber struct {
+type number struct {
 	whole int64
 	frac  string
 	huge  bool
 }
 
-// fbParseNumber reads a non-negative decimal number. Signs, exponents,
+// parseNumber reads a non-negative decimal number. Signs, exponents,
 // NaN, Inf and empty parts are garbage.
-func fbParseNumber(s string) (fbNumber, bool) {
+func parseNumber(s string) (number, bool) {
 	whole, frac, hasPoint := strings.Cut(s, ".")
-	if !fbDigits(whole) || hasPoint && !fbDigits(frac) {
-		return fbNumber{}, false
+	if !digits(whole) || hasPoint && !digits(frac) {
+		return number{}, false
 	}
 	whole = strings.TrimLeft(whole, "0")
 	if len(whole) > 18 {
-		return fbNumber{huge: true}, true
+		return number{huge: true}, true
 	}
 	n, _ := strconv.ParseInt("0"+whole, 10, 64) // at most 18 digits: fits
-	return fbNumber{whole: n, frac: frac}, true
+	return number{whole: n, frac: frac}, true
 }
 
 // micros returns n*unit rounded up to a whole number, for unit a power of
 // ten (1_000_000 for seconds, 1000 for milliseconds, 1 for microseconds);
 // huge when the result does not fit an int64.
-func (n fbNumber) micros(unit int64) (int64, bool) {
+func (n number) micros(unit int64) (int64, bool) {
 	if n.huge || n.whole > math.MaxInt64/unit {
 		return 0, true
 	}
@@ -767,8 +773,8 @@ func (n fbNumber) micros(unit int64) (int64, bool) {
 	return us + frac, false
 }
 
-// fbDigits reports whether s is one or more ASCII digits.
-func fbDigits(s string) bool {
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -780,25 +786,25 @@ func fbDigits(s string) bool {
 	return true
 }
 
-// fbParseCount reads a non-negative integer that fits an int64.
-func fbParseCount(s string) (int64, bool) {
+// parseCount reads a non-negative integer that fits an int64.
+func parseCount(s string) (int64, bool) {
 	s = strings.TrimSpace(s)
-	if !fbDigits(s) {
+	if !digits(s) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil
 }
 
-// fbCountList reads a count header that may be a list, such as
+// countList reads a count header that may be a list, such as
 // "100, 100;w=60" (IETF drafts up to -03: the current limit, then the
 // quota policies): the first member that is a count gives the count, and
 // the w parameter of the first member with the same count gives the
 // window.
-func fbCountList(vals []string) (int64, time.Duration) {
+func countList(vals []string) (int64, time.Duration) {
 	n := int64(-1)
 	var window time.Duration
-	for _, m := range fbParseList(vals) {
+	for _, m := range parseList(vals) {
 		c, ok := m.count()
 		if !ok {
 			continue
@@ -813,22 +819,22 @@ func fbCountList(vals []string) (int64, time.Duration) {
 	return n, window
 }
 
-// fbMember is one member of a structured-field list or dictionary (RFC
+// member is one member of a structured-field list or dictionary (RFC
 // 9651), read leniently: a member that does not parse is dropped, the rest
 // of the field is kept.
-type fbMember struct {
+type member struct {
 	key      string // dictionary key; empty for a list item
 	bare     string // the item: a token, a number, or an unquoted string
 	isString bool
-	params   []fbParam
+	params   []param
 }
 
-// fbParam is one ";key=value" parameter; a bare key has value "?1".
-type fbParam struct{ key, value string }
+// param is one ";key=value" parameter; a bare key has value "?1".
+type param struct{ key, value string }
 
 // param returns the value of the last parameter named key (RFC 9651: the
 // last one wins).
-func (m fbMember) param(key string) (string, bool) {
+func (m member) param(key string) (string, bool) {
 	for i := len(m.params) - 1; i >= 0; i-- {
 		if m.params[i].key == key {
 			return m.params[i].value, true
@@ -838,27 +844,27 @@ func (m fbMember) param(key string) (string, bool) {
 }
 
 // isNumber reports whether the item is a bare number.
-func (m fbMember) isNumber() bool {
-	_, ok := fbParseNumber(m.bare)
+func (m member) isNumber() bool {
+	_, ok := parseNumber(m.bare)
 	return ok && !m.isString && m.key == ""
 }
 
 // count returns the item as a count.
-func (m fbMember) count() (int64, bool) {
+func (m member) count() (int64, bool) {
 	if m.isString || m.key != "" {
 		return 0, false
 	}
-	return fbParseCount(m.bare)
+	return parseCount(m.bare)
 }
 
 // window returns the w parameter as a duration; 0 if absent, invalid, or
 // too long for a time.Duration.
-func (m fbMember) window() time.Duration {
+func (m member) window() time.Duration {
 	w, ok := m.param("w")
 	if !ok {
 		return 0
 	}
-	n, ok := fbParseNumber(w)
+	n, ok := parseNumber(w)
 	if !ok {
 		return 0
 	}
@@ -869,13 +875,13 @@ func (m fbMember) window() time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// fbParseList splits the field values vals (joined, as RFC 9110 allows)
+// parseList splits the field values vals (joined, as RFC 9110 allows)
 // into members.
-func fbParseList(vals []string) []fbMember {
-	var out []fbMember
+func parseList(vals []string) []member {
+	var out []member
 	for _, v := range vals {
-		for _, raw := range fbSplit(v, ',') {
-			if m, ok := fbParseMember(raw); ok {
+		for _, raw := range split(v, ',') {
+			if m, ok := parseMember(raw); ok {
 				out = append(out, m)
 			}
 		}
@@ -883,56 +889,56 @@ func fbParseList(vals []string) []fbMember {
 	return out
 }
 
-// fbParseMember reads one member: [key "="] item *(";" key ["=" value]).
-func fbParseMember(raw string) (fbMember, bool) {
-	parts := fbSplit(raw, ';')
-	var m fbMember
+// parseMember reads one member: [key "="] item *(";" key ["=" value]).
+func parseMember(raw string) (member, bool) {
+	parts := split(raw, ';')
+	var m member
 	head := strings.TrimSpace(parts[0])
-	if k, v, ok := fbCutEq(head); ok {
-		if !fbIsKey(k) {
-			return fbMember{}, false
+	if k, v, ok := cutEq(head); ok {
+		if !isKey(k) {
+			return member{}, false
 		}
 		m.key, head = k, v
 	}
 	if head == "" {
-		return fbMember{}, false
+		return member{}, false
 	}
 	if head[0] == '"' {
-		s, ok := fbUnquote(head)
+		s, ok := unquote(head)
 		if !ok {
-			return fbMember{}, false
+			return member{}, false
 		}
 		m.bare, m.isString = s, true
-	} else if fbIsToken(head) {
+	} else if isToken(head) {
 		m.bare = head
 	} else {
-		return fbMember{}, false
+		return member{}, false
 	}
 	for _, raw := range parts[1:] {
 		raw = strings.TrimSpace(raw)
-		k, v, ok := fbCutEq(raw)
+		k, v, ok := cutEq(raw)
 		if !ok {
 			k, v = raw, "?1"
 		}
 		k = strings.ToLower(k)
-		if !fbIsKey(k) {
-			return fbMember{}, false
+		if !isKey(k) {
+			return member{}, false
 		}
 		if strings.HasPrefix(v, `"`) {
-			if v, ok = fbUnquote(v); !ok {
-				return fbMember{}, false
+			if v, ok = unquote(v); !ok {
+				return member{}, false
 			}
-		} else if !fbIsToken(v) {
-			return fbMember{}, false
+		} else if !isToken(v) {
+			return member{}, false
 		}
-		m.params = append(m.params, fbParam{key: k, value: v})
+		m.params = append(m.params, param{key: k, value: v})
 	}
 	return m, true
 }
 
-// fbCutEq cuts s at its first "=" outside a quoted string, trimming both
+// cutEq cuts s at its first "=" outside a quoted string, trimming both
 // sides.
-func fbCutEq(s string) (string, string, bool) {
+func cutEq(s string) (string, string, bool) {
 	i := strings.IndexByte(s, '=')
 	if i < 0 || strings.IndexByte(s[:i], '"') >= 0 {
 		return s, "", false
@@ -940,8 +946,8 @@ func fbCutEq(s string) (string, string, bool) {
 	return strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:]), true
 }
 
-// fbSplit splits s at sep outside quoted strings.
-func fbSplit(s string, sep byte) []string {
+// split splits s at sep outside quoted strings.
+func split(s string, sep byte) []string {
 	var out []string
 	start, quoted := 0, false
 	for i := 0; i < len(s); i++ {
@@ -958,9 +964,9 @@ func fbSplit(s string, sep byte) []string {
 	return append(out, s[start:])
 }
 
-// fbUnquote reads a whole sf-string: a quoted string with \" and \\
+// unquote reads a whole sf-string: a quoted string with \" and \\
 // escapes and printable ASCII only.
-func fbUnquote(s string) (string, bool) {
+func unquote(s string) (string, bool) {
 	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
 		return "", false
 	}
@@ -983,9 +989,9 @@ func fbUnquote(s string) (string, bool) {
 	return b.String(), true
 }
 
-// fbIsKey reports whether s is a structured-field key: lower-case letters,
+// isKey reports whether s is a structured-field key: lower-case letters,
 // digits, "_", "-", ".", "*", starting with a letter or "*".
-func fbIsKey(s string) bool {
+func isKey(s string) bool {
 	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] == '*') {
 		return false
 	}
@@ -998,10 +1004,10 @@ func fbIsKey(s string) bool {
 	return true
 }
 
-// fbIsToken reports whether s is a non-empty run of visible ASCII without
+// isToken reports whether s is a non-empty run of visible ASCII without
 // delimiters: a token, a number, or a resource name. It is deliberately
 // looser than RFC 9651's sf-token, since vendors are.
-func fbIsToken(s string) bool {
+func isToken(s string) bool {
 	if s == "" {
 		return false
 	}
