@@ -3,6 +3,22 @@
 // put it in an [http.Client] (or in a vendor SDK's client) and every
 // outbound request is held to the limits of a [Policy] before it is sent.
 //
+// # Packages
+//
+//	throttle        Transport, Policy, Rule, Limit, keys, errors, hooks, the Store contract, MemoryStore
+//	waiters         FailFast, UpTo, Block (standard library only)
+//	quotaheader     reads Retry-After, X-RateLimit-*, IETF RateLimit (standard library only)
+//	redisstore      the Redis store: single node, Sentinel, Cluster
+//	policyfile      policies from YAML or JSON files
+//	otelthrottle    OpenTelemetry metrics from the hooks
+//	retryable       go-retryablehttp stacked on the Transport
+//	presets/slackquota, presets/githubquota   the vendors' published limits, with fakes
+//	storetest       the Store conformance suite
+//
+// The graph is a tree: the root imports only the leaves (waiters,
+// quotaheader); redisstore and the others import the root; the root never
+// imports redisstore or go-redis.
+//
 // # Quickstart
 //
 // At most 100 Slack notifications per 30 minutes in all, and at most 10 per
