@@ -2,7 +2,8 @@
 # callgrind_slidinglog.sh TAKE.lua ENTRIES CALLS [refused]
 #
 # Counts the user-space instructions redis-server executes per EVALSHA of
-# TAKE.lua (take.lua, or an older copy with the same arguments) deciding
+# TAKE.lua (take.lua, whose ARGV[6] counts carried releases since issue 18;
+# for an older copy drop that argument: OLD=1) deciding
 # one sliding-log limit whose log holds ENTRIES entries, as
 # BenchmarkSlidingLog does: a limit of Rate ENTRIES per ENTRIES ms, filled
 # by ENTRIES takes 1 ms apart on the script's test clock (ARGV[1]); then
@@ -28,8 +29,11 @@ for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; slee
 sha=$(redis-cli -p $port script load "$(cat "$lua")")
 t0=1700000000000000
 per=$((entries * 1000))
-# take AT MAXWAIT ID: one take.lua call (no pause, no replay key).
-take() { echo "EVALSHA $sha 1 {b}:l:log:k $1 $2 0 0 $3 2 $per $((entries - 1)) 1"; }
+# take AT MAXWAIT ID: one take.lua call (no pause, no replay key, no
+# carried release).
+carried=" 0"
+if [ -n "${OLD:-}" ]; then carried=""; fi
+take() { echo "EVALSHA $sha 1 {b}:l:log:k $1 $2 0 0 $3$carried 2 $per $((entries - 1)) 1"; }
 for i in $(seq 1 "$entries"); do take $((t0 + i * 1000)) 3600000000 f$i; done >"$dir/fill"
 last=$((t0 + entries * 1000))
 for i in $(seq 1 "$calls"); do
