@@ -1,6 +1,9 @@
 package throttle
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Hooks receive what a [Transport] decides, for metrics and logs. Nil
 // fields are skipped, and a transport without hooks does no work for them.
@@ -102,6 +105,9 @@ func (o Outcome) String() string {
 
 // A DecisionEvent describes the decision on one request.
 type DecisionEvent struct {
+	// Context is the request's context, for tracing (e.g. to record the
+	// decision on its active span); never nil when set by the Transport.
+	Context context.Context
 	// Rule is the name of the matched rule.
 	Rule string
 	// Outcome is what happened.

@@ -245,6 +245,7 @@ func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (Dec
 		}
 	}
 	if t.hooks.OnDecision != nil {
+		ev.Context = req.Context()
 		t.hooks.OnDecision(ev)
 	}
 	t.logDecision(req.Context(), ev)
