@@ -1,32 +1,64 @@
-// Package otelthrottle records a throttle [throttle.Transport]'s decisions,
-// learned pauses and store health as OpenTelemetry metrics. It depends on
-// the OpenTelemetry metric API only; the application chooses the SDK and
-// exporter (Prometheus, OTLP...) through the MeterProvider it passes.
+// Package otelthrottle reports what a throttle [throttle.Transport] does as
+// OpenTelemetry signals: its decisions, learned pauses and store health as
+// metrics ([Hooks]), and the decision on each request as an event on the
+// request's span ([SpanHooks]). It depends on the OpenTelemetry APIs only;
+// the application chooses the SDK and exporters (Prometheus, OTLP...)
+// through the MeterProvider it passes and the TracerProvider that starts
+// its spans.
 //
-//	hooks, err := otelthrottle.Hooks(otel.GetMeterProvider(), throttle.Hooks{})
+//	hooks, err := otelthrottle.Hooks(otel.GetMeterProvider(), otelthrottle.SpanHooks(throttle.Hooks{}))
 //	t, err := throttle.NewTransport(nil, policy, throttle.WithHooks(hooks))
+//	client := &http.Client{Transport: otelhttp.NewTransport(t)}
 //
-// # Instruments
+// # Metrics
 //
-//   - throttle.decisions (counter): every decision, by rule, limit,
-//     outcome (allowed, waited, refused, gave_up, failed) and shadow;
-//   - throttle.wait (histogram, seconds): how long requests waited, by
-//     rule and outcome (waited, gave_up);
-//   - throttle.store.duration (histogram, seconds): the store's decision
-//     call, by rule;
-//   - throttle.store.errors (counter): decisions and pauses the store
-//     could not make, by rule and operation (take, pause);
-//   - throttle.fallback (counter): decisions made by a rule's failure
-//     mode because the store could not decide, by rule and mode;
-//   - throttle.vendor.limited (counter): "slow down" answers from vendors
-//     that paused a rule, by rule and HTTP status;
-//   - throttle.pauses.active (gauge): rules whose learned pause has not
-//     ended yet;
-//   - throttle.store.state (gauge): 0 up, 1 failing (fallback active),
-//     2 down (breaker open), as last reported.
+// Units are UCUM, as OpenTelemetry's conventions ask:
+//
+//   - throttle.decisions (counter, {request}): every decision, by
+//     throttle.rule, throttle.limit, throttle.outcome and throttle.shadow;
+//   - throttle.wait (histogram, s): how long requests waited, by
+//     throttle.rule and throttle.outcome (waited, gave_up);
+//   - throttle.store.duration (histogram, s): the store's decision call,
+//     by throttle.rule;
+//   - throttle.store.errors (counter, {error}): decisions and pauses the
+//     store could not make, by throttle.rule and throttle.store.operation;
+//   - throttle.fallback (counter, {request}): decisions made by a rule's
+//     failure mode because the store could not decide, by throttle.rule
+//     and throttle.fallback;
+//   - throttle.vendor.limited (counter, {response}): "slow down" answers
+//     from vendors that paused a rule, by throttle.rule and
+//     http.response.status_code;
+//   - throttle.pauses.active (gauge, {pause}): rules whose learned pause
+//     has not ended yet;
+//   - throttle.store.state (gauge, {state}): 0 up, 1 failing (fallback
+//     active), 2 down (breaker open), as last reported.
+//
+// # Span events
+//
+// [SpanHooks] adds a "throttle.decision" event to the span in the context
+// of every request that matched a rule, when its fate is known (after any
+// wait), with throttle.rule, throttle.outcome, and when they apply
+// throttle.limit, throttle.wait, throttle.fallback and throttle.shadow. It
+// starts no spans. Under otelhttp's transport, as above, the event is on
+// otelhttp's client span; otherwise it is on the caller's span.
+//
+// # Attributes
+//
+//   - throttle.rule: the name of the matched rule;
+//   - throttle.limit: the name of the limit that refused the request
+//     (empty in metrics, absent from events, when none did);
+//   - throttle.outcome: allowed, waited, refused, gave_up or failed;
+//   - throttle.shadow: the rule is in shadow mode, so the request was sent
+//     whatever the outcome says (events: only when true);
+//   - throttle.fallback: the failure mode that decided because the store
+//     could not: local, open or closed;
+//   - throttle.store.operation: the failed store call, take or pause;
+//   - throttle.wait (events only): seconds, as a float, the request waited
+//     (waited, gave_up) or, when refused, until it could succeed;
+//   - http.response.status_code: OpenTelemetry's own attribute.
 //
 // Attribute values are rule and limit names from the policy, never keys,
-// so no request data (tokens, user ids) reaches a metric.
+// so no request data (tokens, user ids) reaches a metric or a span.
 package otelthrottle
 
 import (
@@ -35,7 +67,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/quotakit/throttle"
@@ -64,7 +95,8 @@ type recorder struct {
 
 // Hooks returns next with every hook wrapped to record metrics through
 // mp's meter first; next's own functions (any may be nil) are still
-// called. It fails only if mp cannot create the instruments.
+// called. It fails only if mp cannot create the instruments. To record
+// decisions on spans as well, pass [SpanHooks] as next.
 func Hooks(mp metric.MeterProvider, next throttle.Hooks) (throttle.Hooks, error) {
 	return hooks(mp, next, time.Now)
 }
@@ -73,8 +105,8 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 	m := mp.Meter(ScopeName)
 	r := &recorder{now: now, pauses: make(map[string]time.Time)}
 	var err error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, e := m.Int64Counter(name, metric.WithDescription(desc))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, e := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		err = firstErr(err, e)
 		return c
 	}
@@ -84,17 +116,21 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		err = firstErr(err, e)
 		return h
 	}
-	r.decisions = counter("throttle.decisions", "Decisions on matched requests, by rule, limit and outcome.")
-	r.storeErrors = counter("throttle.store.errors", "Store calls that failed, by rule and operation.")
-	r.fallbacks = counter("throttle.fallback", "Decisions made by a failure mode because the store could not decide.")
-	r.vendorLimited = counter("throttle.vendor.limited", "Vendor answers that said slow down, by rule and status.")
-	r.wait = hist("throttle.wait", "Time requests waited for their quota.", waitBounds)
-	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call.", storeBounds)
-	_, e := m.Int64ObservableGauge("throttle.pauses.active",
+	r.decisions = counter("throttle.decisions", "{request}",
+		"Decisions on requests that matched a rule, by rule, limit, outcome and shadow.")
+	r.storeErrors = counter("throttle.store.errors", "{error}",
+		"Store calls that failed, by rule and operation.")
+	r.fallbacks = counter("throttle.fallback", "{request}",
+		"Decisions made by a rule's failure mode because the store could not decide, by rule and mode.")
+	r.vendorLimited = counter("throttle.vendor.limited", "{response}",
+		"Vendor answers that said slow down and paused a rule, by rule and HTTP status.")
+	r.wait = hist("throttle.wait", "Time requests waited for their quota, by rule and outcome.", waitBounds)
+	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call, by rule.", storeBounds)
+	_, e := m.Int64ObservableGauge("throttle.pauses.active", metric.WithUnit("{pause}"),
 		metric.WithDescription("Rules whose learned pause has not ended."),
 		metric.WithInt64Callback(r.observePauses))
 	err = firstErr(err, e)
-	_, e = m.Int64ObservableGauge("throttle.store.state",
+	_, e = m.Int64ObservableGauge("throttle.store.state", metric.WithUnit("{state}"),
 		metric.WithDescription("The store's state: 0 up, 1 failing (fallback active), 2 down (breaker open)."),
 		metric.WithInt64Callback(r.observeState))
 	err = firstErr(err, e)
@@ -133,35 +169,12 @@ func firstErr(a, b error) error {
 	return b
 }
 
-// outcomeNames are the outcome attribute values, in Outcome order.
-var outcomeNames = map[throttle.Outcome]string{
-	throttle.Allowed: "allowed",
-	throttle.Waited:  "waited",
-	throttle.Refused: "refused",
-	throttle.GaveUp:  "gave_up",
-	throttle.Failed:  "failed",
-}
-
-func outcomeName(o throttle.Outcome) string {
-	if n, ok := outcomeNames[o]; ok {
-		return n
-	}
-	return "unknown"
-}
-
-// modeNames are the failure mode attribute values.
-var modeNames = map[throttle.FailureMode]string{
-	throttle.FailLocal:  "local",
-	throttle.FailOpen:   "open",
-	throttle.FailClosed: "closed",
-}
-
 func (r *recorder) decision(ev throttle.DecisionEvent) {
 	ctx := context.Background()
-	rule := attribute.String("rule", ev.Rule)
-	outcome := attribute.String("outcome", outcomeName(ev.Outcome))
-	r.decisions.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("limit", ev.Limit), outcome,
-		attribute.Bool("shadow", ev.Shadow)))
+	rule := ruleKey.String(ev.Rule)
+	outcome := outcomeKey.String(outcomeName(ev.Outcome))
+	r.decisions.Add(ctx, 1, metric.WithAttributes(rule, limitKey.String(ev.Limit), outcome,
+		shadowKey.Bool(ev.Shadow)))
 	if ev.Outcome == throttle.Waited || ev.Outcome == throttle.GaveUp {
 		r.wait.Record(ctx, ev.Wait.Seconds(), metric.WithAttributes(rule, outcome))
 	}
@@ -169,19 +182,19 @@ func (r *recorder) decision(ev throttle.DecisionEvent) {
 		r.storeTime.Record(ctx, ev.StoreTime.Seconds(), metric.WithAttributes(rule))
 	}
 	if ev.Fallback != throttle.FailDefault {
-		r.fallbacks.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("mode", modeNames[ev.Fallback])))
+		r.fallbacks.Add(ctx, 1, metric.WithAttributes(rule, fallbackKey.String(modeNames[ev.Fallback])))
 	}
 	if ev.StoreErr != nil {
-		r.storeErrors.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("operation", "take")))
+		r.storeErrors.Add(ctx, 1, metric.WithAttributes(rule, operationKey.String("take")))
 	}
 }
 
 func (r *recorder) pause(ev throttle.PauseEvent) {
 	ctx := context.Background()
-	rule := attribute.String("rule", ev.Rule)
-	r.vendorLimited.Add(ctx, 1, metric.WithAttributes(rule, attribute.Int("status", ev.Status)))
+	rule := ruleKey.String(ev.Rule)
+	r.vendorLimited.Add(ctx, 1, metric.WithAttributes(rule, statusKey.Int(ev.Status)))
 	if ev.Err != nil {
-		r.storeErrors.Add(ctx, 1, metric.WithAttributes(rule, attribute.String("operation", "pause")))
+		r.storeErrors.Add(ctx, 1, metric.WithAttributes(rule, operationKey.String("pause")))
 	}
 	end := r.now().Add(ev.Pause)
 	r.mu.Lock()

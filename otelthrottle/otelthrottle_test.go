@@ -136,16 +136,16 @@ func TestMetricsOfAScriptedSequence(t *testing.T) {
 
 	got := collect(t, reader)
 	assert.Equal(t, map[string]int64{
-		"limit=,outcome=allowed,rule=api,shadow=false":           2,
-		"limit=per-minute,outcome=refused,rule=api,shadow=false": 1,
-		"limit=,outcome=allowed,rule=slow,shadow=false":          1,
-		"limit=,outcome=waited,rule=slow,shadow=false":           1,
-		"limit=,outcome=allowed,rule=busy,shadow=false":          1,
-		"limit=,outcome=refused,rule=busy,shadow=false":          1,
-		"limit=,outcome=allowed,rule=new,shadow=true":            1,
-		"limit=tight,outcome=refused,rule=new,shadow=true":       1,
+		"throttle.limit=,throttle.outcome=allowed,throttle.rule=api,throttle.shadow=false":           2,
+		"throttle.limit=per-minute,throttle.outcome=refused,throttle.rule=api,throttle.shadow=false": 1,
+		"throttle.limit=,throttle.outcome=allowed,throttle.rule=slow,throttle.shadow=false":          1,
+		"throttle.limit=,throttle.outcome=waited,throttle.rule=slow,throttle.shadow=false":           1,
+		"throttle.limit=,throttle.outcome=allowed,throttle.rule=busy,throttle.shadow=false":          1,
+		"throttle.limit=,throttle.outcome=refused,throttle.rule=busy,throttle.shadow=false":          1,
+		"throttle.limit=,throttle.outcome=allowed,throttle.rule=new,throttle.shadow=true":            1,
+		"throttle.limit=tight,throttle.outcome=refused,throttle.rule=new,throttle.shadow=true":       1,
 	}, sums(t, got["throttle.decisions"]))
-	assert.Equal(t, map[string]int64{"rule=busy,status=429": 1}, sums(t, got["throttle.vendor.limited"]))
+	assert.Equal(t, map[string]int64{"http.response.status_code=429,throttle.rule=busy": 1}, sums(t, got["throttle.vendor.limited"]))
 	assert.Equal(t, int64(1), gauge(t, got["throttle.pauses.active"]), "busy is paused")
 	assert.Equal(t, int64(0), gauge(t, got["throttle.store.state"]))
 
@@ -154,7 +154,7 @@ func TestMetricsOfAScriptedSequence(t *testing.T) {
 	require.Len(t, wait.DataPoints, 1)
 	assert.Equal(t, uint64(1), wait.DataPoints[0].Count, "one request waited")
 	assert.Greater(t, wait.DataPoints[0].Sum, 0.0)
-	assert.Equal(t, "outcome=waited,rule=slow", attrs(wait.DataPoints[0].Attributes))
+	assert.Equal(t, "throttle.outcome=waited,throttle.rule=slow", attrs(wait.DataPoints[0].Attributes))
 
 	st, ok := got["throttle.store.duration"].(metricdata.Histogram[float64])
 	require.True(t, ok)
@@ -192,8 +192,8 @@ func TestMetricsOfAStoreOutage(t *testing.T) {
 	}
 	got := collect(t, reader)
 	fallbacks := sums(t, got["throttle.fallback"])
-	assert.Equal(t, int64(3), fallbacks["mode=local,rule=api"])
+	assert.Equal(t, int64(3), fallbacks["throttle.fallback=local,throttle.rule=api"])
 	errs := sums(t, got["throttle.store.errors"])
-	assert.Positive(t, errs["operation=take,rule=api"])
+	assert.Positive(t, errs["throttle.rule=api,throttle.store.operation=take"])
 	assert.Equal(t, int64(2), gauge(t, got["throttle.store.state"]), "after 3 failures the breaker is open")
 }
