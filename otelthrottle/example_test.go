@@ -9,6 +9,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/otelthrottle"
@@ -59,4 +61,52 @@ func ExampleHooks() {
 		fmt.Println(m.Name, total)
 	}
 	// Output: throttle.decisions 2
+}
+
+// Record each decision on the request's span. Here the caller starts the
+// span; under otelhttp.NewTransport(t) the event goes on otelhttp's client
+// span instead. A real service uses its own TracerProvider; this one keeps
+// the spans in memory to print them.
+func ExampleSpanHooks() {
+	vendor := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer vendor.Close()
+
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(context.Background())
+
+	t, err := throttle.NewTransport(nil, throttle.Policy{Rules: []throttle.Rule{{
+		Name: "api", Wait: waiters.FailFast(),
+		Limits: []throttle.Limit{{Name: "per-minute", Rate: 1, Per: time.Minute}},
+	}}}, throttle.WithHooks(otelthrottle.SpanHooks(throttle.Hooks{})))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: t}
+	for range 2 {
+		ctx, span := tp.Tracer("example").Start(context.Background(), "call vendor")
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, vendor.URL, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		span.End()
+	}
+
+	for _, s := range spans.Ended() {
+		for _, e := range s.Events() {
+			fmt.Print(s.Name(), ": ", e.Name)
+			for _, kv := range e.Attributes {
+				if kv.Key == "throttle.wait" {
+					fmt.Printf(" %s=%.0fs", kv.Key, kv.Value.AsFloat64())
+					continue
+				}
+				fmt.Printf(" %s=%s", kv.Key, kv.Value.Emit())
+			}
+			fmt.Println()
+		}
+	}
+	// Output:
+	// call vendor: throttle.decision throttle.rule=api throttle.outcome=allowed
+	// call vendor: throttle.decision throttle.rule=api throttle.outcome=refused throttle.limit=per-minute throttle.wait=60s
 }

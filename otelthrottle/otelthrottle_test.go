@@ -197,3 +197,34 @@ func TestMetricsOfAStoreOutage(t *testing.T) {
 	assert.Positive(t, errs["throttle.rule=api,throttle.store.operation=take"])
 	assert.Equal(t, int64(2), gauge(t, got["throttle.store.state"]), "after 3 failures the breaker is open")
 }
+
+func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	h, err := otelthrottle.Hooks(mp, throttle.Hooks{})
+	require.NoError(t, err)
+	// One event of each kind, so that every instrument has a point.
+	h.OnDecision(throttle.DecisionEvent{Context: context.Background(), Rule: "api", Outcome: throttle.Waited,
+		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown})
+	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Hour})
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	require.Len(t, rm.ScopeMetrics, 1)
+	units := map[string]string{}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		units[m.Name] = m.Unit
+		assert.NotEmpty(t, m.Description, m.Name)
+	}
+	assert.Equal(t, map[string]string{
+		"throttle.decisions":      "{request}",
+		"throttle.wait":           "s",
+		"throttle.store.duration": "s",
+		"throttle.store.errors":   "{error}",
+		"throttle.fallback":       "{request}",
+		"throttle.vendor.limited": "{response}",
+		"throttle.pauses.active":  "{pause}",
+		"throttle.store.state":    "{state}",
+	}, units)
+}
