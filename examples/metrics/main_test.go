@@ -16,7 +16,7 @@ func TestScrape(t *testing.T) {
 	require.NoError(t, run(context.Background(), "", &out))
 	got := out.String()
 	count := func(outcome string) string {
-		m := regexp.MustCompile(`throttle_decisions_total\{[^}]*outcome="` + outcome + `"[^}]*\} (\d+)`).FindStringSubmatch(got)
+		m := regexp.MustCompile(`throttle_decisions_total\{[^}]*throttle_outcome="` + outcome + `"[^}]*\} (\d+)`).FindStringSubmatch(got)
 		if m == nil {
 			return ""
 		}
@@ -27,7 +27,7 @@ func TestScrape(t *testing.T) {
 	assert.GreaterOrEqual(t, allowed, 5, "at least the burst")
 	assert.NotEmpty(t, count("waited"))
 	assert.NotEmpty(t, count("refused"))
-	assert.Regexp(t, `throttle_vendor_limited_total\{[^}]*status="429"[^}]*\} 1`, got)
+	assert.Regexp(t, `throttle_vendor_limited_total\{[^}]*http_response_status_code="429"[^}]*\} 1`, got)
 	assert.Regexp(t, `throttle_pauses_active\{[^}]*\} 1`, got)
 	assert.Regexp(t, `throttle_store_duration_seconds_bucket\{[^}]*le="0.001"\} \d+`, got)
 }
