@@ -1,4 +1,4 @@
-// Package otelthrottle reports what a throttle [throttle.Transport] does as
+// Package otelthrottle reports what a [throttle.Transport] does as
 // OpenTelemetry signals: its decisions, learned pauses and store health as
 // metrics ([Hooks]), and the decision on each request as an event on the
 // request's span ([SpanHooks]). It depends on the OpenTelemetry APIs only;

@@ -12,8 +12,9 @@ const EventName = "throttle.decision"
 
 // SpanHooks returns next with OnDecision wrapped to add an [EventName]
 // event, with the decision's attributes (see the package doc), to the
-// recording span in the request's context ([throttle.DecisionEvent]
-// Context) first; next's own functions (any may be nil) are still called.
+// recording span in the request's context (the event's Context, see
+// [throttle.DecisionEvent]) first; next's own functions (any may be nil)
+// are still called.
 // A request whose context holds no recording span costs a lookup. It
 // starts no spans and needs no TracerProvider: the span is whichever the
 // caller or an instrumented transport above the [throttle.Transport]
