@@ -148,9 +148,9 @@ func TestBadFiles(t *testing.T) {
 		line               int
 		rule, field, inErr string
 	}{
-		{"syntax", "instances: 2\nrules:\n  - name: a\n    host: [x\n", 3, "", "", "yaml"}, // the line go-yaml reports,
+		{"syntax", "instances: 2\nrules:\n  - name: a\n    host: [x\n", 3, "", "", "invalid YAML"}, // the line go-yaml reports
 		{"empty", "", 0, "", "", "empty file"},
-		{"unknown field", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, brust: 2}\n", 4, "", "", "brust"},
+		{"unknown field", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, brust: 2}\n", 4, "a", "limits[0].brust", "unknown field"},
 		{"bad duration", "rules:\n  - name: a\n    limits:\n      - name: l\n        rate: 1\n        per: 30 minutes\n", 6, "a", "limits[0].per", "not a duration"},
 		{"missing per", "rules:\n  - name: a\n    limits:\n      - name: l\n        rate: 1\n", 4, "a", "limits[0].per", "missing"},
 		{"bad algorithm", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, algorithm: leaky}\n", 4, "a", "limits[0].algorithm", "leaky"},
@@ -182,8 +182,8 @@ func TestAllProblemsAreReported(t *testing.T) {
 	doc := "rules:\n  - name: a\n    wait: soon\n    limits:\n      - {name: l, rate: 1, per: forever}\n"
 	_, err := policyfile.Load("p.yaml", []byte(doc))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "p.yaml:3: rule a: wait")
-	assert.Contains(t, err.Error(), "p.yaml:5: rule a: limits[0].per")
+	assert.Contains(t, err.Error(), `p.yaml:3: rule "a": wait`)
+	assert.Contains(t, err.Error(), `p.yaml:5: rule "a": limits[0].per`)
 }
 
 // The README's example file loads, and makes a transport.
@@ -215,4 +215,209 @@ func TestPresetsByName(t *testing.T) {
 	assert.Equal(t, 1, fe.Line)
 	assert.Equal(t, "presets[0]", fe.Field)
 	assert.ErrorContains(t, err, `unknown preset "twitter" (github, slack)`)
+}
+
+// A .json file is JSON, strictly: what a JSON parser refuses, Load
+// refuses, with the line; .yaml and .yml files stay YAML.
+func TestJSONIsStrict(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		line      int
+		field     string
+		inErr     string
+	}{
+		{"trailing comma", "{\"rules\": [\n {\"name\": \"a\",\n  \"limits\": [{\"name\": \"l\", \"rate\": 1, \"per\": \"1m\"},]}]}", 3, "", "invalid JSON"},
+		{"trailing comma in object", "{\"instances\": 2,\n}", 2, "", "invalid JSON"},
+		{"comment", "// mine\n{\"instances\": 2}", 1, "", "invalid JSON"},
+		{"single quotes", "{'instances': 2}", 1, "", "invalid JSON"},
+		{"unquoted key", "{\n instances: 2}", 2, "", "invalid JSON"},
+		{"second value", "{\"instances\": 2}\n{}", 2, "", "after the end"},
+		{"truncated", "{\"instances\": 2,\n \"rules\": [", 2, "", "unexpected end"},
+		{"unknown field", "{\"rules\": [\n {\"name\": \"a\", \"hots\": \"x\"}]}", 2, "hots", "unknown field"},
+		{"duplicate field", "{\"instances\": 2,\n \"instances\": 3}", 2, "instances", "given twice"},
+		{"number as string", "{\"rules\": [{\"name\": 5}]}", 1, "name", "must be a string"},
+		{"not an object", "[1, 2]", 1, "", "must be a mapping"},
+		{"empty", "  \n", 0, "", "empty file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := policyfile.Load("policy.json", []byte(c.doc))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+			var fe *policyfile.Error
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, c.line, fe.Line, "line: %v", err)
+			assert.Equal(t, c.field, fe.Field, "field: %v", err)
+			assert.ErrorContains(t, err, c.inErr)
+		})
+	}
+
+	// The same trailing comma is YAML's flow syntax in a .yaml or .yml file.
+	for _, name := range []string{"policy.yaml", "policy.yml"} {
+		_, err := policyfile.Load(name, []byte(`{"instances": 2,}`))
+		assert.NoError(t, err, name)
+	}
+	_, err := policyfile.Load("POLICY.JSON", []byte(`{"instances": 2,}`))
+	assert.ErrorContains(t, err, "invalid JSON")
+}
+
+// An integer field takes a whole number, and says which field when it is
+// given anything else.
+func TestIntegersOnly(t *testing.T) {
+	limit := func(fields string) string {
+		return "rules:\n  - name: a\n    limits:\n      - {name: l, per: 1m, " + fields + "}\n"
+	}
+	cases := []struct {
+		name, file, doc string
+		rule, field     string
+		inErr           string
+	}{
+		{"rate", "p.yaml", limit("rate: 5.5"), "a", "limits[0].rate", "must be a whole number, got 5.5"},
+		{"burst", "p.yaml", limit("rate: 5, burst: 2.5"), "a", "limits[0].burst", "must be a whole number, got 2.5"},
+		{"rate as text", "p.yaml", limit(`rate: "5"`), "a", "limits[0].rate", `must be a whole number, got "5"`},
+		{"rate too large", "p.yaml", limit("rate: 1e300"), "a", "limits[0].rate", "out of range"},
+		{"rate infinite", "p.yaml", limit("rate: .inf"), "a", "limits[0].rate", "must be a whole number"},
+		{"instances", "p.yaml", "instances: 2.5\n", "", "instances", "must be a whole number, got 2.5"},
+		{"cost", "p.yaml", "rules:\n  - name: a\n    cost: 1.5\n", "a", "cost", "must be a whole number, got 1.5"},
+		{"cost_by_method", "p.yaml", "rules:\n  - name: a\n    cost_by_method: {GET: 0.5}\n", "a", "cost_by_method.GET", "must be a whole number, got 0.5"},
+		{"retry.max", "p.yaml", "rules:\n  - name: a\n    retry: {max: 2.5}\n", "a", "retry.max", "must be a whole number, got 2.5"},
+		{"json rate", "p.json", `{"rules": [{"name": "a", "limits": [{"name": "l", "per": "1m", "rate": 5.5}]}]}`, "a", "limits[0].rate", "must be a whole number, got 5.5"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := policyfile.Load(c.file, []byte(c.doc))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+			var fe *policyfile.Error
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, c.rule, fe.Rule, "rule: %v", err)
+			assert.Equal(t, c.field, fe.Field, "field: %v", err)
+			assert.ErrorContains(t, err, c.inErr)
+		})
+	}
+
+	// A whole number written as a float is that number.
+	p, err := policyfile.Load("p.json", []byte(`{"rules": [{"name": "a", "limits": [{"name": "l", "per": "1m", "rate": 5.0, "burst": 1e1}]}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, 5, p.Rules[0].Limits[0].Rate)
+	assert.Equal(t, 10, p.Rules[0].Limits[0].Burst)
+}
+
+// Load reports every problem of a file at once, each once: what the file
+// gets wrong and what validation finds, with file, line, rule and field.
+func TestEveryProblemOnce(t *testing.T) {
+	doc := `instances: -1
+rules:
+  - name: a
+    hots: example.com
+    wait: soon
+    limits:
+      - {name: l, rate: 5.5, per: 1m}
+      - {name: m, rate: 0, per: 1m}
+      - {name: n, rate: 1, per: forever, colour: red}
+  - name: b
+    path: /x/{
+    limits:
+      - {name: k, rate: 1}
+`
+	_, err := policyfile.Load("policy.yaml", []byte(doc))
+	require.Error(t, err)
+	want := []string{
+		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry)`,
+		`policy.yaml:5: rule "a": wait: unknown waiter "soon" (block, fail-fast, up-to DURATION)`,
+		`policy.yaml:7: rule "a": limits[0].rate: must be a whole number, got 5.5`,
+		`policy.yaml:9: rule "a": limits[2].per: not a duration (such as 30s, 5m, 1h): "forever"`,
+		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, key)`,
+		`policy.yaml:13: rule "b": limits[0].per: missing: give a duration such as 1m or 30m`,
+		`policy.yaml:1: instances: must not be negative, got -1`,
+		`policy.yaml:8: rule "a": limits[1].rate: must be positive, got 0`,
+		`policy.yaml:11: rule "b": path: `,
+	}
+	msg := err.Error()
+	lines := strings.Split(msg, "\n")
+	require.Len(t, lines, len(want), msg)
+	for _, w := range want {
+		assert.Equal(t, 1, strings.Count(msg, w), "want once: %s\nin:\n%s", w, msg)
+	}
+	for _, l := range lines {
+		assert.NotContains(t, l, "throttle:", "a problem is said once")
+		assert.NotContains(t, l, "invalid policy", "a problem is said once")
+		assert.NotContains(t, l, "Limits", "the file's field names")
+	}
+	var fe *policyfile.Error
+	require.ErrorAs(t, err, &fe)
+	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	var pe *throttle.PolicyError
+	assert.ErrorAs(t, err, &pe, "validation's problems are still PolicyErrors")
+}
+
+// A misspelt field is named as the file names it, wherever it is, never
+// by a Go type.
+func TestUnknownFieldsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, doc, rule, field string
+		line                   int
+	}{
+		{"top", "instance: 2\n", "", "instance", 1},
+		{"rule", "rules:\n  - name: a\n    limts: []\n", "a", "limts", 3},
+		{"limit", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, brust: 2}\n", "a", "limits[0].brust", 4},
+		{"learn", "rules:\n  - name: a\n    learn: {max_paws: 1m}\n", "a", "learn.max_paws", 3},
+		{"retry", "rules:\n  - name: a\n    retry:\n      tries: 2\n", "a", "retry.tries", 4},
+		{"unnamed rule", "rules:\n  - name: \"\"\n    wiat: block\n", "#0", "wiat", 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := policyfile.Load("p.yaml", []byte(c.doc))
+			fe := problem(t, err, c.field)
+			assert.Equal(t, c.rule, fe.Rule)
+			assert.Equal(t, c.line, fe.Line)
+			assert.ErrorContains(t, fe, "unknown field")
+			assert.NotContains(t, err.Error(), "policyfile.")
+			assert.NotContains(t, err.Error(), "type")
+		})
+	}
+}
+
+// problem returns the problem of err about field.
+func problem(t *testing.T, err error, field string) *policyfile.Error {
+	t.Helper()
+	require.Error(t, err)
+	var all []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		all = j.Unwrap()
+	} else {
+		all = []error{err}
+	}
+	for _, e := range all {
+		var fe *policyfile.Error
+		if errors.As(e, &fe) && fe.Field == field {
+			return fe
+		}
+	}
+	require.Failf(t, "no problem with the field", "%s in:\n%v", field, err)
+	return nil
+}
+
+// The names a file may use for algorithms and failure modes are the
+// root's: whatever Algorithm.String and FailureMode.String print.
+func TestNamesAreTheRoots(t *testing.T) {
+	for a := throttle.GCRA; a <= throttle.Concurrency; a++ {
+		t.Run(a.String(), func(t *testing.T) {
+			doc := "rules:\n  - name: a\n    wait: fail-fast\n    limits:\n      - {name: l, rate: 1, per: 1m, algorithm: " + a.String() + "}\n"
+			p, err := policyfile.Load("p.yaml", []byte(doc))
+			require.NoError(t, err)
+			assert.Equal(t, a, p.Rules[0].Limits[0].Algorithm)
+		})
+	}
+	for m := throttle.FailDefault; m <= throttle.FailClosed; m++ {
+		t.Run(m.String(), func(t *testing.T) {
+			doc := "on_store_failure: " + m.String() + "\nrules:\n  - name: a\n    on_store_failure: " + m.String() + "\n"
+			p, err := policyfile.Load("p.yaml", []byte(doc))
+			require.NoError(t, err)
+			assert.Equal(t, m, p.OnStoreFailure)
+			assert.Equal(t, m, p.Rules[0].OnStoreFailure)
+		})
+	}
+	_, err := policyfile.Load("p.yaml", []byte("on_store_failure: maybe\n"))
+	assert.ErrorContains(t, err, `p.yaml:1: on_store_failure: unknown failure mode "maybe" (default, local, open, closed)`)
 }

@@ -112,13 +112,14 @@ func (r *Reloader) reload() (changed, again bool, err error) {
 }
 
 func (r *Reloader) build(data []byte) (*throttle.Transport, error) {
-	p, err := Load(r.path, data)
+	p, b, err := load(r.path, data)
 	if err != nil {
 		return nil, err
 	}
 	t, err := throttle.NewTransport(r.base, p, r.opts...)
 	if err != nil {
-		return nil, &Error{File: r.path, Err: err}
+		b.validated(err) // with the file's line, rule and field
+		return nil, b.err()
 	}
 	return t, nil
 }

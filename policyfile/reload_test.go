@@ -237,3 +237,26 @@ func TestReloaderWatch(t *testing.T) {
 	<-watching
 	assert.Empty(t, reports)
 }
+
+// pickyStore is a store that can decide only rules that do not wait, as
+// redisstore's MULTI/EXEC mode.
+type pickyStore struct{ *throttle.MemoryStore }
+
+func (pickyStore) CheckRule(r throttle.Rule) error {
+	if r.Wait == nil {
+		return &throttle.PolicyError{Field: "Wait", Err: fmt.Errorf("picky: a request cannot wait")}
+	}
+	return nil
+}
+
+// What the store refuses at NewTransport is reported like a problem of
+// the file: its line, rule and field, once.
+func TestReloaderReportsTheStoresRefusal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, path, "rules:\n  - name: api\n    host: api.example.com\n    limits:\n      - {name: calls, rate: 1, per: 1h}\n")
+	_, err := policyfile.NewReloader(path, okTransport{}, throttle.WithStore(pickyStore{throttle.NewMemoryStore()}))
+	var fe *policyfile.Error
+	require.ErrorAs(t, err, &fe)
+	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	assert.Equal(t, path+`:2: rule "api": wait: picky: a request cannot wait`, err.Error())
+}
