@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -109,8 +110,60 @@ func TestUsageErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(policy), 0o600))
 	err = run(context.Background(), []string{"-policy", path, "frobnicate"}, env, &out)
 	assert.ErrorContains(t, err, "unknown command")
-	err = run(context.Background(), []string{"-policy", path, "reset", "-rule", "nope"}, env, &out)
+	err = run(context.Background(), []string{"-policy", path, "reset", "-rule", "nope", "-limit", "global"}, env, &out)
 	assert.ErrorContains(t, err, `no rule "nope"`)
 	err = run(context.Background(), []string{"-policy", path, "reset", "-rule", "notify", "-limit", "nope"}, env, &out)
 	assert.ErrorContains(t, err, `no limit "nope"`)
+}
+
+// -h lists the commands and every flag and succeeds; a wrong flag or
+// command is a usage error, which exits 2.
+func TestHelpAndUsage(t *testing.T) {
+	env := func(string) string { return "" }
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(policy), 0o600))
+
+	for _, args := range [][]string{{"-h"}, {"-help"}, {"--help"}, {"help"}, {"-policy", path, "-h"}, {"-policy", path, "reset", "-h"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), args, env, &out)
+			require.NoError(t, err)
+			assert.Equal(t, 0, exitCode(err))
+			help := out.String()
+			for _, want := range []string{"usage:", "state", "reset", "clear-pause", "-policy", "-prefix", "-rule", "-limit", "-key", "REDIS_URL"} {
+				assert.Contains(t, help, want)
+			}
+			assert.NotContains(t, help, "help requested")
+		})
+	}
+
+	cases := []struct {
+		name  string
+		args  []string
+		inErr string
+	}{
+		{"no arguments", nil, "usage:"},
+		{"no command", []string{"-policy", path}, "no command"},
+		{"no policy", []string{"state"}, "-policy"},
+		{"unknown flag", []string{"-policy", path, "-verbose", "state"}, "-verbose"},
+		{"unknown command", []string{"-policy", path, "frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown command flag", []string{"-policy", path, "state", "-rule", "notify"}, "-rule"},
+		{"missing rule", []string{"-policy", path, "reset", "-limit", "global"}, "reset needs -rule"},
+		{"missing limit", []string{"-policy", path, "reset", "-rule", "notify"}, "reset needs -limit"},
+		{"extra argument", []string{"-policy", path, "state", "now"}, `unexpected argument "now"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), c.args, env, &out)
+			require.Error(t, err)
+			assert.ErrorContains(t, err, c.inErr)
+			assert.ErrorContains(t, err, "usage:")
+			assert.Equal(t, 2, exitCode(err))
+			assert.Empty(t, out.String())
+		})
+	}
+
+	err := run(context.Background(), []string{"-policy", "missing.yaml", "state"}, env, io.Discard)
+	assert.Equal(t, 1, exitCode(err), "not a usage error")
 }
