@@ -73,3 +73,26 @@ func ExampleNewReloader() {
 	// refused: true
 	// kept the old policy: line 6, rule api, field limits[0].rate
 }
+
+// Load reports every problem of a file at once, each once, with its line,
+// rule and field as the file names them: what the file gets wrong and
+// what validation finds.
+func ExampleLoad() {
+	doc := `rules:
+  - name: slack-notify
+    host: hooks.slack.com
+    wiat: fail-fast
+    limits:
+      - {name: global, rate: 100.5, per: 30m}
+      - {name: category, rate: 0, per: 30 minutes}
+`
+	_, err := policyfile.Load("policy.yaml", []byte(doc))
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, throttle.ErrInvalidPolicy))
+	// Output:
+	// policy.yaml:4: rule "slack-notify": wiat: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry)
+	// policy.yaml:6: rule "slack-notify": limits[0].rate: must be a whole number, got 100.5
+	// policy.yaml:7: rule "slack-notify": limits[1].per: not a duration (such as 30s, 5m, 1h): "30 minutes"
+	// policy.yaml:7: rule "slack-notify": limits[1].rate: must be positive, got 0
+	// true
+}
