@@ -1,13 +1,14 @@
 // Package redistest starts and stops real redis-server processes for tests:
-// a single server ([Start]) or a local Redis Cluster ([StartCluster]), each
-// on free loopback ports, in its own temporary directory, without
-// persistence (--save "" --appendonly no).
+// a single server ([Start]), a local Redis Cluster ([StartCluster]) or a
+// master, its replica and three Sentinels ([StartSentinel]), each on free
+// loopback ports, in its own temporary directory, without persistence
+// (--save "" --appendonly no).
 //
 // # Lifetime
 //
-// [Start] and [StartCluster] stop what they started in t.Cleanup (SHUTDOWN
-// NOSAVE, then SIGTERM, then SIGKILL after a short grace), and they reap
-// every process, so no redis-server outlives the test binary (on Linux a
+// [Start], [StartCluster] and [StartSentinel] stop what they started in
+// t.Cleanup (SHUTDOWN NOSAVE, then SIGTERM, then SIGKILL after a short
+// grace), and they reap every process, so no redis-server outlives the test binary (on Linux a
 // server is also killed if the test binary dies). No goroutine is left running either, so
 // go.uber.org/goleak passes while a server is still up.
 //
@@ -46,6 +47,8 @@
 // [Server.Kill] kills a server with SIGKILL, [Server.Restart] starts it again
 // on the same port (a cluster node keeps its node ID, since its nodes.conf
 // survives), and [Cluster.WaitReady] waits for a cluster to settle again.
+// [Sentinel.KillMaster] and [Sentinel.Failover] make the Sentinels fail
+// over, and [Sentinel.WaitFailover] waits for the promoted replica.
 //
 // Only Unix systems are supported.
 package redistest

@@ -36,6 +36,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	conf string   // a config file, read before the arguments (a Sentinel's); "" for none
 	args []string // everything but --port
 
 	mu     sync.Mutex
@@ -150,6 +151,9 @@ func freePorts(n int) ([]int, error) {
 // caller holds s.mu.
 func (s *Server) launch() error {
 	args := append([]string{"--port", strconv.Itoa(s.port)}, s.args...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...) // redis-server reads a config file only as its first argument
+	}
 	p, err := startProcess(s.bin, args, s.logPath())
 	if err != nil {
 		return err
