@@ -421,3 +421,21 @@ func TestNamesAreTheRoots(t *testing.T) {
 	_, err := policyfile.Load("p.yaml", []byte("on_store_failure: maybe\n"))
 	assert.ErrorContains(t, err, `p.yaml:1: on_store_failure: unknown failure mode "maybe" (default, local, open, closed)`)
 }
+
+// Load never panics, and what it refuses is an invalid policy.
+func FuzzLoad(f *testing.F) {
+	f.Add(notifierYAML, false)
+	f.Add(notifierJSON, true)
+	f.Add("rules:\n  - &r {name: a, limits: [{<<: {rate: 1}, name: l, per: 1m}]}\n  - *r\n", false)
+	f.Add(`{"rules": [{"name": "a", "cost_by_method": {"GET": 1e400}, "limits": [{"rate": -0.5}]}]}`, true)
+	f.Fuzz(func(t *testing.T, doc string, json bool) {
+		name := "p.yaml"
+		if json {
+			name = "p.json"
+		}
+		_, err := policyfile.Load(name, []byte(doc))
+		if err != nil && !errors.Is(err, throttle.ErrInvalidPolicy) {
+			t.Errorf("%v does not match ErrInvalidPolicy", err)
+		}
+	})
+}
