@@ -316,12 +316,13 @@ func isRole(srv *Server, role string) error {
 // WaitReady waits up to timeout until the running processes agree on a
 // healthy deployment: every running Sentinel names the same master, which
 // answers as a master; each sees it without a down or failover flag, sees
-// every other running Sentinel as connected and up, and sees every other running
-// server as a replica of it whose link is up; each such replica reports
-// its link up and no sync in progress; and SENTINEL CKQUORUM passes. A
-// killed server that is not restarted is left out. Use it after a fault
-// before the next step; after [Sentinel.Failover] it waits for the old
-// master's demotion, about ten seconds.
+// every other running Sentinel as connected and up, and sees every other
+// running server as a replica of it whose link is up; SENTINEL CKQUORUM
+// passes; each such replica reports its link up and no sync in progress,
+// and acknowledges a write to the master (WAIT), so the master streams
+// its writes to it. A killed server that is not restarted is left out.
+// Use it after a fault before the next step; after [Sentinel.Failover] it
+// waits for the old master's demotion, about ten seconds.
 func (s *Sentinel) WaitReady(timeout time.Duration) error {
 	if err := poll(timeout, s.ready); err != nil {
 		return fmt.Errorf("redistest: Sentinel deployment not ready after %v: %w", timeout, err)
@@ -389,10 +390,12 @@ func (s *Sentinel) ready() error {
 			return fmt.Errorf("%s: SENTINEL CKQUORUM: %w", sn.Addr(), err)
 		}
 	}
+	replicas := 0
 	for _, r := range s.servers {
 		if r == m || !r.Running() {
 			continue
 		}
+		replicas++
 		info, err := doString(r.Addr(), "INFO", "replication")
 		if err != nil {
 			return fmt.Errorf("%s: INFO: %w", r.Addr(), err)
@@ -407,6 +410,37 @@ func (s *Sentinel) ready() error {
 				return fmt.Errorf("replica %s: %s is %q, want %q", r.Addr(), want[0], got, want[1])
 			}
 		}
+	}
+	return streaming(m, replicas)
+}
+
+// streaming reports an error unless replicas replicas acknowledge a write
+// on master m within a second. A replica that has just loaded its first
+// copy reports its link up at once, but after a diskless sync the master
+// holds the stream of writes back until the replica's first REPLCONF ACK,
+// which may come a second later; a master killed meanwhile takes every
+// write since the sync with it. PUBLISH is replicated and creates no key.
+func streaming(m *Server, replicas int) error {
+	if replicas == 0 {
+		return nil
+	}
+	c, err := dial(m.Addr())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.send([]string{"PUBLISH", "__redistest__:ready", "1"}, []string{"WAIT", strconv.Itoa(replicas), "1000"}); err != nil {
+		return err
+	}
+	if _, err := c.read(); err != nil {
+		return fmt.Errorf("%s: PUBLISH: %w", m.Addr(), err)
+	}
+	v, err := c.read()
+	if err != nil {
+		return fmt.Errorf("%s: WAIT: %w", m.Addr(), err)
+	}
+	if n, _ := v.(int64); n < int64(replicas) {
+		return fmt.Errorf("%s: WAIT: %v of %d replicas acknowledged a write", m.Addr(), v, replicas)
 	}
 	return nil
 }
