@@ -205,6 +205,7 @@
 // copy and honours it (see [throttle.Learning]). SCRIPT FLUSH loses
 // nothing: the next call answers NOSCRIPT and go-redis loads the script
 // again with EVAL.
+// Redis Sentinel (redis.NewFailoverClient), its failovers and what they cost: docs/sentinel.md.
 //
 // # Without Lua
 //
