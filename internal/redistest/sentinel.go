@@ -120,16 +120,17 @@ func (s *Sentinel) startSentinels(bin string, dirs []string, masterPort int) err
 			ids[i] = hex.EncodeToString(b[:])
 		}
 		sentinels := make([]*Server, len(dirs))
-		errs := make([]error, len(dirs))
-		var wg sync.WaitGroup
 		for i, dir := range dirs {
 			conf := filepath.Join(dir, "sentinel.conf")
 			if err := os.WriteFile(conf, []byte(sentinelConf(masterPort, ids, ports, i)), 0o644); err != nil {
 				return err
 			}
-			sn := newServer(bin, dir, []string{"--sentinel"})
-			sn.conf = conf
-			sentinels[i] = sn
+			sentinels[i] = newServer(bin, dir, []string{"--sentinel"})
+			sentinels[i].conf = conf
+		}
+		errs := make([]error, len(dirs))
+		var wg sync.WaitGroup
+		for i, sn := range sentinels {
 			wg.Go(func() {
 				picked := false
 				errs[i] = sn.startFresh(func() (int, []string, error) {
