@@ -10,6 +10,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 )
 
 // baselineNs is the ns/op of the x/time/rate baseline, measured first in
@@ -28,10 +30,10 @@ func reportRatio(b *testing.B) {
 // A huge limit keeps every decision an admission, as Allow's is.
 func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
-	big := throttle.Limit{Name: "global", Rate: 1 << 30, Per: time.Second}
-	perKey := throttle.Limit{Name: "category", Rate: 1 << 30, Per: time.Second}
-	one := &throttle.Demand{Scope: "bench", Limits: []throttle.Bucket{{Limit: big}}, Pauses: []string{""}, Cost: 1}
-	two := &throttle.Demand{Scope: "bench", Limits: []throttle.Bucket{{Limit: big}, {Limit: perKey, Key: "errors"}}, Pauses: []string{""}, Cost: 1}
+	big := quota.Limit{Name: "global", Rate: 1 << 30, Per: time.Second}
+	perKey := quota.Limit{Name: "category", Rate: 1 << 30, Per: time.Second}
+	one := &quota.Demand{Scope: "bench", Limits: []quota.Bucket{{Limit: big}}, Pauses: []string{""}, Cost: 1}
+	two := &quota.Demand{Scope: "bench", Limits: []quota.Bucket{{Limit: big}, {Limit: perKey, Key: "errors"}}, Pauses: []string{""}, Cost: 1}
 
 	for _, parallel := range []bool{false, true} {
 		mode := "serial"
@@ -65,12 +67,12 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		lim := rate.NewLimiter(rate.Limit(1<<30), 1<<30)
 		run("x-time-rate-Allow", lim.Allow)
-		s1 := throttle.NewMemoryStore()
+		s1 := memstore.New()
 		run("memory-1-limit", func() bool {
 			d, err := s1.Take(ctx, one)
 			return err == nil && d.OK
 		})
-		s2 := throttle.NewMemoryStore()
+		s2 := memstore.New()
 		run("memory-2-limits", func() bool {
 			d, err := s2.Take(ctx, two)
 			return err == nil && d.OK

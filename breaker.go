@@ -8,10 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotakit/throttle/quota"
 )
 
 // Breaker configures the circuit breaker a [Transport] keeps in front of a
-// shared store (not in front of the in-process [MemoryStore], which cannot
+// shared store (not in front of the in-process [memstore.Store], which cannot
 // be unavailable). The breaker tells a slow store from a dead one: only a
 // dead one gets the rules' failure modes.
 //
@@ -288,7 +290,7 @@ func (b *breaker) observe(d time.Duration) {
 // the store (it is alive), as opposed to a failure to reach it.
 func answered(err error) bool {
 	return err == nil || errors.Is(err, ErrStoreConfig) || errors.Is(err, ErrCostTooHigh) ||
-		errors.Is(err, ErrInvalidPolicy) || errors.Is(err, ErrLeaseLost)
+		errors.Is(err, ErrInvalidPolicy) || errors.Is(err, quota.ErrLeaseLost)
 }
 
 // call runs f, a store call, with a context derived from ctx, unless the

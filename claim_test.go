@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -197,7 +198,7 @@ func TestClaimRefusedWithinBudget(t *testing.T) {
 func TestClaimLocalFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		v := &holdVendor{}
-		store := &downStore{Store: throttle.NewMemoryStore()}
+		store := &downStore{Store: memstore.New()}
 		tr, err := throttle.NewTransport(v, writesAndReads(waiters.Block()), throttle.WithStore(store))
 		require.NoError(t, err)
 		c := &http.Client{Transport: tr}

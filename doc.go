@@ -5,19 +5,23 @@
 //
 // # Packages
 //
-//	throttle        Transport, Policy, Rule, Limit, keys, errors, hooks, the Store contract, MemoryStore
+//	throttle        Transport, Policy, Rule, Limit, keys, waiters' interface, errors, hooks, options
+//	quota           the store contract: Store, Demand, Decision, Reservation (as database/sql/driver)
+//	memstore        the in-process store, the default
+//	redisstore      the Redis store: single node, Sentinel, Cluster
 //	waiters         FailFast, UpTo, Block (standard library only)
 //	quotaheader     reads Retry-After, X-RateLimit-*, IETF RateLimit (standard library only)
-//	redisstore      the Redis store: single node, Sentinel, Cluster
 //	policyfile      policies from YAML or JSON files
-//	otelthrottle    OpenTelemetry metrics from the hooks
+//	otelthrottle    OpenTelemetry metrics, and the decision as an event on the request's span
 //	retryable       go-retryablehttp stacked on the Transport
 //	presets/slackquota, presets/githubquota   the vendors' published limits, with fakes
-//	storetest       the Store conformance suite
+//	storetest       the store conformance suite
+//	cmd/throttle    check a policy file; show and reset live counters
 //
-// The graph is a tree: the root imports only the leaves (waiters,
-// quotaheader); redisstore and the others import the root; the root never
-// imports redisstore or go-redis.
+// The graph is a tree: the leaves (quota, waiters, quotaheader) import
+// nothing of ours; memstore and redisstore import only quota; the root
+// imports quota, memstore and the leaves, and never redisstore or
+// go-redis; the rest import the root.
 //
 // # Quickstart
 //
@@ -54,7 +58,7 @@
 // limit does not use up the global quota. A limit name used by several
 // rules is one shared counter.
 //
-// The decision is made by a [Store]. The default [MemoryStore] keeps
+// The decision is made by a [quota.Store]. The default [memstore.Store] keeps
 // counters in the process; the redisstore package keeps them in Redis, so
 // every instance of a service shares one quota, with every decision made
 // by one Lua script on Redis's clock.
@@ -83,8 +87,8 @@
 // crashed instance's slots come back when their leases expire. A request
 // that finds no free slot waits, within its waiter's budget, until a
 // release wakes it. A request that must wait for its rate quota takes its
-// slot only when it goes ([LeaseStore.Claim]), so a waiting request holds
-// no slot. The store must be a [LeaseStore].
+// slot only when it goes ([quota.LeaseStore.Claim]), so a waiting request holds
+// no slot. The store must be a [quota.LeaseStore].
 //
 // # Pauses
 //

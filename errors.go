@@ -3,23 +3,24 @@ package throttle
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/quotakit/throttle/quota"
 )
 
 // ErrLimited is matched by every error that refuses a request because of a
 // limit or a pause. Use [errors.As] with a [*LimitError] for the details.
 var ErrLimited = errors.New("throttle: rate limited")
 
-// ErrInvalidPolicy is wrapped by every error that [Policy.Validate] returns.
-var ErrInvalidPolicy = errors.New("throttle: invalid policy")
+// ErrInvalidPolicy is wrapped by every error that [Policy.Validate] returns,
+// and by a store's refusal of a limit or demand ([quota.ErrInvalid], the
+// same value).
+var ErrInvalidPolicy = quota.ErrInvalid
 
 // ErrCostTooHigh is wrapped when a request costs more than a limit can
 // ever admit (more than Burst for GCRA, more than Rate otherwise).
-var ErrCostTooHigh = errors.New("throttle: cost exceeds what the limit can ever admit")
-
-// ErrLeaseLost is wrapped by [LeaseStore.Renew] when a lease is no longer
-// held: it expired before it was renewed, or was released.
-var ErrLeaseLost = errors.New("throttle: lease lost")
+var ErrCostTooHigh = quota.ErrCostTooHigh
 
 // ErrNoRule is returned for a request that matches no rule when
 // [Policy.RefuseUnmatched] is set.
@@ -30,13 +31,12 @@ var ErrNoRule = errors.New("throttle: no rule matches the request")
 var ErrMissingKey = errors.New("throttle: request has no value for the limit's key")
 
 // ErrStoreConfig is matched by a store error that a configuration mistake
-// causes rather than an outage: a wrong password, missing permissions, a
-// command the server does not know, a read-only replica, or a Cluster
-// client pointed at a server that is not a Cluster (or the reverse). Such
-// an error does not go away by waiting; a [Transport] logs it at Error
-// level once per change of the store's state, and the store's start-up
-// check (redisstore's Store.Check) returns it.
-var ErrStoreConfig = errors.New("throttle: store misconfigured")
+// causes rather than an outage ([quota.ErrStoreConfig], the same value): a
+// wrong password, a read-only replica, a Cluster client pointed at a
+// single node. A [Transport] logs it at Error level once per change of the
+// store's state, and the store's start-up check (redisstore's Store.Check)
+// returns it.
+var ErrStoreConfig = quota.ErrStoreConfig
 
 // A LimitError reports that a request was not sent because of a limit or a
 // pause. It matches [ErrLimited] with [errors.Is]. It never holds a key,
@@ -117,3 +117,13 @@ func (e *PolicyError) Unwrap() error { return e.Err }
 
 // Is reports whether target is [ErrInvalidPolicy].
 func (e *PolicyError) Is(target error) bool { return target == ErrInvalidPolicy }
+
+// policyError places a store's refusal of a limit or demand in rule id, its
+// field under prefix (such as "Limits[1].").
+func policyError(id, prefix string, err error) error {
+	var fe *quota.FieldError
+	if errors.As(err, &fe) {
+		return &PolicyError{Rule: id, Field: prefix + fe.Field, Err: fe.Err}
+	}
+	return &PolicyError{Rule: id, Field: strings.TrimSuffix(prefix, "."), Err: err}
+}

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 )
 
 // ErrStoreUnavailable is matched by the error a request fails with when
@@ -16,7 +19,7 @@ import (
 // context's errors too.
 var ErrStoreUnavailable = errors.New("throttle: store unavailable")
 
-// A FailureMode says what a request does when the [Store] cannot decide it:
+// A FailureMode says what a request does when the [quota.Store] cannot decide it:
 // the store returned an error (Redis unreachable, timed out, busy), or the
 // transport's circuit breaker suspended calls to it (see [Breaker]).
 //
@@ -108,7 +111,7 @@ func LocalShare(l Limit, instances int) Limit {
 	s := l
 	s.Rate = max(l.Rate/instances, 1)
 	if l.Algorithm == GCRA {
-		s.Burst = max(l.burst()/instances, 1)
+		s.Burst = max(l.Quota().BurstOrRate()/instances, 1)
 	} else {
 		s.Burst = 0
 	}
@@ -127,7 +130,7 @@ type failover struct {
 	settings Breaker
 	once     sync.Once
 	breaker  *breaker
-	local    *MemoryStore
+	local    *memstore.Store
 	opened   atomic.Int64 // requests sent by FailOpen
 }
 
@@ -136,7 +139,7 @@ func (t *Transport) failover() *failover {
 	f := &t.failure
 	f.once.Do(func() {
 		f.breaker = newBreaker(f.settings, t.now, t.reportStore)
-		f.local = NewMemoryStore(WithStoreClock(t.now))
+		f.local = memstore.New(memstore.WithClock(t.now))
 	})
 	return f
 }
@@ -144,20 +147,20 @@ func (t *Transport) failover() *failover {
 // inProcess reports whether the transport's store is the in-process one,
 // which cannot be unavailable; its calls skip the breaker.
 func (t *Transport) inProcess() bool {
-	_, ok := t.store.(*MemoryStore)
+	_, ok := t.store.(*memstore.Store)
 	return ok
 }
 
 // take asks the store to decide d, the demand of a request under rule r,
 // through the breaker, and applies r's failure mode when the store cannot
 // answer. Errors it returns are ready for the caller.
-func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEvent) (Decision, error) {
+func (t *Transport) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	if t.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
 	}
 	if t.inProcess() {
-		dec, err := t.store.Take(ctx, d)
+		dec, err := t.store.Take(ctx, &d.Demand)
 		if err != nil {
 			ev.StoreErr = err
 			return dec, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
@@ -165,11 +168,11 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 		return dec, nil
 	}
 	f := t.failover()
-	var dec Decision
+	var dec quota.Decision
 	// The store reads a snapshot of d: a call the breaker stopped waiting
 	// for may still run while the request goes on and changes d (its
 	// MaxWait, when it waits for a slot).
-	sd := *d
+	sd := d.Demand
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = t.store.Take(ctx, &sd)
@@ -188,25 +191,25 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 	}
 	ev.StoreErr = err
 	if !storeFault(ctx, err) {
-		return Decision{}, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
 	}
 	ev.Fallback = r.failMode
 	switch r.failMode {
 	case FailOpen:
 		f.opened.Add(1)
-		return Decision{OK: true, Limit: -1}, nil
+		return quota.Decision{OK: true, Limit: -1}, nil
 	case FailClosed:
-		return Decision{}, fmt.Errorf("throttle: rule %s: %w: %w", r.id, ErrStoreUnavailable, err)
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: %w", r.id, ErrStoreUnavailable, err)
 	}
-	ld := *d
-	ld.Limits = make([]Bucket, len(d.Limits))
+	ld := d.Demand
+	ld.Limits = make([]quota.Bucket, len(d.Limits))
 	for i, b := range d.Limits {
-		ld.Limits[i] = Bucket{Limit: r.local[i], Key: b.Key}
+		ld.Limits[i] = quota.Bucket{Limit: r.local[i], Key: b.Key}
 	}
 	// Not dec: an abandoned store call may still write it.
 	ldec, lerr := f.local.Take(ctx, &ld)
 	if lerr != nil {
-		return Decision{}, fmt.Errorf("throttle: rule %s: %w: local fallback: %w (store: %w)", r.id, ErrStoreUnavailable, lerr, err)
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: local fallback: %w (store: %w)", r.id, ErrStoreUnavailable, lerr, err)
 	}
 	if ldec.Reservation != nil {
 		// The mark, then the local store's own id (a Concurrency lease's).
@@ -219,12 +222,12 @@ func (t *Transport) take(ctx context.Context, r *rule, d *Demand, ev *DecisionEv
 // the store could not answer, as opposed to the caller's context ending or
 // a demand no store can grant, or a lease that expired (an answer).
 func storeFault(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, ErrCostTooHigh) && !errors.Is(err, ErrInvalidPolicy) && !errors.Is(err, ErrLeaseLost)
+	return ctx.Err() == nil && !errors.Is(err, ErrCostTooHigh) && !errors.Is(err, ErrInvalidPolicy) && !errors.Is(err, quota.ErrLeaseLost)
 }
 
 // cancel gives r back to the store that granted it: the local fallback
 // store, or the shared store through the breaker.
-func (t *Transport) cancel(ctx context.Context, r *Reservation) error {
+func (t *Transport) cancel(ctx context.Context, r *quota.Reservation) error {
 	if lr, ok := localReservation(r); ok { // lease.go
 		return t.failover().local.Cancel(ctx, lr)
 	}

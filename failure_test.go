@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,7 +25,7 @@ import (
 // delay is set, every Take answers only after it (or when its context
 // ends, if honour is set).
 type slowStore struct {
-	*throttle.MemoryStore
+	*memstore.Store
 	delay     atomic.Int64 // time.Duration
 	slowScope atomic.Value // string: only this scope is slow, if set
 	honour    bool
@@ -32,7 +34,7 @@ type slowStore struct {
 	takes, inFlight, maxInFlight atomic.Int64
 }
 
-func (s *slowStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *slowStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	s.takes.Add(1)
 	n := s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
@@ -46,7 +48,7 @@ func (s *slowStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Deci
 			select {
 			case <-t.C:
 			case <-ctx.Done():
-				return throttle.Decision{}, ctx.Err()
+				return quota.Decision{}, ctx.Err()
 			}
 		} else {
 			// A client that ignores deadlines: it answers anyway.
@@ -54,19 +56,19 @@ func (s *slowStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Deci
 			ctx = context.WithoutCancel(ctx)
 		}
 	}
-	return s.MemoryStore.Take(ctx, d)
+	return s.Store.Take(ctx, d)
 }
 
-func (s *slowStore) Cancel(ctx context.Context, r *throttle.Reservation) error {
+func (s *slowStore) Cancel(ctx context.Context, r *quota.Reservation) error {
 	s.cancels.Add(1)
-	return s.MemoryStore.Cancel(ctx, r)
+	return s.Store.Cancel(ctx, r)
 }
 
 // A store that ignores deadlines still costs a request only the call
 // budget, and a grant it makes after the request moved on is given back.
 func TestBreakerCallBudget(t *testing.T) {
 	v := newVendor(t)
-	s := &slowStore{MemoryStore: throttle.NewMemoryStore()}
+	s := &slowStore{Store: memstore.New()}
 	var mu sync.Mutex
 	var states []throttle.StoreState
 	p := throttle.Policy{Rules: []throttle.Rule{{
@@ -120,7 +122,7 @@ func TestBreakerCallBudget(t *testing.T) {
 // requests get their failure mode without calling it.
 func TestBreakerMaxInFlight(t *testing.T) {
 	v := newVendor(t)
-	s := &slowStore{MemoryStore: throttle.NewMemoryStore(), honour: true}
+	s := &slowStore{Store: memstore.New(), honour: true}
 	s.delay.Store(int64(time.Hour)) // silent until the call's context ends
 	p := throttle.Policy{Rules: []throttle.Rule{{
 		Name: "r", Host: "127.0.0.1", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailOpen,
@@ -151,7 +153,7 @@ func TestBreakerMaxInFlight(t *testing.T) {
 // that answers nothing for the budget is down (TestBreakerCallBudget).
 func TestBreakerSlowIsNotDown(t *testing.T) {
 	v := newVendor(t)
-	s := &slowStore{MemoryStore: throttle.NewMemoryStore()}
+	s := &slowStore{Store: memstore.New()}
 	var mu sync.Mutex
 	var states []throttle.StoreState
 	p := throttle.Policy{Rules: []throttle.Rule{
@@ -202,7 +204,7 @@ func TestBreakerSlowIsNotDown(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Empty(t, states, "a slow store is not a failing one")
-	st, err := s.Inspect(context.Background(), "slow", p.Rules[0].Limits)
+	st, err := s.Inspect(context.Background(), "slow", []quota.Limit{p.Rules[0].Limits[0].Quota()})
 	require.NoError(t, err)
 	require.Len(t, st, 1)
 	assert.Equal(t, int64(4), st[0].Used, "the store charged each slow request once")
@@ -218,7 +220,7 @@ func TestBreakerConfigErrorIsLoud(t *testing.T) {
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
 	v := newVendor(t)
-	s := &countingFailStore{failingStore: failingStore{err: fmt.Errorf("redisstore: %w: WRONGPASS invalid username-password pair", throttle.ErrStoreConfig)}}
+	s := &countingFailStore{failingStore: failingStore{err: fmt.Errorf("redisstore: %w: WRONGPASS invalid username-password pair", quota.ErrStoreConfig)}}
 	var states []throttle.StoreState
 	p := throttle.Policy{Instances: 2, Rules: []throttle.Rule{{
 		Name: "r", Host: "127.0.0.1", Wait: waiters.FailFast(),
@@ -249,7 +251,7 @@ type countingFailStore struct {
 	calls atomic.Int64
 }
 
-func (s *countingFailStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *countingFailStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	s.calls.Add(1)
 	return s.failingStore.Take(ctx, d)
 }

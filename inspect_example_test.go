@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -19,7 +21,7 @@ func ExampleInspector() {
 	defer vendor.Close()
 
 	now := time.Date(2026, 1, 1, 12, 10, 0, 0, time.UTC)
-	store := throttle.NewMemoryStore(throttle.WithStoreClock(func() time.Time { return now }))
+	store := memstore.New(memstore.WithClock(func() time.Time { return now }))
 	rule := throttle.Rule{
 		Name: "notify",
 		Wait: waiters.FailFast(),
@@ -41,9 +43,9 @@ func ExampleInspector() {
 		}
 	}
 
-	var in throttle.Inspector = store
+	var in quota.Inspector = store
 	show := func() {
-		states, err := in.Inspect(context.Background(), "notify", rule.Limits)
+		states, err := in.Inspect(context.Background(), "notify", []quota.Limit{rule.Limits[0].Quota(), rule.Limits[1].Quota()})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -53,7 +55,7 @@ func ExampleInspector() {
 		}
 	}
 	show()
-	if err := in.ResetLimit(context.Background(), "notify", rule.Limits[1], "errors"); err != nil {
+	if err := in.ResetLimit(context.Background(), "notify", rule.Limits[1].Quota(), "errors"); err != nil {
 		fmt.Println(err)
 	}
 	fmt.Println("after resetting category \"errors\":")

@@ -23,7 +23,7 @@ import (
 //
 // A KeyFunc returns an error when the request has no key; the request is
 // then not sent, and the error is returned from RoundTrip. Keys are escaped
-// before they reach a [Store], so no value can break the store's key
+// before they reach a [quota.Store], so no value can break the store's key
 // layout, and long values are hashed.
 type KeyFunc func(r *http.Request) (string, error)
 

@@ -2,11 +2,13 @@ package throttle
 
 import (
 	"context"
-	"github.com/quotakit/throttle/quotaheader"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 
 	"github.com/cenkalti/backoff/v4"
 )
@@ -31,7 +33,7 @@ import (
 // vendor early.
 //
 // With Sync set, the quota headers also lower a limit's shared counter to
-// what the vendor says remains (see [Syncer]).
+// what the vendor says remains (see [quota.Syncer]).
 type Learning struct {
 	// Off disables learning for the rule.
 	Off bool
@@ -63,10 +65,10 @@ type Learning struct {
 	// Sync names a limit of the rule that mirrors the vendor's quota. When
 	// a response reports how much of that quota remains and when it
 	// resets, the limit's shared counter is lowered to match (never
-	// raised; see [Syncer]), so a quota the vendor shares with clients we
+	// raised; see [quota.Syncer]), so a quota the vendor shares with clients we
 	// do not control is respected. If SyncResource is set, only responses
 	// whose [quotaheader.Feedback.Resource] equals it are used. Empty: no sync. The
-	// transport's store must implement [Syncer].
+	// transport's store must implement [quota.Syncer].
 	Sync string
 
 	// SyncResource restricts Sync to one of the vendor's quotas, e.g.
@@ -217,7 +219,7 @@ func (l *learner) keep(id string, until time.Time) {
 // records the pause it calls for, locally and in the store, and lowers the
 // rule's Sync limit to what the vendor says remains. It reports whether
 // resp said "slow down".
-func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Request, resp *http.Response) (limited bool) {
+func (t *Transport) learn(ctx context.Context, r *rule, d *demand, req *http.Request, resp *http.Response) (limited bool) {
 	if r.Learn.Off {
 		return false
 	}
@@ -252,7 +254,7 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *Demand, req *http.Req
 // sync lowers the rule's Sync limit to the vendor's remaining quota, when
 // the response gives one with a reset and it is less than the limit could
 // admit before that reset (otherwise the store call could change nothing).
-func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb quotaheader.Feedback, now time.Time) {
+func (t *Transport) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
 	}
@@ -261,18 +263,18 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *Demand, fb quotaheader
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or
 	// window) plus what accrues meanwhile.
-	most := int64(l.capacity()) + int64(float64(l.Rate)*(float64(within)/float64(l.Per))) + 1
+	most := int64(l.Capacity()) + int64(float64(l.Rate)*(float64(within)/float64(l.Per))) + 1
 	if fb.Remaining >= most {
 		return
 	}
-	s, ok := t.store.(Syncer)
+	s, ok := t.store.(quota.Syncer)
 	if !ok {
 		return // NewTransport checked; a store swapped in since cannot sync
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	err := t.guard(sctx, func(ctx context.Context) error {
-		return s.Sync(ctx, r.scope, b, int(min(fb.Remaining, int64(l.capacity()))), within)
+		return s.Sync(ctx, r.scope, b, int(min(fb.Remaining, int64(l.Capacity()))), within)
 	})
 	if t.hooks.OnSync != nil {
 		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -92,7 +94,7 @@ func learningPolicy(w throttle.Waiter, learn throttle.Learning, retry throttle.R
 func TestRetryAfterPausesEveryInstance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		vendor := newScriptedVendor(tooMany("2"), ok200)
-		store := throttle.NewMemoryStore() // shared by the instances, as Redis would be
+		store := memstore.New() // shared by the instances, as Redis would be
 		var pauses []throttle.PauseEvent
 		a, err := throttle.NewTransport(vendor, learningPolicy(waiters.Block(), throttle.Learning{}, throttle.Retry{}),
 			throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{OnPause: func(e throttle.PauseEvent) { pauses = append(pauses, e) }}))
@@ -141,7 +143,7 @@ func TestRemainingZeroPausesUntilReset(t *testing.T) {
 			h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 			return http.StatusOK
 		}, ok200)
-		store := throttle.NewMemoryStore()
+		store := memstore.New()
 		p := learningPolicy(waiters.Block(), throttle.Learning{}, throttle.Retry{})
 		a, err := throttle.NewTransport(vendor, p, throttle.WithStore(store))
 		require.NoError(t, err)
@@ -254,7 +256,7 @@ func TestRetryGivesUpAndReturnsTheAnswer(t *testing.T) {
 
 // pauseLosingStore is a shared store that loses every pause, as a Redis
 // restart would.
-type pauseLosingStore struct{ *throttle.MemoryStore }
+type pauseLosingStore struct{ *memstore.Store }
 
 func (pauseLosingStore) Pause(context.Context, string, string, time.Duration) error {
 	return errors.New("connection reset")
@@ -265,7 +267,7 @@ func TestLocalPauseSurvivesStoreLoss(t *testing.T) {
 		vendor := newScriptedVendor(tooMany("3"), ok200)
 		var perr error
 		tr, err := throttle.NewTransport(vendor, learningPolicy(waiters.Block(), throttle.Learning{}, throttle.Retry{}),
-			throttle.WithStore(pauseLosingStore{throttle.NewMemoryStore()}),
+			throttle.WithStore(pauseLosingStore{memstore.New()}),
 			throttle.WithHooks(throttle.Hooks{OnPause: func(e throttle.PauseEvent) { perr = e.Err }}))
 		require.NoError(t, err)
 		require.NoError(t, send(context.Background(), tr))
@@ -394,7 +396,7 @@ func TestHeaderSyncLowersTheSharedBudget(t *testing.T) {
 			Name: "vendor", Limits: []throttle.Limit{{Name: "rpm", Rate: 60, Per: time.Minute}},
 			Wait: waiters.FailFast(), Learn: throttle.Learning{Sync: "rpm"},
 		}}}
-		store := throttle.NewMemoryStore()
+		store := memstore.New()
 		a, err := throttle.NewTransport(vendor, p, throttle.WithStore(store),
 			throttle.WithHooks(throttle.Hooks{OnSync: func(e throttle.SyncEvent) { syncs = append(syncs, e) }}))
 		require.NoError(t, err)
@@ -424,20 +426,20 @@ func TestHeaderSyncValidation(t *testing.T) {
 	assert.Equal(t, "Learn.Sync", pe.Field)
 
 	p.Rules[0].Learn.Sync = "rpm"
-	_, err = throttle.NewTransport(nil, p, throttle.WithStore(pauseLosingStore{throttle.NewMemoryStore()}))
+	_, err = throttle.NewTransport(nil, p, throttle.WithStore(pauseLosingStore{memstore.New()}))
 	require.NoError(t, err, "an embedded MemoryStore syncs")
-	_, err = throttle.NewTransport(nil, p, throttle.WithStore(plainStore{throttle.NewMemoryStore()}))
+	_, err = throttle.NewTransport(nil, p, throttle.WithStore(plainStore{memstore.New()}))
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, "Learn.Sync", pe.Field)
 }
 
 // plainStore is a Store that is not a Syncer.
-type plainStore struct{ s *throttle.MemoryStore }
+type plainStore struct{ s *memstore.Store }
 
-func (p plainStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (p plainStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	return p.s.Take(ctx, d)
 }
-func (p plainStore) Cancel(ctx context.Context, r *throttle.Reservation) error {
+func (p plainStore) Cancel(ctx context.Context, r *quota.Reservation) error {
 	return p.s.Cancel(ctx, r)
 }
 func (p plainStore) Pause(ctx context.Context, scope, key string, d time.Duration) error {

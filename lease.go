@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 )
 
 // This file ties the slots of Concurrency limits to requests: waiting for a
@@ -75,7 +77,7 @@ type LeaseEvent struct {
 }
 
 // hasLeases reports whether d has a Concurrency limit.
-func hasLeases(d *Demand) bool {
+func hasLeases(d *demand) bool {
 	for i := range d.Limits {
 		if d.Limits[i].Limit.Algorithm == Concurrency {
 			return true
@@ -87,7 +89,7 @@ func hasLeases(d *Demand) bool {
 // checkLeases fails if a rule has a Concurrency limit but the store is not
 // a LeaseStore.
 func (t *Transport) checkLeases() error {
-	if _, ok := t.store.(LeaseStore); ok {
+	if _, ok := t.store.(quota.LeaseStore); ok {
 		return nil
 	}
 	for _, r := range t.policy.rules {
@@ -121,7 +123,7 @@ const (
 // granted decision it returns with slots holds them. An error is ready
 // for the caller: t.take's, or a *LimitError if ctx ended while waiting;
 // ev says how long it waited.
-func (t *Transport) takeSlot(ctx context.Context, r *rule, d *Demand, ev *DecisionEvent) (Decision, error) {
+func (t *Transport) takeSlot(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	dec, err := t.take(ctx, r, d, ev)
 	wait := err == nil && !dec.OK && slotBound(d, dec)
 	for err == nil {
@@ -148,14 +150,14 @@ func (t *Transport) takeSlot(ctx context.Context, r *rule, d *Demand, ev *Decisi
 }
 
 // slotBound reports whether a Concurrency limit bound the refusal dec.
-func slotBound(d *Demand, dec Decision) bool {
+func slotBound(d *demand, dec quota.Decision) bool {
 	return dec.Limit >= 0 && dec.Limit < len(d.Limits) && d.Limits[dec.Limit].Limit.Algorithm == Concurrency
 }
 
 // waitSlot is the waiting part of take: dec is a refusal bound by a
 // Concurrency limit.
-func (t *Transport) waitSlot(ctx context.Context, r *rule, d *Demand, dec Decision, ev *DecisionEvent) (Decision, error) {
-	ls, ok := t.store.(LeaseStore)
+func (t *Transport) waitSlot(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
+	ls, ok := t.store.(quota.LeaseStore)
 	if !ok {
 		return dec, nil
 	}
@@ -195,7 +197,7 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *Demand, dec Decisi
 				timer.Stop()
 				waited := t.now().Sub(start)
 				ev.Outcome, ev.Wait, ev.Limit = GaveUp, ev.Wait+waited, d.Limits[dec.Limit].Limit.Name
-				return Decision{}, &LimitError{Rule: r.id, Limit: ev.Limit, Err: ctx.Err()}
+				return quota.Decision{}, &LimitError{Rule: r.id, Limit: ev.Limit, Err: ctx.Err()}
 			}
 			timer.Stop()
 		}
@@ -226,14 +228,14 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *Demand, dec Decisi
 // charged in a window need not be covered by the window of a later one.
 // When the store cannot claim, the reservation is given back and d is
 // decided again by t.take, which applies the rule's failure mode.
-func (t *Transport) claimDue(ctx context.Context, r *rule, d *Demand, dec Decision, ev *DecisionEvent) (Decision, error) {
+func (t *Transport) claimDue(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
 	res := dec.Reservation
 	start, waited := t.now(), ev.Wait
 	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
 	if dec.Delay > 0 {
 		if slept, err := t.sleep(ctx, dec.Delay, res); err != nil {
 			ev.Outcome, ev.Wait = GaveUp, waited+slept
-			return Decision{}, &LimitError{Rule: r.id, Err: err}
+			return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
 		}
 	}
 	calls, _ := t.leaseCalls(res)
@@ -253,10 +255,10 @@ func (t *Transport) claimDue(ctx context.Context, r *rule, d *Demand, dec Decisi
 		return cdec, nil
 	case ctx.Err() != nil:
 		ev.Outcome = GaveUp
-		return Decision{}, &LimitError{Rule: r.id, Err: ctx.Err()}
+		return quota.Decision{}, &LimitError{Rule: r.id, Err: ctx.Err()}
 	case !storeFault(ctx, err):
 		ev.StoreErr = err
-		return Decision{}, fmt.Errorf("throttle: rule %s: store: claim: %w", r.id, err)
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: store: claim: %w", r.id, err)
 	}
 	ev.StoreErr = err
 	return t.take(ctx, r, d, ev)
@@ -264,7 +266,7 @@ func (t *Transport) claimDue(ctx context.Context, r *rule, d *Demand, dec Decisi
 
 // localReservation returns, for a reservation of the local fallback
 // store (see [FailLocal]), a copy carrying the local store's own id.
-func localReservation(r *Reservation) (*Reservation, bool) {
+func localReservation(r *quota.Reservation) (*quota.Reservation, bool) {
 	id, ok := strings.CutPrefix(r.ID, localMark)
 	if !ok {
 		return nil, false
@@ -278,23 +280,23 @@ func localReservation(r *Reservation) (*Reservation, bool) {
 // local fallback store, or the shared one through the breaker.
 type leaseCalls struct {
 	t     *Transport
-	local *MemoryStore // nil: the shared store
-	ls    LeaseStore
-	r     *Reservation
+	local *memstore.Store // nil: the shared store
+	ls    quota.LeaseStore
+	r     *quota.Reservation
 }
 
-func (t *Transport) leaseCalls(r *Reservation) (leaseCalls, bool) {
+func (t *Transport) leaseCalls(r *quota.Reservation) (leaseCalls, bool) {
 	if lr, ok := localReservation(r); ok {
 		return leaseCalls{t: t, local: t.failover().local, r: lr}, true
 	}
-	ls, ok := t.store.(LeaseStore)
+	ls, ok := t.store.(quota.LeaseStore)
 	return leaseCalls{t: t, ls: ls, r: r}, ok
 }
 
 // claim takes the slots of c.r, an unclaimed reservation. A claim that
 // the breaker abandoned (see [Breaker].CallTimeout) and that succeeds
 // after all is released at once: its request has moved on.
-func (c leaseCalls) claim(ctx context.Context) (Decision, error) {
+func (c leaseCalls) claim(ctx context.Context) (quota.Decision, error) {
 	if c.local != nil {
 		dec, err := c.local.Claim(ctx, c.r)
 		if dec.Reservation != nil {
@@ -307,7 +309,7 @@ func (c leaseCalls) claim(ctx context.Context) (Decision, error) {
 	if c.t.inProcess() {
 		return c.ls.Claim(ctx, c.r)
 	}
-	var dec Decision
+	var dec quota.Decision
 	err := c.t.failover().breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = c.ls.Claim(ctx, c.r)
@@ -320,7 +322,7 @@ func (c leaseCalls) claim(ctx context.Context) (Decision, error) {
 		}
 	})
 	if err != nil {
-		return Decision{}, err
+		return quota.Decision{}, err
 	}
 	return dec, nil
 }
@@ -362,7 +364,7 @@ type hold struct {
 
 // hold starts renewing the slots d holds, if any, just before req is sent.
 // It returns nil when d holds none.
-func (t *Transport) hold(r *rule, d *Demand) *hold {
+func (t *Transport) hold(r *rule, d *demand) *hold {
 	if d == nil || d.held == nil {
 		return nil
 	}
@@ -460,7 +462,7 @@ func (h *hold) renew() {
 	}
 	kind := LeaseRenewed
 	switch {
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, quota.ErrLeaseLost):
 		h.stopped, kind = true, LeaseLost
 	case err != nil:
 		kind = LeaseRenewFailed

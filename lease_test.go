@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -80,18 +82,18 @@ func (b *vendorBody) Close() error {
 
 // countingStore counts the lease operations of a MemoryStore.
 type countingStore struct {
-	*throttle.MemoryStore
+	*memstore.Store
 	releases, renews atomic.Int64
 }
 
-func (s *countingStore) Release(ctx context.Context, r *throttle.Reservation) error {
+func (s *countingStore) Release(ctx context.Context, r *quota.Reservation) error {
 	s.releases.Add(1)
-	return s.MemoryStore.Release(ctx, r)
+	return s.Store.Release(ctx, r)
 }
 
-func (s *countingStore) Renew(ctx context.Context, r *throttle.Reservation) error {
+func (s *countingStore) Renew(ctx context.Context, r *quota.Reservation) error {
 	s.renews.Add(1)
-	return s.MemoryStore.Renew(ctx, r)
+	return s.Store.Renew(ctx, r)
 }
 
 // inflightPolicy allows slots requests in flight, with the given lease, next
@@ -144,7 +146,7 @@ func TestInFlightRenewedWhileLong(t *testing.T) {
 		const lease = time.Second
 		v := &slowVendor{hold: 5 * lease}
 		var ev leaseEvents
-		store := &countingStore{MemoryStore: throttle.NewMemoryStore()}
+		store := &countingStore{Store: memstore.New()}
 		tr, err := throttle.NewTransport(v, inflightPolicy(3, lease, waiters.Block()), throttle.WithStore(store), throttle.WithHooks(ev.hooks()))
 		require.NoError(t, err)
 		c := &http.Client{Transport: tr}
@@ -191,7 +193,7 @@ func TestLeaseReleasedOnce(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			store := &countingStore{MemoryStore: throttle.NewMemoryStore()}
+			store := &countingStore{Store: memstore.New()}
 			tr, err := throttle.NewTransport(tc.v, inflightPolicy(1, time.Minute, waiters.FailFast()), throttle.WithStore(store))
 			require.NoError(t, err)
 			c := &http.Client{Transport: tr}
@@ -259,7 +261,7 @@ func TestWaitForSlot(t *testing.T) {
 		v := &slowVendor{hold: hold}
 		var outcomes []throttle.DecisionEvent
 		var mu sync.Mutex
-		store := &countingStore{MemoryStore: throttle.NewMemoryStore()}
+		store := &countingStore{Store: memstore.New()}
 		tr, err := throttle.NewTransport(v, inflightPolicy(1, lease, waiters.Block()), throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{
 			OnDecision: func(e throttle.DecisionEvent) { mu.Lock(); outcomes = append(outcomes, e); mu.Unlock() },
 		}))
@@ -320,7 +322,7 @@ func TestLeaseRetry(t *testing.T) {
 		p := inflightPolicy(1, time.Minute, waiters.Block())
 		p.Rules[0].Retry = throttle.Retry{Max: 1}
 		p.Rules[0].Learn.Jitter = -1
-		store := &countingStore{MemoryStore: throttle.NewMemoryStore()}
+		store := &countingStore{Store: memstore.New()}
 		tr, err := throttle.NewTransport(v, p, throttle.WithStore(store))
 		require.NoError(t, err)
 		resp, err := getVendor(&http.Client{Transport: tr}, context.Background())
@@ -334,7 +336,7 @@ func TestLeaseRetry(t *testing.T) {
 // TestLeaseStoreRequired: a policy with a Concurrency limit needs a
 // LeaseStore, and bad Concurrency limits are refused by name.
 func TestLeaseStoreRequired(t *testing.T) {
-	plain := struct{ throttle.Store }{throttle.NewMemoryStore()}
+	plain := struct{ quota.Store }{memstore.New()}
 	_, err := throttle.NewTransport(nil, inflightPolicy(1, time.Minute, nil), throttle.WithStore(plain))
 	var pe *throttle.PolicyError
 	require.ErrorAs(t, err, &pe)
@@ -362,7 +364,7 @@ func TestLeaseStoreRequired(t *testing.T) {
 	require.ErrorAs(t, p.Validate(), &pe)
 	assert.Equal(t, "Learn.Sync", pe.Field)
 
-	a, err := throttle.ParseAlgorithm("concurrency")
+	a, err := quota.ParseAlgorithm("concurrency")
 	require.NoError(t, err)
 	assert.Equal(t, throttle.Concurrency, a)
 }
@@ -374,7 +376,7 @@ func TestLeaseLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = time.Second
 		var skew atomic.Int64
-		store := &countingStore{MemoryStore: throttle.NewMemoryStore(throttle.WithStoreClock(func() time.Time {
+		store := &countingStore{Store: memstore.New(memstore.WithClock(func() time.Time {
 			return time.Now().Add(time.Duration(skew.Load()))
 		}))}
 		var ev leaseEvents
@@ -401,28 +403,28 @@ func TestLeaseLost(t *testing.T) {
 // downStore is a LeaseStore whose every call fails, as a Redis that is
 // away; it counts the lease calls that reach it.
 type downStore struct {
-	throttle.Store
+	quota.Store
 	releases atomic.Int64
 }
 
 var errDown = errors.New("store down")
 
-func (s *downStore) Take(context.Context, *throttle.Demand) (throttle.Decision, error) {
-	return throttle.Decision{}, errDown
+func (s *downStore) Take(context.Context, *quota.Demand) (quota.Decision, error) {
+	return quota.Decision{}, errDown
 }
 
-func (s *downStore) Release(context.Context, *throttle.Reservation) error {
+func (s *downStore) Release(context.Context, *quota.Reservation) error {
 	s.releases.Add(1)
 	return errDown
 }
 
-func (s *downStore) Renew(context.Context, *throttle.Reservation) error { return errDown }
+func (s *downStore) Renew(context.Context, *quota.Reservation) error { return errDown }
 
-func (s *downStore) Claim(context.Context, *throttle.Reservation) (throttle.Decision, error) {
-	return throttle.Decision{}, errDown
+func (s *downStore) Claim(context.Context, *quota.Reservation) (quota.Decision, error) {
+	return quota.Decision{}, errDown
 }
 
-func (s *downStore) WatchRelease(context.Context, string, throttle.Bucket) (<-chan struct{}, func(), error) {
+func (s *downStore) WatchRelease(context.Context, string, quota.Bucket) (<-chan struct{}, func(), error) {
 	return nil, nil, errDown
 }
 
@@ -430,7 +432,7 @@ func (s *downStore) WatchRelease(context.Context, string, throttle.Bucket) (<-ch
 // ([throttle.FailLocal]) holds its in-flight slots in the local fallback
 // store, and releases them there.
 func TestLeaseLocalFallback(t *testing.T) {
-	store := &downStore{Store: throttle.NewMemoryStore()}
+	store := &downStore{Store: memstore.New()}
 	tr, err := throttle.NewTransport(&slowVendor{}, inflightPolicy(1, time.Minute, waiters.FailFast()), throttle.WithStore(store))
 	require.NoError(t, err)
 	c := &http.Client{Transport: tr}

@@ -1,9 +1,9 @@
 package throttle
 
 import (
-	"fmt"
-	"math"
 	"time"
+
+	"github.com/quotakit/throttle/quota"
 )
 
 // A Limit is one quota: at most Rate units of cost per period Per, counted
@@ -28,7 +28,7 @@ type Limit struct {
 	// Per is the period Rate is counted over. It must be at least one
 	// microsecond; any length works (30*time.Minute, time.Hour, 24*time.Hour).
 	// For a [Concurrency] limit it is the lease time instead: how long a
-	// slot stays held without renewal (at least [MinLease]).
+	// slot stays held without renewal (at least [quota.MinLease]).
 	Per time.Duration
 
 	// Burst is, for GCRA only, how much cost may be admitted at once after
@@ -45,175 +45,26 @@ type Limit struct {
 	Key KeyFunc
 }
 
-// burst returns the GCRA burst, with its default applied.
-func (l Limit) burst() int {
-	if l.Burst == 0 {
-		return l.Rate
-	}
-	return l.Burst
+// Quota returns the limit as a store sees it: everything but Key.
+func (l Limit) Quota() quota.Limit {
+	return quota.Limit{Name: l.Name, Rate: l.Rate, Per: l.Per, Burst: l.Burst, Algorithm: l.Algorithm}
 }
 
-// capacity is the largest cost one demand can ever be granted. A
-// Concurrency limit takes one slot per demand whatever the cost, so it
-// bounds no cost.
-func (l Limit) capacity() int {
-	switch l.Algorithm {
-	case GCRA:
-		return l.burst()
-	case Concurrency:
-		return math.MaxInt
-	}
-	return l.Rate
-}
+// An Algorithm selects how a [Limit] counts; [quota.Algorithm] describes
+// each one's arithmetic. Every store implements every algorithm with the
+// same semantics, in integer microseconds of the store's clock.
+type Algorithm = quota.Algorithm
 
-// An Algorithm selects how a [Limit] counts. Every store implements every
-// algorithm with the same semantics; all arithmetic is in integer
-// microseconds of the store's clock, so decisions are exact and identical
-// across stores.
-//
-// In the descriptions, P is Per in microseconds, R is Rate, B is Burst, c is
-// the cost of a demand and t the instant it is decided for.
-type Algorithm int
-
+// The algorithms, as in package quota.
 const (
-	// GCRA (the generic cell rate algorithm, a token bucket kept as one
-	// timestamp) admits a steady flow with bursts. Each unit of cost takes
-	// an emission interval T = ceil(P/R) microseconds. The state is the
-	// theoretical arrival time TAT. A demand at t is admitted when
-	// max(TAT, t) + c*T - t <= B*T, and sets TAT to max(TAT, t) + c*T; so
-	// the earliest instant for c is max(now, TAT + c*T - B*T). Over any
-	// interval of length d at most B + R*d/P units are admitted. Memory: one
-	// integer per key. Pick it by default: smooth, O(1), with bursts.
-	GCRA Algorithm = iota
-
-	// FixedWindow counts cost in windows of length P aligned to the epoch
-	// of the store's clock (window k covers [k*P, (k+1)*P)); a demand is
-	// admitted in a window while that window's count plus c is at most R.
-	// A reservation charges the first window, current or later, with room.
-	// Cheap (one counter per key and window), but up to 2R can pass in a
-	// short time across a window boundary. Pick it to mirror a vendor that
-	// resets its quota on fixed boundaries.
-	FixedWindow
-
-	// SlidingLog records every admitted demand with its instant and cost.
-	// A demand at t is admitted when the cost recorded in (t-P, t] plus c is
-	// at most R, and t is not before the latest recorded instant (demands
-	// never overtake reservations). Exact: no interval of length P ever
-	// holds more than R. Memory grows with R (one entry per admitted
-	// demand), so pick it for small R when exactness matters.
-	SlidingLog
-
-	// SlidingWindow approximates a sliding window with two fixed-window
-	// counters: at t in window k, with e = t - k*P microseconds elapsed, the
-	// estimate is prev*(P-e)/P + cur, where prev and cur are the counts of
-	// windows k-1 and k. A demand is admitted when prev*(P-e) + (cur+c)*P <=
-	// R*P (integer arithmetic). O(1) memory like FixedWindow without its
-	// boundary burst; it assumes cost was spread evenly over the previous
-	// window, so it can admit somewhat more or less than a true sliding
-	// window.
-	SlidingWindow
-
-	// Concurrency bounds how many requests are in flight at once rather
-	// than how many start per period: at most R demands hold a slot at any
-	// instant. Every demand takes exactly one slot, whatever its cost, and
-	// holds it as a lease with an id and an expiry: Per is the lease time,
-	// P. A slot is taken when its request goes (one that must wait for its
-	// rate quota holds none while it waits; see [LeaseStore.Claim]) and
-	// expires P later unless it is renewed
-	// ([LeaseStore.Renew], which [Transport] calls while a request is in
-	// flight) or released earlier ([LeaseStore.Release], when the
-	// response body is closed or fully read, or the round trip fails). So a
-	// crashed instance's slots come back at most P after its last renewal,
-	// with no heartbeat process. A demand is admitted only if a slot is
-	// free now; it never reserves a slot for later, since a slot frees
-	// when its holder releases it, at an instant no store can know (see
-	// [Decision] for what Delay means then). Burst must be zero. Memory:
-	// one entry per slot held. Pick it for vendors that limit concurrent
-	// requests (GitHub: 100 in flight), next to a rate limit in the same
-	// rule. The store must be a [LeaseStore].
-	Concurrency
+	// GCRA (the default) admits a steady flow with bursts of up to Burst.
+	GCRA = quota.GCRA
+	// FixedWindow counts Rate per window of Per aligned to the epoch.
+	FixedWindow = quota.FixedWindow
+	// SlidingLog records every admission: exact, memory grows with Rate.
+	SlidingLog = quota.SlidingLog
+	// SlidingWindow weighs the previous window's count: O(1), approximate.
+	SlidingWindow = quota.SlidingWindow
+	// Concurrency bounds requests in flight; Per is the lease time.
+	Concurrency = quota.Concurrency
 )
-
-// MinLease is the shortest lease (Per) a [Concurrency] limit may have:
-// [Transport] renews a lease every third of it, and a shorter lease would
-// turn renewals into a stream of store calls.
-const MinLease = 10 * time.Millisecond
-
-// String returns the algorithm's name as used in policy files.
-func (a Algorithm) String() string {
-	switch a {
-	case GCRA:
-		return "gcra"
-	case FixedWindow:
-		return "fixed-window"
-	case SlidingLog:
-		return "sliding-log"
-	case SlidingWindow:
-		return "sliding-window"
-	case Concurrency:
-		return "concurrency"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
-// ParseAlgorithm returns the algorithm named s, as printed by
-// [Algorithm.String]; an unknown name is an error wrapping
-// [ErrInvalidPolicy].
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := GCRA; a <= Concurrency; a++ {
-		if a.String() == s {
-			return a, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidPolicy, s)
-}
-
-// maxUnits bounds Per (in microseconds) times max(Rate, Burst), so the
-// integer arithmetic above is exact in every store, including Lua's
-// double-precision numbers (2^53).
-const maxUnits = 1 << 53
-
-// validate checks the limit's own fields. It returns the field at fault
-// and the problem.
-func (l Limit) validate() (field string, err error) {
-	switch {
-	case l.Name == "":
-		return "Name", fmt.Errorf("must not be empty")
-	case !validName(l.Name):
-		return "Name", fmt.Errorf("%q must use only letters, digits and ._-", l.Name)
-	case l.Rate <= 0:
-		return "Rate", fmt.Errorf("must be positive, got %d", l.Rate)
-	case l.Per < time.Microsecond:
-		return "Per", fmt.Errorf("must be at least 1µs, got %v", l.Per)
-	case l.Burst < 0:
-		return "Burst", fmt.Errorf("must not be negative, got %d", l.Burst)
-	case l.Algorithm < GCRA || l.Algorithm > Concurrency:
-		return "Algorithm", fmt.Errorf("unknown algorithm %v", l.Algorithm)
-	case l.Algorithm == Concurrency && l.Burst != 0:
-		return "Burst", fmt.Errorf("a concurrency limit has no burst: Rate is the number of slots")
-	case l.Algorithm == Concurrency && l.Per < MinLease:
-		return "Per", fmt.Errorf("is the lease time of a concurrency limit and must be at least %v, got %v", MinLease, l.Per)
-	case l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate:
-		return "Burst", fmt.Errorf("only GCRA has a burst; %v admits Rate per window", l.Algorithm)
-	}
-	units := max(l.Rate, l.burst())
-	if int64(units) > maxUnits/l.Per.Microseconds() {
-		return "Rate", fmt.Errorf("%d per %v is too large to count exactly", units, l.Per)
-	}
-	return "", nil
-}
-
-// validName reports whether s is a usable limit, rule or scope name: it ends
-// up in store keys, so it is kept to a safe alphabet.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}

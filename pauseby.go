@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/quotakit/throttle/quota"
 )
 
 // Pause keys.
@@ -33,7 +35,7 @@ func pauseByIndex(r Rule) (int, error) {
 
 // pauseKey returns the store pause key that a response to demand d pauses:
 // "" (the whole scope) unless the rule pauses by a limit's key.
-func (r *rule) pauseKey(d *Demand) string {
+func (r *rule) pauseKey(d *demand) string {
 	if r.pauseIdx < 0 || d == nil || r.pauseIdx >= len(d.Limits) {
 		return ""
 	}
@@ -72,7 +74,7 @@ func (r *rule) pauseID(key string) string {
 // name of a "NAME:KEY" pause key, never the key, which may be derived from
 // request data; other pause keys unchanged.
 func pauseName(key string) string {
-	if i := strings.IndexByte(key, ':'); i > 0 && validName(key[:i]) {
+	if i := strings.IndexByte(key, ':'); i > 0 && quota.ValidName(key[:i]) {
 		return key[:i]
 	}
 	return key

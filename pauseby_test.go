@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -71,7 +72,7 @@ func get(t *testing.T, c *http.Client, url string) (int, error) {
 
 func TestLearningPauseByPausesOnlyThatKey(t *testing.T) {
 	v := newMethodVendor(t)
-	store := throttle.NewMemoryStore()
+	store := memstore.New()
 	policy := throttle.Policy{Rules: []throttle.Rule{methodRule("method")}}
 	a, err := throttle.NewTransport(nil, policy, throttle.WithStore(store))
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -181,9 +182,10 @@ type rule struct {
 	syncIdx  int // index in Limits of Learn.Sync, or -1
 	pauseIdx int // index in Limits of Learn.PauseBy, or -1
 
-	failMode FailureMode // resolved: never FailDefault
-	local    []Limit     // LocalShare of each of Limits
-	queue    *waitQueue  // nil when MaxQueue is 0
+	failMode FailureMode   // resolved: never FailDefault
+	limits   []quota.Limit // each of Limits as the store sees it
+	local    []quota.Limit // LocalShare of each of Limits
+	queue    *waitQueue    // nil when MaxQueue is 0
 }
 
 // compiledPolicy is a validated Policy, ready to match requests.
@@ -237,13 +239,13 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		switch {
 		case r.Name == "":
 			bad(id, "Name", "must not be empty")
-		case !validName(r.Name):
+		case !quota.ValidName(r.Name):
 			bad(id, "Name", "%q must use only letters, digits and ._- (at most 64 bytes)", r.Name)
 		case names[r.Name]:
 			bad(id, "Name", "duplicate rule name %q", r.Name)
 		}
 		names[r.Name] = true
-		if r.Scope != "" && !validName(r.Scope) {
+		if r.Scope != "" && !quota.ValidName(r.Scope) {
 			bad(id, "Scope", "%q must use only letters, digits and ._- (at most 64 bytes)", r.Scope)
 		}
 		if r.Host != "" {
@@ -296,8 +298,8 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		inRule := make(map[string]bool)
 		for j, l := range r.Limits {
 			field := fmt.Sprintf("Limits[%d]", j)
-			if f, err := l.validate(); err != nil {
-				errs = append(errs, &PolicyError{Rule: id, Field: field + "." + f, Err: err})
+			if err := l.Quota().Validate(); err != nil {
+				errs = append(errs, policyError(id, field+".", err))
 				continue
 			}
 			if inRule[l.Name] {
@@ -313,7 +315,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			if prev.scope != cr.scope {
 				bad(id, field+".Name", "limit %q is shared with rule %s, so both rules need the same Scope (have %q and %q)", l.Name, prev.rule, cr.scope, prev.scope)
 			}
-			if a, b := prev.limit, l; a.Rate != b.Rate || a.Per != b.Per || a.burst() != b.burst() || a.Algorithm != b.Algorithm {
+			if a, b := prev.limit, l; a.Rate != b.Rate || a.Per != b.Per || a.Quota().BurstOrRate() != b.Quota().BurstOrRate() || a.Algorithm != b.Algorithm {
 				bad(id, field, "limit %q is also defined by rule %s with other parameters; one name is one counter", l.Name, prev.rule)
 			}
 		}
@@ -336,7 +338,8 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			cr.pauseIdx = i
 		}
 		for _, l := range cr.Limits {
-			cr.local = append(cr.local, LocalShare(l, p.Instances))
+			cr.limits = append(cr.limits, l.Quota())
+			cr.local = append(cr.local, LocalShare(l, p.Instances).Quota())
 		}
 		cp.rules = append(cp.rules, cr)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -90,11 +91,11 @@ func unjoin(err error) []error {
 
 func TestParseAlgorithm(t *testing.T) {
 	for _, a := range []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingLog, throttle.SlidingWindow} {
-		got, err := throttle.ParseAlgorithm(a.String())
+		got, err := quota.ParseAlgorithm(a.String())
 		require.NoError(t, err)
 		assert.Equal(t, a, got)
 	}
-	_, err := throttle.ParseAlgorithm("leaky")
+	_, err := quota.ParseAlgorithm("leaky")
 	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
 	assert.Equal(t, "Algorithm(9)", throttle.Algorithm(9).String())
 }

@@ -3,11 +3,12 @@ package throttle
 import (
 	"bytes"
 	"fmt"
-	"github.com/quotakit/throttle/quotaheader"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/quotakit/throttle/quotaheader"
 )
 
 // A Profile says how one vendor speaks about its rate limits, where that

@@ -107,7 +107,7 @@ func (q *waitQueue) enter(ctx context.Context, evict bool) (context.Context, fun
 // under RefuseNew it stays refused (the error wraps ErrQueueFull), and
 // under DropOldest, if it could go within its wait, it takes the oldest
 // waiter's place and is decided again, waiting this time.
-func (t *Transport) queued(ctx context.Context, r *rule, d *Demand, pk string, ev *DecisionEvent) error {
+func (t *Transport) queued(ctx context.Context, r *rule, d *demand, pk string, ev *DecisionEvent) error {
 	q := r.queue
 	wctx, leave, placed := q.enter(ctx, false)
 	if !placed {

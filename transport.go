@@ -2,19 +2,21 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/quotakit/throttle/quotaheader"
 	"io"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 )
 
 // Transport is an [http.RoundTripper] that holds each outbound request to
 // the limits of its [Policy] before passing it to Base.
 //
-// For every request it finds the first matching rule, asks the [Store] to
+// For every request it finds the first matching rule, asks the [quota.Store] to
 // decide all of the rule's limits in one atomic step, and then, as the
 // rule's [Waiter] allows, sends the request now, waits for a reserved slot
 // and sends it then, or returns a [*LimitError] without sending. Responses,
@@ -26,7 +28,7 @@ import (
 type Transport struct {
 	base    http.RoundTripper
 	policy  *compiledPolicy
-	store   Store
+	store   quota.Store
 	now     func() time.Time
 	hooks   Hooks
 	learned learner
@@ -42,8 +44,8 @@ type Option func(*Transport)
 
 // WithStore makes the transport keep its counters in s, e.g. a
 // redisstore.Store shared by every instance of a service. The default is a
-// [MemoryStore] private to the transport.
-func WithStore(s Store) Option {
+// [memstore.Store] private to the transport.
+func WithStore(s quota.Store) Option {
 	return func(t *Transport) { t.store = s }
 }
 
@@ -74,29 +76,22 @@ func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport,
 		return nil, err
 	}
 	if t.store == nil {
-		t.store = NewMemoryStore()
+		t.store = memstore.New()
 	}
 	if err := t.checkLeases(); err != nil {
 		return nil, err
 	}
-	if rc, ok := t.store.(RuleChecker); ok {
+	if c, ok := t.store.(quota.LimitChecker); ok {
 		for _, r := range cp.rules {
-			if err := rc.CheckRule(r.Rule); err != nil {
-				var pe *PolicyError
-				if !errors.As(err, &pe) {
-					pe = &PolicyError{Field: "Limits", Err: err}
-				}
-				if pe.Rule == "" {
-					pe.Rule = r.id
-				}
-				return nil, pe
+			if err := c.CheckLimits(r.limits, r.wait.MaxWait(context.Background()) > 0); err != nil {
+				return nil, policyError(r.id, "", err)
 			}
 		}
 	}
-	if _, ok := t.store.(Syncer); !ok {
+	if _, ok := t.store.(quota.Syncer); !ok {
 		for _, r := range cp.rules {
 			if r.syncIdx >= 0 {
-				return nil, &PolicyError{Rule: r.id, Field: "Learn.Sync", Err: fmt.Errorf("the store (%T) cannot sync: it does not implement throttle.Syncer", t.store)}
+				return nil, &PolicyError{Rule: r.id, Field: "Learn.Sync", Err: fmt.Errorf("the store (%T) cannot sync: it does not implement quota.Syncer", t.store)}
 			}
 		}
 	}
@@ -232,12 +227,12 @@ func drainAndClose(body io.ReadCloser) {
 // budget when budget is not negative. The event's Err is nil when the
 // request may be sent. The event goes to the OnDecision hook. The demand
 // is what was decided, nil if the decision failed before one was built.
-func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *Demand) {
+func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *demand) {
 	ev := DecisionEvent{Rule: r.id, Shadow: r.Shadow}
 	if r.Shadow {
 		budget = 0 // decided as if it could not wait; never sleeps
 	}
-	d := &Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]Bucket, len(r.Limits)), Cost: 1}
+	d := &demand{Demand: quota.Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]quota.Bucket, len(r.Limits)), Cost: 1}}
 	if err := t.decide(r, req, budget, d, &ev); err != nil {
 		ev.Err = err
 		if ev.Outcome == Allowed || ev.Outcome == Waited {
@@ -257,7 +252,7 @@ func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (Dec
 
 // decide does the work of admit: it fills in d and decides it, and fills
 // in ev as it learns.
-func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *Demand, ev *DecisionEvent) error {
+func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *demand, ev *DecisionEvent) error {
 	ctx := req.Context()
 	for i, l := range r.Limits {
 		key := ""
@@ -268,7 +263,7 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 			}
 			key = escapeKey(k)
 		}
-		d.Limits[i] = Bucket{Limit: l, Key: key}
+		d.Limits[i] = quota.Bucket{Limit: r.limits[i], Key: key}
 	}
 	pk := r.pauseKey(d)
 	if pk != "" {
@@ -279,8 +274,8 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 		if d.Cost < 1 {
 			return fmt.Errorf("throttle: rule %s: cost must be at least 1, got %d", r.id, d.Cost)
 		}
-		for _, l := range r.Limits {
-			if c := l.capacity(); d.Cost > c {
+		for _, l := range r.limits {
+			if c := l.Capacity(); d.Cost > c {
 				return fmt.Errorf("throttle: rule %s: %w: limit %s admits at most %d at once, request costs %d", r.id, ErrCostTooHigh, l.Name, c, d.Cost)
 			}
 		}
@@ -306,7 +301,7 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 // obtain decides d, the demand of a request under rule r whose pause key
 // is pk, as of now, and waits as long as d.MaxWait allows: for a pause
 // this instance learned, a slot, or the reservation's instant.
-func (t *Transport) obtain(ctx context.Context, r *rule, d *Demand, pk string, now time.Time, ev *DecisionEvent) error {
+func (t *Transport) obtain(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
 	// A pause this instance learned holds even if the store lost it.
 	if until, ok := t.learned.localPause(r.pauseID(pk), now); ok {
 		wait := until.Sub(now)
@@ -349,7 +344,7 @@ func (t *Transport) obtain(ctx context.Context, r *rule, d *Demand, pk string, n
 // sleep waits d on a timer. If ctx ends first, it gives r back to the
 // store (when r is not nil) and returns how long it slept and the
 // context's error.
-func (t *Transport) sleep(ctx context.Context, d time.Duration, r *Reservation) (time.Duration, error) {
+func (t *Transport) sleep(ctx context.Context, d time.Duration, r *quota.Reservation) (time.Duration, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	start := t.now()
@@ -391,4 +386,11 @@ func closeBody(r *http.Request) {
 	if r.Body != nil {
 		_ = r.Body.Close()
 	}
+}
+
+// demand is what one request asks of the store, with what the request
+// holds while it is in flight.
+type demand struct {
+	quota.Demand
+	held *quota.Reservation // the granted reservation whose slots the request holds
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -182,10 +183,10 @@ func (b *countingBody) Close() error { b.closes.Add(1); return nil }
 // failingStore is a Store whose backend is down.
 type failingStore struct{ err error }
 
-func (s failingStore) Take(context.Context, *throttle.Demand) (throttle.Decision, error) {
-	return throttle.Decision{}, s.err
+func (s failingStore) Take(context.Context, *quota.Demand) (quota.Decision, error) {
+	return quota.Decision{}, s.err
 }
-func (s failingStore) Cancel(context.Context, *throttle.Reservation) error { return s.err }
+func (s failingStore) Cancel(context.Context, *quota.Reservation) error { return s.err }
 func (s failingStore) Pause(context.Context, string, string, time.Duration) error {
 	return s.err
 }
@@ -225,7 +226,7 @@ func TestTransportClosesBodyOnEveryPath(t *testing.T) {
 			assert.ErrorContains(t, err, "rule r: limit k")
 		}},
 		{name: "cost too high", policy: rule(func(r *throttle.Rule) { r.Cost = func(*http.Request) int { return 2 } }), check: func(t *testing.T, err error) {
-			assert.ErrorIs(t, err, throttle.ErrCostTooHigh)
+			assert.ErrorIs(t, err, quota.ErrCostTooHigh)
 		}},
 		{name: "cost zero", policy: rule(func(r *throttle.Rule) { r.Cost = func(*http.Request) int { return 0 } }), check: func(t *testing.T, err error) {
 			assert.ErrorContains(t, err, "cost must be at least 1")

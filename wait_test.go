@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -212,7 +213,7 @@ func TestWithWaiterOverridesRule(t *testing.T) {
 func TestPauseHoldsScope(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := newRecorder()
-		store := throttle.NewMemoryStore()
+		store := memstore.New()
 		tr, err := throttle.NewTransport(rec, perSecond(waiters.Block()), throttle.WithStore(store))
 		require.NoError(t, err)
 		require.NoError(t, store.Pause(context.Background(), "api", "", 3*time.Second))

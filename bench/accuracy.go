@@ -9,13 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
 // quota is the limit of the accuracy and overload parts: per second, with
 // a burst of as much, for every library.
-const quota = 100
+const benchRate = 100
 
 // The fleet of the accuracy and overload parts.
 const (
@@ -63,7 +63,7 @@ func accuracy(ctx context.Context, e *env, cfg config) error {
 		mu     sync.Mutex
 		logged []time.Duration // the log instants of ours' grants on accKey, Redis's clock
 	)
-	record := func(r *throttle.Reservation) {
+	record := func(r *quota.Reservation) {
 		if r.Demand.Limits[0].Key == accKey {
 			mu.Lock()
 			logged = append(logged, time.Duration(r.Marks[0])*time.Microsecond)
@@ -74,8 +74,8 @@ func accuracy(ctx context.Context, e *env, cfg config) error {
 		l library
 		c claim
 	}{
-		{ours(oursConfig{name: "ours: sliding log", buckets: one(throttle.SlidingLog), granted: record}), logClaim},
-		{ours(oursConfig{name: "ours: GCRA", buckets: one(throttle.GCRA)}), gcraClaim},
+		{ours(oursConfig{name: "ours: sliding log", buckets: one(quota.SlidingLog), granted: record}), logClaim},
+		{ours(oursConfig{name: "ours: GCRA", buckets: one(quota.GCRA)}), gcraClaim},
 		{redisRate, gcraClaim},
 		{ululeLimiter, noClaim},
 		{throttledGCRA, gcraClaim},
@@ -106,10 +106,10 @@ func hammer(ctx context.Context, cs []*redis.Client, l library, run time.Duratio
 			c = nil
 		}
 		var err error
-		if ds[i], err = l.new(c, accKey, quota); err != nil {
+		if ds[i], err = l.new(c, accKey, benchRate); err != nil {
 			return hammered{}, err
 		}
-		warm, err := l.new(c, "acc-warm", quota) // load scripts on another key
+		warm, err := l.new(c, "acc-warm", benchRate) // load scripts on another key
 		if err != nil {
 			return hammered{}, err
 		}
@@ -165,9 +165,9 @@ func hammer(ctx context.Context, cs []*redis.Client, l library, run time.Duratio
 
 // printAccuracy prints the accuracy table, the claims table and notes.
 func printAccuracy(hs []hammered, run time.Duration) {
-	ideal := float64(quota)*run.Seconds() + quota
+	ideal := float64(benchRate)*run.Seconds() + benchRate
 	fmt.Printf("### Accuracy under contention\n\nA limit of %d per second (burst %d) on one key; %d instances x %d goroutines ask for one unit each as fast as they can, for %v, never waiting. Redis libraries: %d separate go-redis clients; x/time/rate: %d separate limiters (it cannot share a limit). Each admission is recorded on the client's monotonic clock: \"observed\" counts the instants the calls returned; \"certain\" counts only calls that started and returned inside the window, so Redis certainly decided them inside it (a lower bound, immune to client-side delays). Ideal: rate × %v + burst = %.0f.\n\n",
-		quota, quota, fleet, perMember, run, fleet, fleet, run, ideal)
+		benchRate, benchRate, fleet, perMember, run, fleet, fleet, run, ideal)
 	t := table{head: []string{"contender", "admitted (× ideal)", "most in any 100 ms: observed (certain)", "most in any 1 s: observed (certain) (× limit)", "failed decisions"}}
 	for _, h := range hs {
 		ts := ends(h.spans)
@@ -175,12 +175,12 @@ func printAccuracy(hs []hammered, run time.Duration) {
 		t.row(h.name,
 			fmt.Sprintf("%d (%s)", len(h.spans), ratio(float64(len(h.spans)), ideal)),
 			fmt.Sprintf("%d (%d)", maxIn(ts, 100*time.Millisecond), maxCertain(h.spans, 100*time.Millisecond)),
-			fmt.Sprintf("%d (%d) (%s)", o1, maxCertain(h.spans, time.Second), ratio(float64(o1), quota)),
+			fmt.Sprintf("%d (%d) (%s)", o1, maxCertain(h.spans, time.Second), ratio(float64(o1), benchRate)),
 			fmt.Sprintf("%d of %d (%s)", h.failed, h.attempts, percent(float64(h.failed)/float64(max(h.attempts, 1)))))
 	}
 	t.write(os.Stdout)
 
-	fmt.Printf("Claims. Sliding log: at most %d in any 1 s window. GCRA (ours, and the same bound for the other GCRA libraries with the same parameters): at most burst + rate·t over any interval of length t, i.e. ⌊%d + %d·t/1 s⌋. Ours' sliding log is also checked on Redis's clock, exactly: the log instants its grants returned, in microseconds (a grant needs room in (t−1 s, t]). Held: \"yes\" when even the observed count is within the bound; \"yes, within jitter\" when only the observed count is over and the certain count is not; \"NO\" when the certain count is over.\n\n", quota, quota, quota)
+	fmt.Printf("Claims. Sliding log: at most %d in any 1 s window. GCRA (ours, and the same bound for the other GCRA libraries with the same parameters): at most burst + rate·t over any interval of length t, i.e. ⌊%d + %d·t/1 s⌋. Ours' sliding log is also checked on Redis's clock, exactly: the log instants its grants returned, in microseconds (a grant needs room in (t−1 s, t]). Held: \"yes\" when even the observed count is within the bound; \"yes, within jitter\" when only the observed count is over and the certain count is not; \"NO\" when the certain count is over.\n\n", benchRate, benchRate, benchRate)
 	c := table{head: []string{"contender", "interval t", "bound", "observed", "certain", "held"}}
 	for _, h := range hs {
 		ts := ends(h.spans)
@@ -196,12 +196,12 @@ func printAccuracy(hs []hammered, run time.Duration) {
 		}
 		switch h.claim {
 		case logClaim:
-			check(time.Second.String(), quota, maxIn(ts, time.Second), maxCertain(h.spans, time.Second))
+			check(time.Second.String(), benchRate, maxIn(ts, time.Second), maxCertain(h.spans, time.Second))
 			if h.redis != nil {
 				// The log admits when (t-1s, t] holds room: a closed
 				// window of 1s-1µs in whole microseconds.
 				n := maxIn(h.redis, time.Second-time.Microsecond)
-				check("1s on Redis's clock (log instants)", quota, n, n)
+				check("1s on Redis's clock (log instants)", benchRate, n, n)
 			}
 		case gcraClaim:
 			for _, w := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
@@ -216,11 +216,11 @@ func printAccuracy(hs []hammered, run time.Duration) {
 			fmt.Printf("- %s: the first failed decision: %v\n", h.name, h.firstErr)
 		}
 	}
-	fmt.Printf("- x/time/rate: %d separate limiters, each admitting its own %d per second: %d× the limit by construction, since nothing is shared.\n\n", fleet, quota, fleet)
+	fmt.Printf("- x/time/rate: %d separate limiters, each admitting its own %d per second: %d× the limit by construction, since nothing is shared.\n\n", fleet, benchRate, fleet)
 }
 
 // gcraBound is the most GCRA may admit over an interval of length t:
 // burst + rate·t.
 func gcraBound(t time.Duration) int {
-	return quota + int(quota*t/time.Second)
+	return benchRate + int(benchRate*t/time.Second)
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/throttled/throttled/v2"
@@ -107,12 +107,12 @@ const scope = "bench"
 // bucket returns one limit of ours: rate per second with the default
 // burst (rate), or for a Concurrency limit rate slots with a one-minute
 // lease.
-func bucket(name string, a throttle.Algorithm, rate int, key string) throttle.Bucket {
+func bucket(name string, a quota.Algorithm, rate int, key string) quota.Bucket {
 	per := time.Second
-	if a == throttle.Concurrency {
+	if a == quota.Concurrency {
 		per = time.Minute
 	}
-	return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: a}, Key: key}
+	return quota.Bucket{Limit: quota.Limit{Name: name, Rate: rate, Per: per, Algorithm: a}, Key: key}
 }
 
 // oursConfig configures our redisstore as a library.
@@ -121,7 +121,7 @@ type oursConfig struct {
 	opts []redisstore.Option // for redisstore.New
 
 	// buckets gives the demand's limits for a key and rate.
-	buckets func(key string, rate int) []throttle.Bucket
+	buckets func(key string, rate int) []quota.Bucket
 
 	// pauses are the demand's pause keys; [throttle.Transport] always
 	// lists the rule's pause key "".
@@ -132,7 +132,7 @@ type oursConfig struct {
 	release bool
 
 	// granted, if set, is called with every granted reservation.
-	granted func(*throttle.Reservation)
+	granted func(*quota.Reservation)
 }
 
 // ours returns our redisstore as a library: each instance is a Store made
@@ -143,7 +143,7 @@ func ours(c oursConfig) library {
 		if err != nil {
 			return nil, err
 		}
-		d := &throttle.Demand{Scope: scope, Limits: c.buckets(key, r), Pauses: c.pauses, Cost: 1}
+		d := &quota.Demand{Scope: scope, Limits: c.buckets(key, r), Pauses: c.pauses, Cost: 1}
 		return func(ctx context.Context) (bool, time.Duration, error) {
 			dec, err := s.Take(ctx, d)
 			if err != nil || !dec.OK {
@@ -167,20 +167,20 @@ func ours(c oursConfig) library {
 var replayIDs = []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}
 
 // one returns buckets of a single limit of algorithm a on the key.
-func one(a throttle.Algorithm) func(key string, rate int) []throttle.Bucket {
-	return func(key string, rate int) []throttle.Bucket {
-		return []throttle.Bucket{bucket("limit", a, rate, key)}
+func one(a quota.Algorithm) func(key string, rate int) []quota.Bucket {
+	return func(key string, rate int) []quota.Bucket {
+		return []quota.Bucket{bucket("limit", a, rate, key)}
 	}
 }
 
 // hierarchy returns the buckets of a two-limit rule: one limit for all
 // keys and one per key, both GCRA, decided together.
-func hierarchy(key string, rate int) []throttle.Bucket {
-	return []throttle.Bucket{bucket("all", throttle.GCRA, rate, ""), bucket("per-key", throttle.GCRA, rate, key)}
+func hierarchy(key string, rate int) []quota.Bucket {
+	return []quota.Bucket{bucket("all", quota.GCRA, rate, ""), bucket("per-key", quota.GCRA, rate, key)}
 }
 
 // withSlots returns the buckets of a GCRA limit and a Concurrency limit of
 // rate slots.
-func withSlots(key string, rate int) []throttle.Bucket {
-	return []throttle.Bucket{bucket("limit", throttle.GCRA, rate, key), bucket("slots", throttle.Concurrency, rate, key)}
+func withSlots(key string, rate int) []quota.Bucket {
+	return []quota.Bucket{bucket("limit", quota.GCRA, rate, key), bucket("slots", quota.Concurrency, rate, key)}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"golang.org/x/time/rate"
 )
 
@@ -28,14 +28,14 @@ func memory(ctx context.Context, e *env) error {
 		return err
 	}
 	libs := []library{
-		ours(oursConfig{name: "ours: GCRA", buckets: one(throttle.GCRA)}),
-		ours(oursConfig{name: "ours: fixed window", buckets: one(throttle.FixedWindow)}),
-		ours(oursConfig{name: "ours: sliding window", buckets: one(throttle.SlidingWindow)}),
-		ours(oursConfig{name: "ours: sliding log", buckets: one(throttle.SlidingLog)}),
-		ours(oursConfig{name: "ours: concurrency (lease held)", buckets: one(throttle.Concurrency)}),
+		ours(oursConfig{name: "ours: GCRA", buckets: one(quota.GCRA)}),
+		ours(oursConfig{name: "ours: fixed window", buckets: one(quota.FixedWindow)}),
+		ours(oursConfig{name: "ours: sliding window", buckets: one(quota.SlidingWindow)}),
+		ours(oursConfig{name: "ours: sliding log", buckets: one(quota.SlidingLog)}),
+		ours(oursConfig{name: "ours: concurrency (lease held)", buckets: one(quota.Concurrency)}),
 		ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}),
-		ours(oursConfig{name: "ours: GCRA, replay ids", opts: replayIDs, buckets: func(key string, rate int) []throttle.Bucket {
-			return []throttle.Bucket{bucket("ids", throttle.GCRA, rate, key)} // a key of its own: the row above has "limit"
+		ours(oursConfig{name: "ours: GCRA, replay ids", opts: replayIDs, buckets: func(key string, rate int) []quota.Bucket {
+			return []quota.Bucket{bucket("ids", quota.GCRA, rate, key)} // a key of its own: the row above has "limit"
 		}}),
 		redisRate, ululeLimiter, throttledGCRA,
 	}
@@ -43,10 +43,10 @@ func memory(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("### Memory per key\n\nMEMORY USAGE (SAMPLES 0) of every key that appeared after one granted decision on a new key, limit %d per second; × is the multiple of a plain string key holding a small integer (`%s`, %d B), measured in the same run. TTL is the key's remaining time to live then. Ours runs on the same client as the peers (go-redis defaults), on which it keeps nothing per decision beyond its limit keys (ReplayDetect); with replay ids (the last row of ours) each decision also leaves its reply under a replay key, kept for 1 s.\n\n", quota, baseKey, base)
+	fmt.Printf("### Memory per key\n\nMEMORY USAGE (SAMPLES 0) of every key that appeared after one granted decision on a new key, limit %d per second; × is the multiple of a plain string key holding a small integer (`%s`, %d B), measured in the same run. TTL is the key's remaining time to live then. Ours runs on the same client as the peers (go-redis defaults), on which it keeps nothing per decision beyond its limit keys (ReplayDetect); with replay ids (the last row of ours) each decision also leaves its reply under a replay key, kept for 1 s.\n\n", benchRate, baseKey, base)
 	t := table{head: []string{"contender", "bytes (×)", "keys: bytes, TTL"}}
 	for _, l := range libs {
-		d, err := l.new(c, "mem", quota)
+		d, err := l.new(c, "mem", benchRate)
 		if err != nil {
 			return fmt.Errorf("%s: %w", l.name, err)
 		}

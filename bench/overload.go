@@ -24,7 +24,7 @@ import (
 // wanting one request every fleet*callers/demand, together demand per
 // second: 5 times the quota.
 const (
-	demand  = 5 * quota
+	demand  = 5 * benchRate
 	callers = 8
 )
 
@@ -122,7 +122,7 @@ func overload(ctx context.Context, e *env, cfg config) error {
 		{ululeLimiter.name, false, retryAct(ululeLimiter, cs, v)},
 		{throttledGCRA.name, false, retryAct(throttledGCRA, cs, v)},
 		{xrate.name, true, func(_ int, hc *http.Client) (act, error) {
-			l := newXrate(quota)
+			l := newXrate(benchRate)
 			return func(ctx context.Context, want time.Duration) error {
 				if err := l.Wait(ctx); err != nil {
 					return err
@@ -166,7 +166,7 @@ func oursAct(c *redis.Client, hc *http.Client, v *vendor) (act, error) {
 	}
 	t, err := throttle.NewTransport(hc.Transport, throttle.Policy{Instances: fleet, Rules: []throttle.Rule{{
 		Name:   "overload",
-		Limits: []throttle.Limit{{Name: "limit", Rate: quota, Per: time.Second, Key: throttle.ConstantKey("ovl")}},
+		Limits: []throttle.Limit{{Name: "limit", Rate: benchRate, Per: time.Second, Key: throttle.ConstantKey("ovl")}},
 		Wait:   waiters.Block(),
 	}}}, throttle.WithStore(s))
 	if err != nil {
@@ -181,7 +181,7 @@ func oursAct(c *redis.Client, hc *http.Client, v *vendor) (act, error) {
 // when granted, send.
 func retryAct(l library, cs []*redis.Client, v *vendor) func(i int, hc *http.Client) (act, error) {
 	return func(i int, hc *http.Client) (act, error) {
-		d, err := l.new(cs[i], "ovl", quota)
+		d, err := l.new(cs[i], "ovl", benchRate)
 		if err != nil {
 			return nil, err
 		}
@@ -278,7 +278,7 @@ func flood(ctx context.Context, e *env, v *vendor, acts []act, cfg config) (over
 // printOverload prints the overload table and its notes.
 func printOverload(res []overloaded, cfg config) {
 	fmt.Printf("### Overload with waiting\n\nA quota of %d per second (burst %d) on one key; %d instances x %d callers, each wanting one request every %v (%d per second in all, %d× the quota), each instance with its own go-redis client (x/time/rate: its own limiter) and HTTP transport, in front of a local httptest server. Ours: a throttle.Transport whose rule blocks (waiters.Block()) until its reserved slot. Peers: ask; when refused, sleep for the retry-after the library returned, ask again; when granted, send. x/time/rate: Limiter.Wait. Measured over a steady window of %v after a warm-up of %v: the startup burst falls in the warm-up, and the window's edges fall half a period after whole seconds from the start, between the bursts of a fixed window, which open its windows at whole seconds after the first request (with edges at whole seconds, one burst more or less would land inside by chance). admitted/s = requests the server received in the window ÷ %v; calls = commands the clients sent in the window ÷ those requests; Redis cmds = commands Redis executed (scripts' included) ÷ those requests; wait = from when the caller wanted to send to when the server received the request, for those requests.\n\n",
-		quota, quota, fleet, callers, time.Duration(fleet*callers)*time.Second/demand, demand, demand/quota, cfg.steady, cfg.warm, cfg.steady)
+		benchRate, benchRate, fleet, callers, time.Duration(fleet*callers)*time.Second/demand, demand, demand/benchRate, cfg.steady, cfg.warm, cfg.steady)
 	t := table{head: []string{"contender", "admitted/s (× quota)", "calls per admitted", "Redis cmds per admitted", "wait p50 / p99 / max ms", "failed admissions"}}
 	for _, o := range res {
 		rate := float64(o.admitted) / cfg.steady.Seconds()
@@ -288,7 +288,7 @@ func printOverload(res []overloaded, cfg config) {
 			calls = fmt.Sprintf("%.2f", float64(o.did.sent)/float64(max(o.admitted, 1)))
 			cmds = fmt.Sprintf("%.2f", float64(o.did.srv.cmds)/float64(max(o.admitted, 1)))
 		}
-		t.row(o.name, fmt.Sprintf("%.1f (%s)", rate, ratio(rate, quota)), calls, cmds,
+		t.row(o.name, fmt.Sprintf("%.1f (%s)", rate, ratio(rate, benchRate)), calls, cmds,
 			fmt.Sprintf("%s / %s / %s", millis(percentile(o.waits, 0.5)), millis(percentile(o.waits, 0.99)), millis(percentile(o.waits, 1))),
 			fmt.Sprint(o.errs))
 	}
@@ -299,5 +299,5 @@ func printOverload(res []overloaded, cfg config) {
 		}
 	}
 	fmt.Printf("- ulule/limiter reports when to retry only as Reset, the window's end in whole Unix seconds; the wait computed from it is often 0, and its callers then ask again at once.\n")
-	fmt.Printf("- x/time/rate: %d separate limiters share nothing; each admits up to %d per second, so the fleet's demand passes unlimited.\n\n", fleet, quota)
+	fmt.Printf("- x/time/rate: %d separate limiters share nothing; each admits up to %d per second, so the fleet's demand passes unlimited.\n\n", fleet, benchRate)
 }

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -117,24 +117,24 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 		{redisRate, c}, {ululeLimiter, c}, {throttledGCRA, c}, {xrate, nil},
 		{floorLibrary("floor (not a limiter): TIME, GET, INCRBY: GCRA, 1 limit, nothing else", 1), c},
 		{floorLibrary("floor (not a limiter): GCRA, 2 limits, nothing else", 2), c},
-		{ours(oursConfig{name: "ours: GCRA, 1 limit", buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit", buckets: one(quota.GCRA)}), c},
 		{ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}), c},
 		{ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}), c},
-		{ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(throttle.GCRA), pauses: []string{""}}), c},
-		{ours(oursConfig{name: "ours: GCRA, 1 limit, replay ids", opts: replayIDs, buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(quota.GCRA), pauses: []string{""}}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, replay ids", opts: replayIDs, buckets: one(quota.GCRA)}), c},
 		{ours(oursConfig{name: "ours: GCRA, 2 limits, replay ids", opts: replayIDs, buckets: hierarchy}), c},
-		{ours(oursConfig{name: "ours: GCRA, 1 limit, client without retries", opts: noRetries, buckets: one(throttle.GCRA)}), noRetry},
-		{ours(oursConfig{name: "ours: GCRA, 1 limit, batching off", opts: noBatching, buckets: one(throttle.GCRA)}), c},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, client without retries", opts: noRetries, buckets: one(quota.GCRA)}), noRetry},
+		{ours(oursConfig{name: "ours: GCRA, 1 limit, batching off", opts: noBatching, buckets: one(quota.GCRA)}), c},
 		{ours(oursConfig{name: "ours: GCRA, 2 limits, batching off", opts: noBatching, buckets: hierarchy}), c},
 	}
 	if variants {
 		libs = append(libs,
-			lib{ours(oursConfig{name: "ours: fixed window, 1 limit", buckets: one(throttle.FixedWindow)}), c},
-			lib{ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(throttle.SlidingWindow)}), c},
-			lib{ours(oursConfig{name: "ours: fixed window, 1 limit, replay ids", opts: replayIDs, buckets: one(throttle.FixedWindow)}), c},
-			lib{ours(oursConfig{name: "ours: sliding log, 1 limit (a log of about 1 s of decisions)", buckets: one(throttle.SlidingLog)}), c},
+			lib{ours(oursConfig{name: "ours: fixed window, 1 limit", buckets: one(quota.FixedWindow)}), c},
+			lib{ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(quota.SlidingWindow)}), c},
+			lib{ours(oursConfig{name: "ours: fixed window, 1 limit, replay ids", opts: replayIDs, buckets: one(quota.FixedWindow)}), c},
+			lib{ours(oursConfig{name: "ours: sliding log, 1 limit (a log of about 1 s of decisions)", buckets: one(quota.SlidingLog)}), c},
 			lib{ours(oursConfig{name: "ours: MULTI/EXEC fixed window, 1 limit, client without retries",
-				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(throttle.FixedWindow)}), noRetry},
+				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(quota.FixedWindow)}), noRetry},
 		)
 	}
 	for _, l := range libs {

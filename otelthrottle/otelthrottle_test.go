@@ -18,6 +18,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/otelthrottle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -28,10 +29,10 @@ type downStore struct{}
 
 var errDown = errors.New("connection refused")
 
-func (downStore) Take(context.Context, *throttle.Demand) (throttle.Decision, error) {
-	return throttle.Decision{}, errDown
+func (downStore) Take(context.Context, *quota.Demand) (quota.Decision, error) {
+	return quota.Decision{}, errDown
 }
-func (downStore) Cancel(context.Context, *throttle.Reservation) error        { return errDown }
+func (downStore) Cancel(context.Context, *quota.Reservation) error           { return errDown }
 func (downStore) Pause(context.Context, string, string, time.Duration) error { return errDown }
 
 // collect reads every metric from reader, by name.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -443,16 +444,16 @@ func (b *builder) retry(n *node, w at) throttle.Retry {
 	return r
 }
 
-// algorithm reads one of the names [throttle.ParseAlgorithm] knows; none
+// algorithm reads one of the names [quota.ParseAlgorithm] knows; none
 // is GCRA.
 func (b *builder) algorithm(n *node, w at) throttle.Algorithm {
 	s := b.str(n, w)
 	if s == "" {
 		return throttle.GCRA
 	}
-	a, err := throttle.ParseAlgorithm(s)
+	a, err := quota.ParseAlgorithm(s)
 	if err != nil {
-		b.bad(w, n.line, "unknown algorithm %q (%s)", s, names(throttle.ParseAlgorithm))
+		b.bad(w, n.line, "unknown algorithm %q (%s)", s, names(quota.ParseAlgorithm))
 	}
 	return a
 }

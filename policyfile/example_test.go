@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/policyfile"
+	"github.com/quotakit/throttle/quota"
 )
 
 // A Reloader puts a new version of the policy file in force without
@@ -88,7 +89,7 @@ func ExampleLoad() {
 `
 	_, err := policyfile.Load("policy.yaml", []byte(doc))
 	fmt.Println(err)
-	fmt.Println(errors.Is(err, throttle.ErrInvalidPolicy))
+	fmt.Println(errors.Is(err, quota.ErrInvalid))
 	// Output:
 	// policy.yaml:4: rule "slack-notify": wiat: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry)
 	// policy.yaml:6: rule "slack-notify": limits[0].rate: must be a whole number, got 100.5

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/policyfile"
 	"github.com/quotakit/throttle/waiters"
 )
@@ -80,7 +81,7 @@ func script(t *testing.T, p throttle.Policy) []string {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	tr, err := throttle.NewTransport(okTransport{}, p,
-		throttle.WithStore(throttle.NewMemoryStore(throttle.WithStoreClock(clock))), throttle.WithClock(clock))
+		throttle.WithStore(memstore.New(memstore.WithClock(clock))), throttle.WithClock(clock))
 	require.NoError(t, err)
 	var out []string
 	send := func(method, url, category string) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 )
 
 // A Reloader is an [http.RoundTripper] that applies the policy of a file
@@ -21,7 +22,7 @@ import (
 // the current policy stays in force.
 //
 // Every Transport it builds shares one store: the one given with
-// [throttle.WithStore], or else one [throttle.MemoryStore] made by
+// [throttle.WithStore], or else one [memstore.Store] made by
 // [NewReloader]. So counters and shared pauses carry over a reload: a
 // limit that keeps its name and algorithm keeps what it charged. What a
 // Transport holds for itself starts afresh with the next one: its own
@@ -48,10 +49,10 @@ var _ http.RoundTripper = (*Reloader)(nil)
 // NewReloader loads the policy file at path and returns a Reloader that
 // applies it with base (nil: [http.DefaultTransport]) and opts, as
 // [throttle.NewTransport] does. Without a [throttle.WithStore] among
-// opts, it makes one [throttle.MemoryStore] that every policy version
+// opts, it makes one [memstore.Store] that every policy version
 // uses. It returns the file's errors, like [LoadFile].
 func NewReloader(path string, base http.RoundTripper, opts ...throttle.Option) (*Reloader, error) {
-	all := append([]throttle.Option{throttle.WithStore(throttle.NewMemoryStore())}, opts...) // a later WithStore wins
+	all := append([]throttle.Option{throttle.WithStore(memstore.New())}, opts...) // a later WithStore wins
 	r := &Reloader{path: path, base: base, opts: all}
 	if _, err := r.Reload(); err != nil {
 		return nil, err

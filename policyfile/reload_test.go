@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/policyfile"
+	"github.com/quotakit/throttle/quota"
 )
 
 // apiPolicy is a one-rule policy for api.example.com: rate per hour in
@@ -240,11 +242,11 @@ func TestReloaderWatch(t *testing.T) {
 
 // pickyStore is a store that can decide only rules that do not wait, as
 // redisstore's MULTI/EXEC mode.
-type pickyStore struct{ *throttle.MemoryStore }
+type pickyStore struct{ *memstore.Store }
 
-func (pickyStore) CheckRule(r throttle.Rule) error {
-	if r.Wait == nil {
-		return &throttle.PolicyError{Field: "Wait", Err: fmt.Errorf("picky: a request cannot wait")}
+func (pickyStore) CheckLimits(_ []quota.Limit, mayWait bool) error {
+	if mayWait {
+		return &quota.FieldError{Field: "Wait", Err: fmt.Errorf("picky: a request cannot wait")}
 	}
 	return nil
 }
@@ -254,7 +256,7 @@ func (pickyStore) CheckRule(r throttle.Rule) error {
 func TestReloaderReportsTheStoresRefusal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, path, "rules:\n  - name: api\n    host: api.example.com\n    limits:\n      - {name: calls, rate: 1, per: 1h}\n")
-	_, err := policyfile.NewReloader(path, okTransport{}, throttle.WithStore(pickyStore{throttle.NewMemoryStore()}))
+	_, err := policyfile.NewReloader(path, okTransport{}, throttle.WithStore(pickyStore{memstore.New()}))
 	var fe *policyfile.Error
 	require.ErrorAs(t, err, &fe)
 	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)

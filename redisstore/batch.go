@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 )
 
 // WithBatching sets how many demands of one scope may go together in one
@@ -70,17 +70,17 @@ const (
 
 // A batchCall is one waiting demand and, once done is closed, its result.
 type batchCall struct {
-	d     *throttle.Demand
+	d     *quota.Demand
 	state atomic.Int32
 	done  chan struct{}
-	dec   throttle.Decision
+	dec   quota.Decision
 	err   error
 }
 
 // takeBatched decides d, a GCRA-only demand: at once if no decision of its
 // scope is in flight (or fewer than s.batchInFlight), else in the next
 // batch of its scope.
-func (s *Store) takeBatched(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *Store) takeBatched(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	b := &s.batch
 	b.mu.Lock()
 	q := b.queues[d.Scope]
@@ -109,10 +109,10 @@ func (s *Store) takeBatched(ctx context.Context, d *throttle.Demand) (throttle.D
 		return c.dec, c.err
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w: %w", ErrNotSent, ctx.Err())
+			return quota.Decision{}, fmt.Errorf("redisstore: take: %w: %w", ErrNotSent, ctx.Err())
 		}
 		// Sent: it may have been charged, as any call cut short.
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
+		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", ctx.Err())
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
@@ -36,14 +36,14 @@ func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 			c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:")
 			seen := map[string]int{}
 			spans := writeSpans{}
-			var charged []*throttle.Demand
+			var charged []*quota.Demand
 			for step := range 120 {
 				if rng.IntN(6) == 0 {
 					key, d := randomPause(rng)
 					require.NoError(t, batched.Pause(ctx(t), "s", key, d))
 					require.NoError(t, single.Pause(ctx(t), "s", key, d))
 				}
-				ds := make([]*throttle.Demand, 2+rng.IntN(7))
+				ds := make([]*quota.Demand, 2+rng.IntN(7))
 				for i := range ds {
 					ds[i] = randomGCRADemand(rng)
 				}
@@ -69,7 +69,7 @@ func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 				for _, l := range gcraLimits {
 					for _, key := range []string{"x", "y"} {
 						k := l.Name + ":" + key
-						sameGCRAKey(t, c, onePrefix, batchPrefix, throttle.Bucket{Limit: l, Key: key}, spans[k], fmt.Sprintf("step %d", step))
+						sameGCRAKey(t, c, onePrefix, batchPrefix, quota.Bucket{Limit: l, Key: key}, spans[k], fmt.Sprintf("step %d", step))
 					}
 				}
 				clock.Advance(time.Duration(rng.IntN(5000)) * time.Microsecond)
@@ -86,11 +86,11 @@ func TestTakeBatchResent(t *testing.T) {
 	p := faultproxy.New(t, srv.Addr())
 	c := newClient(t, p.Addr())
 	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithReplay(redisstore.ReplayDetect))
-	d := &throttle.Demand{Scope: "s", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}, Key: "k"}}}
+	d := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}, Key: "k"}}}
 	_, err := s.Take(ctx(t), d) // connect and load the scripts
 	require.NoError(t, err)
 	p.DropNextReply()
-	_, errs := redisstore.TakeBatch(s, []*throttle.Demand{d, d})
+	_, errs := redisstore.TakeBatch(s, []*quota.Demand{d, d})
 	for _, err := range errs {
 		assert.ErrorIs(t, err, redisstore.ErrResent)
 	}
@@ -134,8 +134,8 @@ func batchingContention(t *testing.T, opts ...redisstore.Option) {
 		c.AddHook(countHook{&sent})
 		stores[i] = newStoreOn(t, c, prefix, opts...)
 	}
-	global := throttle.Limit{Name: "global", Rate: globalRate, Per: time.Second, Burst: 10}
-	perCat := throttle.Limit{Name: "cat", Rate: catRate, Per: time.Second, Burst: 3}
+	global := quota.Limit{Name: "global", Rate: globalRate, Per: time.Second, Burst: 10}
+	perCat := quota.Limit{Name: "cat", Rate: catRate, Per: time.Second, Burst: 3}
 	var (
 		mu        sync.Mutex
 		byLimit   = map[string][]int64{}
@@ -147,7 +147,7 @@ func batchingContention(t *testing.T, opts ...redisstore.Option) {
 		for w := range 16 {
 			wg.Go(func() {
 				cat := strconv.Itoa(w % cats)
-				d := &throttle.Demand{Scope: "bc", Cost: 1, Limits: []throttle.Bucket{{Limit: global}, {Limit: perCat, Key: cat}}}
+				d := &quota.Demand{Scope: "bc", Cost: 1, Limits: []quota.Bucket{{Limit: global}, {Limit: perCat, Key: cat}}}
 				if w%2 == 1 {
 					d.MaxWait = 20 * time.Millisecond
 				}
@@ -215,7 +215,7 @@ func TestBatchedDemandNotSent(t *testing.T) {
 	p := faultproxy.New(t, srv.Addr())
 	c := newClient(t, p.Addr())
 	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithBatching(8), redisstore.WithBatchInFlight(1))
-	d := &throttle.Demand{Scope: "ns", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 3, Per: 24 * time.Hour}, Key: "k"}}}
+	d := &quota.Demand{Scope: "ns", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 3, Per: 24 * time.Hour}, Key: "k"}}}
 	_, err := s.Take(ctx(t), d) // connect, load the scripts; 1 of 3 used
 	require.NoError(t, err)
 

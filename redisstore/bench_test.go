@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -56,13 +56,13 @@ func BenchmarkDecision(b *testing.B) {
 	// No per-call timeout: what the context.WithTimeout of every call costs.
 	noTimer := store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithTimeout(0))
 	// Limits that always admit, so every call commits: the costly path.
-	lim := func(name string, a throttle.Algorithm) throttle.Bucket {
-		return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: 1_000_000, Per: time.Second, Algorithm: a}, Key: "k"}
+	lim := func(name string, a quota.Algorithm) quota.Bucket {
+		return quota.Bucket{Limit: quota.Limit{Name: name, Rate: 1_000_000, Per: time.Second, Algorithm: a}, Key: "k"}
 	}
-	demand := func(bs ...throttle.Bucket) *throttle.Demand {
-		return &throttle.Demand{Scope: "bench", Limits: bs, Cost: 1}
+	demand := func(bs ...quota.Bucket) *quota.Demand {
+		return &quota.Demand{Scope: "bench", Limits: bs, Cost: 1}
 	}
-	take := func(s *redisstore.Store, d *throttle.Demand) func() error {
+	take := func(s *redisstore.Store, d *quota.Demand) func() error {
 		return func() error {
 			dec, err := s.Take(bg, d)
 			if err == nil && !dec.OK {
@@ -78,18 +78,18 @@ func BenchmarkDecision(b *testing.B) {
 	}{
 		{"ping", "ping", func() error { return c.Ping(bg).Err() }},
 		{"evalsha-return1", "evalsha", func() error { return returnOne.Run(bg, c, nil).Err() }},
-		{"gcra", "evalsha", take(detect, demand(lim("g1", throttle.GCRA)))},
-		{"gcra-ids", "evalsha", take(ids, demand(lim("g1i", throttle.GCRA)))},
-		{"gcra-noids", "evalsha", take(noIDs, demand(lim("g1n", throttle.GCRA)))},
-		{"gcra-noids-notimeout", "evalsha", take(noTimer, demand(lim("g1t", throttle.GCRA)))},
-		{"gcra-nobatching", "evalsha", take(unbatched, demand(lim("g1b", throttle.GCRA)))},
-		{"gcra+gcra", "evalsha", take(detect, demand(lim("g2a", throttle.GCRA), lim("g2b", throttle.GCRA)))},
-		{"gcra+gcra-nobatching", "evalsha", take(unbatched, demand(lim("g2g", throttle.GCRA), lim("g2h", throttle.GCRA)))},
-		{"gcra+gcra-ids", "evalsha", take(ids, demand(lim("g2e", throttle.GCRA), lim("g2f", throttle.GCRA)))},
-		{"gcra+gcra-noids", "evalsha", take(noIDs, demand(lim("g2c", throttle.GCRA), lim("g2d", throttle.GCRA)))},
-		{"fixed-window", "evalsha", take(detect, demand(lim("f1", throttle.FixedWindow)))},
-		{"fixed-window-ids", "evalsha", take(ids, demand(lim("f1i", throttle.FixedWindow)))},
-		{"sliding-window", "evalsha", take(detect, demand(lim("w1", throttle.SlidingWindow)))},
+		{"gcra", "evalsha", take(detect, demand(lim("g1", quota.GCRA)))},
+		{"gcra-ids", "evalsha", take(ids, demand(lim("g1i", quota.GCRA)))},
+		{"gcra-noids", "evalsha", take(noIDs, demand(lim("g1n", quota.GCRA)))},
+		{"gcra-noids-notimeout", "evalsha", take(noTimer, demand(lim("g1t", quota.GCRA)))},
+		{"gcra-nobatching", "evalsha", take(unbatched, demand(lim("g1b", quota.GCRA)))},
+		{"gcra+gcra", "evalsha", take(detect, demand(lim("g2a", quota.GCRA), lim("g2b", quota.GCRA)))},
+		{"gcra+gcra-nobatching", "evalsha", take(unbatched, demand(lim("g2g", quota.GCRA), lim("g2h", quota.GCRA)))},
+		{"gcra+gcra-ids", "evalsha", take(ids, demand(lim("g2e", quota.GCRA), lim("g2f", quota.GCRA)))},
+		{"gcra+gcra-noids", "evalsha", take(noIDs, demand(lim("g2c", quota.GCRA), lim("g2d", quota.GCRA)))},
+		{"fixed-window", "evalsha", take(detect, demand(lim("f1", quota.FixedWindow)))},
+		{"fixed-window-ids", "evalsha", take(ids, demand(lim("f1i", quota.FixedWindow)))},
+		{"sliding-window", "evalsha", take(detect, demand(lim("w1", quota.SlidingWindow)))},
 	}
 	baseline.nsPerOp, baseline.p50 = map[int]float64{}, map[int]float64{}
 	for _, conc := range []int{1, 8, 64} {
@@ -173,13 +173,13 @@ func BenchmarkKeyMemory(b *testing.B) {
 	s, err := redisstore.New(c)
 	require.NoError(b, err)
 	for _, tc := range []struct {
-		alg   throttle.Algorithm
+		alg   quota.Algorithm
 		rate  int
 		takes int
-	}{{throttle.GCRA, 100, 1}, {throttle.FixedWindow, 100, 1}, {throttle.SlidingWindow, 100, 1}, {throttle.SlidingLog, 10, 10}} {
+	}{{quota.GCRA, 100, 1}, {quota.FixedWindow, 100, 1}, {quota.SlidingWindow, 100, 1}, {quota.SlidingLog, 10, 10}} {
 		b.Run(tc.alg.String(), func(b *testing.B) {
-			d := &throttle.Demand{Scope: "mem", Cost: 1, Limits: []throttle.Bucket{{
-				Limit: throttle.Limit{Name: "l", Rate: tc.rate, Per: time.Hour, Algorithm: tc.alg}, Key: "user-123456"}}}
+			d := &quota.Demand{Scope: "mem", Cost: 1, Limits: []quota.Bucket{{
+				Limit: quota.Limit{Name: "l", Rate: tc.rate, Per: time.Hour, Algorithm: tc.alg}, Key: "user-123456"}}}
 			for range tc.takes {
 				_, err := s.Take(bg, d)
 				require.NoError(b, err)
@@ -190,14 +190,14 @@ func BenchmarkKeyMemory(b *testing.B) {
 				require.NoError(b, err)
 			}
 			b.ReportMetric(float64(n), "bytes/key")
-			if tc.alg == throttle.SlidingLog {
+			if tc.alg == quota.SlidingLog {
 				b.ReportMetric(float64(n)/float64(tc.takes), "bytes/entry")
 			}
 		})
 	}
 }
 
-func memKey(prefix string, a throttle.Algorithm) string {
-	tag := map[throttle.Algorithm]string{throttle.GCRA: "g", throttle.FixedWindow: "f", throttle.SlidingWindow: "w", throttle.SlidingLog: "l"}[a]
+func memKey(prefix string, a quota.Algorithm) string {
+	tag := map[quota.Algorithm]string{quota.GCRA: "g", quota.FixedWindow: "f", quota.SlidingWindow: "w", quota.SlidingLog: "l"}[a]
 	return prefix + "v1:{mem}:" + tag + ":l:user-123456"
 }

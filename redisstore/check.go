@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,7 +36,7 @@ var storeScripts = []string{
 // once after [New], before serving; [New] itself does not contact Redis.
 //
 // An error that a configuration mistake causes matches
-// [throttle.ErrStoreConfig] and names the cause: a wrong or missing
+// [quota.ErrStoreConfig] and names the cause: a wrong or missing
 // password (NOAUTH, WRONGPASS), an ACL user without a command or key the
 // store needs (NOPERM), a command that is disabled or renamed (EVALSHA,
 // EVAL), a read-only replica (READONLY), a *redis.ClusterClient on a
@@ -75,7 +75,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	if err = s.configErr(err); errors.Is(err, throttle.ErrStoreConfig) {
+	if err = s.configErr(err); errors.Is(err, quota.ErrStoreConfig) {
 		return fmt.Errorf("redisstore: check: %w", err)
 	}
 	if derr := s.dialError(ctx, err); derr != nil {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -152,7 +152,7 @@ func TestCheckMisconfigured(t *testing.T) {
 			err := s.Check(c)
 			require.Error(t, err)
 			t.Logf("Check: %v", err)
-			assert.Equal(t, tc.config, errors.Is(err, throttle.ErrStoreConfig), "matches ErrStoreConfig")
+			assert.Equal(t, tc.config, errors.Is(err, quota.ErrStoreConfig), "matches ErrStoreConfig")
 			for _, w := range tc.says {
 				assert.Contains(t, err.Error(), w)
 			}
@@ -181,7 +181,7 @@ func TestCheckClusterNode(t *testing.T) {
 	err := plain.Check(ctx(t))
 	require.Error(t, err)
 	t.Logf("Check: %v", err)
-	assert.ErrorIs(t, err, throttle.ErrStoreConfig)
+	assert.ErrorIs(t, err, quota.ErrStoreConfig)
 	assert.Contains(t, err.Error(), "non-Cluster client on a Redis Cluster node")
 
 	scope := ""
@@ -193,14 +193,14 @@ func TestCheckClusterNode(t *testing.T) {
 			scope = sc
 		}
 	}
-	_, err = plain.Take(ctx(t), &throttle.Demand{
+	_, err = plain.Take(ctx(t), &quota.Demand{
 		Scope:  scope,
-		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 10, Per: time.Second}}},
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 10, Per: time.Second}}},
 		Cost:   1,
 	})
 	require.Error(t, err)
 	t.Logf("Take: %v", err)
-	assert.ErrorIs(t, err, throttle.ErrStoreConfig)
+	assert.ErrorIs(t, err, quota.ErrStoreConfig)
 	assert.Contains(t, err.Error(), "MOVED")
 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
@@ -228,22 +228,22 @@ func TestConfigErrorOnCalls(t *testing.T) {
 	t.Parallel()
 	pw := passwordServer(t)
 	s := newStoreOn(t, newClient(t, pw.Addr(), func(o *redis.Options) { o.Password = "wrong" }), redistest.Prefix(t))
-	d := &throttle.Demand{
+	d := &quota.Demand{
 		Scope:  "vendor",
-		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 10, Per: time.Second}, Key: "k"}},
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 10, Per: time.Second}, Key: "k"}},
 		Cost:   1,
 	}
 	_, err := s.Take(ctx(t), d)
 	require.Error(t, err)
 	t.Logf("Take: %v", err)
-	assert.ErrorIs(t, err, throttle.ErrStoreConfig)
+	assert.ErrorIs(t, err, quota.ErrStoreConfig)
 	assert.Contains(t, err.Error(), "WRONGPASS")
 
 	err = s.Pause(ctx(t), "vendor", "", time.Second)
-	assert.ErrorIs(t, err, throttle.ErrStoreConfig)
+	assert.ErrorIs(t, err, quota.ErrStoreConfig)
 
 	rs := newStoreOn(t, newClient(t, srv.Addr(), func(o *redis.Options) { o.Username, o.Password = "nobody", "x" }),
 		redistest.Prefix(t), redisstore.WithBatching(0))
 	_, err = rs.Take(ctx(t), d)
-	assert.ErrorIs(t, err, throttle.ErrStoreConfig)
+	assert.ErrorIs(t, err, quota.ErrStoreConfig)
 }

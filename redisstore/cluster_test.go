@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
@@ -39,11 +39,11 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, storetest.Config{
-			New: func(t *testing.T, now func() time.Time) throttle.Store {
+			New: func(t *testing.T, now func() time.Time) quota.Store {
 				return newStoreOn(t, newCluster(t), prefix, redisstore.WithNow(now))
 			},
-			Instances: func(t *testing.T, now func() time.Time, n int) []throttle.Store {
-				ss := make([]throttle.Store, n)
+			Instances: func(t *testing.T, now func() time.Time, n int) []quota.Store {
+				ss := make([]quota.Store, n)
 				for i := range ss {
 					ss[i] = newStoreOn(t, newCluster(t), prefix, redisstore.WithNow(now))
 				}
@@ -53,7 +53,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("Redirects", func(t *testing.T) {
-		for _, alg := range []throttle.Algorithm{throttle.GCRA, throttle.SlidingLog} {
+		for _, alg := range []quota.Algorithm{quota.GCRA, quota.SlidingLog} {
 			t.Run(alg.String(), func(t *testing.T) {
 				movedIsDecidedOnce(t, cl, newCluster(t), alg)
 			})
@@ -86,13 +86,13 @@ func TestCluster(t *testing.T) {
 // next Take is answered MOVED by the old owner and sent again to the new
 // one. That resend is decided, as a first sending (the MOVED sending never
 // ran), not refused with ErrResent; the limit is charged once for it.
-func movedIsDecidedOnce(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient, alg throttle.Algorithm) {
+func movedIsDecidedOnce(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient, alg quota.Algorithm) {
 	const rate = 5
 	prefix := redistest.Prefix(t)
 	s := newStoreOn(t, c, prefix)
 	require.Equal(t, "detect", redisstore.ReplayMode(s))
 	scope := "moved-" + alg.String()
-	d := &throttle.Demand{Scope: scope, Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour, Algorithm: alg}, Key: "k"}}}
+	d := &quota.Demand{Scope: scope, Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour, Algorithm: alg}, Key: "k"}}}
 	dec, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
 	require.True(t, dec.OK)
@@ -180,7 +180,7 @@ func lostReplyIsRefused(t *testing.T, cl *redistest.Cluster) {
 	t.Cleanup(func() { _ = c.Close() })
 	s := newStoreOn(t, c, redistest.Prefix(t))
 	require.Equal(t, "detect", redisstore.ReplayMode(s))
-	d := &throttle.Demand{Scope: scope, Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour}, Key: "k"}}}
+	d := &quota.Demand{Scope: scope, Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour}, Key: "k"}}}
 	dec, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
 	require.True(t, dec.OK)

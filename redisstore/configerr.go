@@ -4,13 +4,13 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
 // A configError is a Redis error reply that a configuration mistake causes
 // rather than an outage: waiting does not make it go away. It matches
-// [throttle.ErrStoreConfig] and the reply itself.
+// [quota.ErrStoreConfig] and the reply itself.
 type configError struct {
 	cause string // what is wrong and what to change, in plain words
 	err   error  // Redis's reply, as go-redis returned it
@@ -20,7 +20,7 @@ func (e *configError) Error() string {
 	return "misconfigured Redis: " + e.cause + ": " + e.err.Error()
 }
 
-func (e *configError) Unwrap() []error { return []error{throttle.ErrStoreConfig, e.err} }
+func (e *configError) Unwrap() []error { return []error{quota.ErrStoreConfig, e.err} }
 
 // configErr returns err wrapped in a configError when Redis answered with
 // an error that a configuration mistake causes, and err itself otherwise
@@ -35,7 +35,7 @@ func (e *configError) Unwrap() []error { return []error{throttle.ErrStoreConfig,
 // its redirects ran out during a resharding.
 func (s *Store) configErr(err error) error {
 	var rerr redis.Error
-	if err == nil || errors.Is(err, throttle.ErrStoreConfig) || !errors.As(err, &rerr) {
+	if err == nil || errors.Is(err, quota.ErrStoreConfig) || !errors.As(err, &rerr) {
 		return err
 	}
 	if cause := configCause(rerr.Error(), s.client); cause != "" {

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
@@ -32,14 +32,14 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := redistest.Prefix(t)
-			newOne := func(t *testing.T, now func() time.Time) throttle.Store {
+			newOne := func(t *testing.T, now func() time.Time) quota.Store {
 				opts := append([]redisstore.Option{redisstore.WithNow(now)}, tc.opts...)
 				return newStoreOn(t, newClient(t, srv.Addr(), tc.client...), prefix, opts...)
 			}
 			storetest.Run(t, storetest.Config{
 				New: newOne,
-				Instances: func(t *testing.T, now func() time.Time, n int) []throttle.Store {
-					ss := make([]throttle.Store, n)
+				Instances: func(t *testing.T, now func() time.Time, n int) []quota.Store {
+					ss := make([]quota.Store, n)
 					for i := range ss {
 						ss[i] = newOne(t, now)
 					}

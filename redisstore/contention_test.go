@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,7 +25,7 @@ type grant struct {
 // hammer runs instances x workers goroutines, each on its own category
 // (worker % cats), taking d(cat) until the store's clock passes run, and
 // returns every grant. Any error fails the test.
-func hammer(t *testing.T, stores []*redisstore.Store, workers, cats int, run time.Duration, d func(cat int) *throttle.Demand) []grant {
+func hammer(t *testing.T, stores []*redisstore.Store, workers, cats int, run time.Duration, d func(cat int) *quota.Demand) []grant {
 	t.Helper()
 	var (
 		mu     sync.Mutex
@@ -75,10 +75,10 @@ func TestContentionFixedWindows(t *testing.T) {
 	)
 	stores := instances(t, 8, redistest.Prefix(t))
 	scope := "contention-fw"
-	grants := hammer(t, stores, 16, cats, 5*per/2, func(cat int) *throttle.Demand {
-		return &throttle.Demand{Scope: scope, Cost: 1, Limits: []throttle.Bucket{
-			{Limit: throttle.Limit{Name: "global", Rate: global, Per: per, Algorithm: throttle.FixedWindow}},
-			{Limit: throttle.Limit{Name: "cat", Rate: perCat, Per: per, Algorithm: throttle.FixedWindow}, Key: strconv.Itoa(cat)},
+	grants := hammer(t, stores, 16, cats, 5*per/2, func(cat int) *quota.Demand {
+		return &quota.Demand{Scope: scope, Cost: 1, Limits: []quota.Bucket{
+			{Limit: quota.Limit{Name: "global", Rate: global, Per: per, Algorithm: quota.FixedWindow}},
+			{Limit: quota.Limit{Name: "cat", Rate: perCat, Per: per, Algorithm: quota.FixedWindow}, Key: strconv.Itoa(cat)},
 		}}
 	})
 
@@ -120,10 +120,10 @@ func TestContentionSlidingLog(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	stores := instances(t, 8, prefix)
 	scope := "contention-log"
-	grants := hammer(t, stores, 16, cats, 4*per, func(cat int) *throttle.Demand {
-		return &throttle.Demand{Scope: scope, Cost: 1, Limits: []throttle.Bucket{
-			{Limit: throttle.Limit{Name: "global", Rate: global, Per: per, Algorithm: throttle.SlidingLog}},
-			{Limit: throttle.Limit{Name: "cat", Rate: 12, Per: per}, Key: strconv.Itoa(cat)},
+	grants := hammer(t, stores, 16, cats, 4*per, func(cat int) *quota.Demand {
+		return &quota.Demand{Scope: scope, Cost: 1, Limits: []quota.Bucket{
+			{Limit: quota.Limit{Name: "global", Rate: global, Per: per, Algorithm: quota.SlidingLog}},
+			{Limit: quota.Limit{Name: "cat", Rate: 12, Per: per}, Key: strconv.Itoa(cat)},
 		}}
 	})
 	require.Greater(t, len(grants), 2*global)

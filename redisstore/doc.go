@@ -1,4 +1,4 @@
-// Package redisstore provides a [throttle.Store] kept in Redis, so that
+// Package redisstore provides a [quota.Store] kept in Redis, so that
 // every instance of a service shares one quota.
 //
 //	rdb := redis.NewClient(&redis.Options{
@@ -17,7 +17,7 @@
 //
 // [New] does not contact Redis; [Store.Check] does, once at start-up: it
 // reports a misconfiguration (its error then matches
-// [throttle.ErrStoreConfig]) or an unreachable Redis, and warms the client
+// [quota.ErrStoreConfig]) or an unreachable Redis, and warms the client
 // up. The options are explained under "Client options" below.
 //
 // # One round trip per decision
@@ -130,7 +130,7 @@
 //
 // # Misconfiguration
 //
-// An error that waiting does not cure matches [throttle.ErrStoreConfig]
+// An error that waiting does not cure matches [quota.ErrStoreConfig]
 // and says what to change, whichever call returns it: Redis answered
 // NOAUTH or WRONGPASS (password, username), NOPERM (the ACL user lacks a
 // command or a key under the prefix), an unknown command (EVALSHA or EVAL

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -47,10 +47,10 @@ func ExampleNew() {
 		}
 	}()
 
-	d := &throttle.Demand{
+	d := &quota.Demand{
 		Scope: "vendor-api",
-		Limits: []throttle.Bucket{{
-			Limit: throttle.Limit{Name: "hourly", Rate: 2, Per: time.Hour},
+		Limits: []quota.Bucket{{
+			Limit: quota.Limit{Name: "hourly", Rate: 2, Per: time.Hour},
 			Key:   "team-42",
 		}},
 		Cost: 1,
@@ -75,7 +75,7 @@ func ExampleNew() {
 
 // Check, called once after New, contacts Redis: a misconfiguration fails
 // at start-up with an error that names it and matches
-// throttle.ErrStoreConfig, rather than later as errors of every request.
+// quota.ErrStoreConfig, rather than later as errors of every request.
 // On success, the scripts are loaded and connections are open. Here the
 // first client names a user the server does not know.
 func ExampleStore_Check() {
@@ -98,7 +98,7 @@ func ExampleStore_Check() {
 		}
 		err = store.Check(ctx)
 		switch {
-		case errors.Is(err, throttle.ErrStoreConfig):
+		case errors.Is(err, quota.ErrStoreConfig):
 			fmt.Println("fix the configuration:", err)
 		case err != nil:
 			fmt.Println("Redis is unreachable:", err)
@@ -126,9 +126,9 @@ func ExampleWithReplay() {
 	if err != nil {
 		panic(err)
 	}
-	d := &throttle.Demand{
+	d := &quota.Demand{
 		Scope:  "vendor-api",
-		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "hourly", Rate: 100, Per: time.Hour}, Key: "team-42"}},
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "hourly", Rate: 100, Per: time.Hour}, Key: "team-42"}},
 		Cost:   1,
 	}
 	dec, err := s.Take(ctx, d)
@@ -164,9 +164,9 @@ func ExampleWithBatching() {
 		if err != nil {
 			panic(err)
 		}
-		d := &throttle.Demand{
+		d := &quota.Demand{
 			Scope:  "vendor-api",
-			Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "hourly", Rate: 40, Per: time.Hour}}},
+			Limits: []quota.Bucket{{Limit: quota.Limit{Name: "hourly", Rate: 40, Per: time.Hour}}},
 			Cost:   1,
 		}
 		var granted atomic.Int64

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -39,9 +39,9 @@ func TestGCRAKeyExpiry(t *testing.T) {
 			prefix := redistest.Prefix(t)
 			opts := tc.opts
 			s := newStoreOn(t, tc.c, prefix, opts...)
-			fast := throttle.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}  // stays within a second
-			slow := throttle.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take
-			third := throttle.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100} // 3 limits: the general path
+			fast := quota.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}  // stays within a second
+			slow := quota.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take
+			third := quota.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100} // 3 limits: the general path
 			keys := map[string]bool{}
 			check := func(where string) {
 				t.Helper()
@@ -71,13 +71,13 @@ func TestGCRAKeyExpiry(t *testing.T) {
 					assert.Equal(t, want, exp.Milliseconds(), "%s: key %s with arrival time %d µs", where, k, v)
 				}
 			}
-			demands := []*throttle.Demand{
-				{Scope: "s", Cost: 1, Limits: []throttle.Bucket{{Limit: fast, Key: "a"}}},
-				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []throttle.Bucket{{Limit: fast, Key: "b"}}},
-				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []throttle.Bucket{{Limit: fast, Key: "c"}, {Limit: slow, Key: "c"}}, MaxWait: time.Minute},
-				{Scope: "s", Cost: 1, Limits: []throttle.Bucket{{Limit: fast, Key: "d"}, {Limit: slow, Key: "d"}, {Limit: third, Key: "d"}}, MaxWait: time.Minute},
+			demands := []*quota.Demand{
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "a"}}},
+				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []quota.Bucket{{Limit: fast, Key: "b"}}},
+				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []quota.Bucket{{Limit: fast, Key: "c"}, {Limit: slow, Key: "c"}}, MaxWait: time.Minute},
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "d"}, {Limit: slow, Key: "d"}, {Limit: third, Key: "d"}}, MaxWait: time.Minute},
 			}
-			var reserved []*throttle.Reservation
+			var reserved []*quota.Reservation
 			for round := range 40 {
 				for i, d := range demands {
 					dec, err := s.Take(ctx(t), d)
@@ -93,8 +93,8 @@ func TestGCRAKeyExpiry(t *testing.T) {
 				require.NoError(t, s.Cancel(ctx(t), reserved[i]))
 				check(fmt.Sprintf("cancel %d", i))
 			}
-			require.NoError(t, s.Sync(ctx(t), "s", throttle.Bucket{Limit: fast, Key: "e"}, 0, 1500*time.Millisecond))
-			require.NoError(t, s.Sync(ctx(t), "s", throttle.Bucket{Limit: fast, Key: "a"}, 0, 3*time.Second))
+			require.NoError(t, s.Sync(ctx(t), "s", quota.Bucket{Limit: fast, Key: "e"}, 0, 1500*time.Millisecond))
+			require.NoError(t, s.Sync(ctx(t), "s", quota.Bucket{Limit: fast, Key: "a"}, 0, 3*time.Second))
 			check("sync")
 			n := 0
 			for k := range keys {

@@ -3,7 +3,7 @@ package redisstore
 import (
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 )
 
 // WithNow makes the scripts take the current instant from now instead of
@@ -39,13 +39,13 @@ func ReplayMode(s *Store) string {
 
 // TakeBatch decides ds, GCRA-only demands of one scope, in one batch
 // (take_batch.lua), as a flush of waiting demands does.
-func TakeBatch(s *Store, ds []*throttle.Demand) ([]throttle.Decision, []error) {
+func TakeBatch(s *Store, ds []*quota.Demand) ([]quota.Decision, []error) {
 	calls := make([]*batchCall, len(ds))
 	for i, d := range ds {
 		calls[i] = &batchCall{d: d, done: make(chan struct{})}
 	}
 	s.sendBatch(calls)
-	decs, errs := make([]throttle.Decision, len(ds)), make([]error, len(ds))
+	decs, errs := make([]quota.Decision, len(ds)), make([]error, len(ds))
 	for i, c := range calls {
 		<-c.done
 		decs[i], errs[i] = c.dec, c.err

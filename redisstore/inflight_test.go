@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/redis/go-redis/v9"
@@ -251,8 +252,8 @@ func TestLeaseKeyTTL(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	c := newClient(t, srv.Addr())
 	s := newStoreOn(t, c, prefix)
-	b := throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 2, Per: 10 * time.Second, Algorithm: throttle.Concurrency}, Key: "k"}
-	d := &throttle.Demand{Scope: "ttl", Cost: 1, Limits: []throttle.Bucket{b}}
+	b := quota.Bucket{Limit: quota.Limit{Name: "c", Rate: 2, Per: 10 * time.Second, Algorithm: throttle.Concurrency}, Key: "k"}
+	d := &quota.Demand{Scope: "ttl", Cost: 1, Limits: []quota.Bucket{b}}
 	key := prefix + "v1:{ttl}:c:c:k"
 	dec, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
@@ -269,11 +270,11 @@ func TestLeaseKeyTTL(t *testing.T) {
 	assert.Greater(t, ttl, time.Second, "renew raised the TTL")
 
 	require.NoError(t, s.Release(ctx(t), dec.Reservation))
-	assert.ErrorIs(t, s.Renew(ctx(t), dec.Reservation), throttle.ErrLeaseLost, "a renewal sends the queued release first")
+	assert.ErrorIs(t, s.Renew(ctx(t), dec.Reservation), quota.ErrLeaseLost, "a renewal sends the queued release first")
 	n, err := c.Exists(ctx(t), key).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	assert.ErrorIs(t, s.Renew(ctx(t), dec.Reservation), throttle.ErrLeaseLost)
+	assert.ErrorIs(t, s.Renew(ctx(t), dec.Reservation), quota.ErrLeaseLost)
 	assert.NoError(t, s.Release(ctx(t), dec.Reservation), "a second release is a no-op")
 }
 
@@ -283,8 +284,8 @@ func TestLeaseErrors(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	s := newStoreOn(t, c, redistest.Prefix(t))
 	assert.Error(t, s.Release(ctx(t), nil))
-	assert.Error(t, s.Renew(ctx(t), &throttle.Reservation{}))
-	d := &throttle.Demand{Scope: "e", Cost: 1, Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "c", Rate: 1, Per: time.Second, Algorithm: throttle.Concurrency}}}}
+	assert.Error(t, s.Renew(ctx(t), &quota.Reservation{}))
+	d := &quota.Demand{Scope: "e", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "c", Rate: 1, Per: time.Second, Algorithm: throttle.Concurrency}}}}
 	dec, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
@@ -358,7 +359,7 @@ type reservingStore struct {
 	reserved chan struct{}
 }
 
-func (s *reservingStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *reservingStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	dec, err := s.Store.Take(ctx, d)
 	if err == nil && dec.OK && dec.Delay > 0 {
 		select {

@@ -10,26 +10,26 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
 // A State is what [Store.Inspect] reports about one counter or pause of a
-// scope: the root's [throttle.LimitState], under the name this package
+// scope: the root's [quota.LimitState], under the name this package
 // used first.
-type State = throttle.LimitState
+type State = quota.LimitState
 
-var _ throttle.Inspector = (*Store)(nil)
+var _ quota.Inspector = (*Store)(nil)
 
-// Inspect implements [throttle.Inspector.Inspect]: it reports the live
+// Inspect implements [quota.Inspector.Inspect]: it reports the live
 // state of every counter and pause of scope whose limit is one of limits
 // (a counter of another limit is skipped: its parameters are needed to
 // read it). It lists the scope's keys with SCAN (on every master of a
 // Cluster), reads Redis's clock once and each key once; it writes
 // nothing, and runs no script. States come sorted by limit, then key;
 // pauses first.
-func (s *Store) Inspect(ctx context.Context, scope string, limits []throttle.Limit) ([]State, error) {
-	byName := make(map[string]throttle.Limit, len(limits))
+func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit) ([]State, error) {
+	byName := make(map[string]quota.Limit, len(limits))
 	for _, l := range limits {
 		byName[algTag(l.Algorithm)+l.Name] = l
 	}
@@ -104,30 +104,30 @@ func (s *Store) clockMicros(ctx context.Context) (int64, error) {
 }
 
 // inspectLimit reads one limit key.
-func (s *Store) inspectLimit(ctx context.Context, name string, l throttle.Limit, key string, now int64) (State, error) {
+func (s *Store) inspectLimit(ctx context.Context, name string, l quota.Limit, key string, now int64) (State, error) {
 	st := State{Limit: l.Name, Algorithm: l.Algorithm, Key: key}
 	per, rate := l.Per.Microseconds(), int64(l.Rate)
 	switch l.Algorithm {
-	case throttle.GCRA:
+	case quota.GCRA:
 		tat, err := s.client.Get(ctx, name).Int64()
 		if err != nil {
 			return st, err
 		}
-		b := int64(burst(l))
+		b := int64(l.BurstOrRate())
 		t := (per + rate - 1) / rate
 		if tat > now {
 			st.Used = min((tat-now+t-1)/t, b)
 			st.Reset = micros(tat - now)
 		}
 		st.Remaining = b - st.Used
-	case throttle.FixedWindow, throttle.SlidingWindow:
+	case quota.FixedWindow, quota.SlidingWindow:
 		h, err := s.client.HGetAll(ctx, name).Result()
 		if err != nil {
 			return st, err
 		}
 		k := now / per
 		cur := hashInt(h, k)
-		if l.Algorithm == throttle.FixedWindow {
+		if l.Algorithm == quota.FixedWindow {
 			st.Used = cur
 			if cur > 0 {
 				st.Reset = micros((k+1)*per - now)
@@ -143,7 +143,7 @@ func (s *Store) inspectLimit(ctx context.Context, name string, l throttle.Limit,
 			}
 		}
 		st.Remaining = max(rate-st.Used, 0)
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		// Members "instant:cost:id" in order of instant (take.lua); the
 		// entries after now-Per are a suffix.
 		ms, err := s.client.ZRange(ctx, name, 0, -1).Result()
@@ -164,7 +164,7 @@ func (s *Store) inspectLimit(ctx context.Context, name string, l throttle.Limit,
 			st.Used += cost
 		}
 		st.Remaining = max(rate-st.Used, 0)
-	case throttle.Concurrency:
+	case quota.Concurrency:
 		zs, err := s.client.ZRangeByScoreWithScores(ctx, name, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"}).Result()
 		if err != nil {
 			return st, err
@@ -238,20 +238,20 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// ResetLimit implements [throttle.Inspector.ResetLimit]: it forgets
+// ResetLimit implements [quota.Inspector.ResetLimit]: it forgets
 // everything charged to key of limit l in scope, so the next decision
 // finds the limit full. It does not touch pauses. Callers waiting for a
 // Concurrency slot notice at their next poll.
-func (s *Store) ResetLimit(ctx context.Context, scope string, l throttle.Limit, key string) error {
+func (s *Store) ResetLimit(ctx context.Context, scope string, l quota.Limit, key string) error {
 	ks := newKeys(s.prefix, scope)
-	b := throttle.Bucket{Limit: l, Key: key}
+	b := quota.Bucket{Limit: l, Key: key}
 	if err := s.client.Del(ctx, ks.limit(&b)).Err(); err != nil {
 		return fmt.Errorf("redisstore: reset: %w", s.configErr(err))
 	}
 	return nil
 }
 
-// ClearPause implements [throttle.Inspector.ClearPause]: it ends the
+// ClearPause implements [quota.Inspector.ClearPause]: it ends the
 // pause key of scope now (the empty key is the scope-wide pause).
 // Instances that learned the pause themselves keep their local copy until
 // it ends.

@@ -7,24 +7,24 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 )
 
 func TestInspectResetAndClearPause(t *testing.T) {
 	s := newStore(t, redistest.Prefix(t))
 	c := ctx(t)
-	limits := []throttle.Limit{
+	limits := []quota.Limit{
 		{Name: "gcra", Rate: 10, Per: time.Hour},
-		{Name: "fixed", Rate: 10, Per: time.Hour, Algorithm: throttle.FixedWindow},
-		{Name: "window", Rate: 10, Per: time.Hour, Algorithm: throttle.SlidingWindow},
-		{Name: "log", Rate: 10, Per: time.Hour, Algorithm: throttle.SlidingLog},
+		{Name: "fixed", Rate: 10, Per: time.Hour, Algorithm: quota.FixedWindow},
+		{Name: "window", Rate: 10, Per: time.Hour, Algorithm: quota.SlidingWindow},
+		{Name: "log", Rate: 10, Per: time.Hour, Algorithm: quota.SlidingLog},
 	}
 	take := func(key string, cost int) {
-		d := &throttle.Demand{Scope: "api", Cost: cost}
+		d := &quota.Demand{Scope: "api", Cost: cost}
 		for _, l := range limits {
-			d.Limits = append(d.Limits, throttle.Bucket{Limit: l, Key: key})
+			d.Limits = append(d.Limits, quota.Bucket{Limit: l, Key: key})
 		}
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
@@ -34,7 +34,7 @@ func TestInspectResetAndClearPause(t *testing.T) {
 	take("team-a", 1)
 	take("team-b", 2)
 	require.NoError(t, s.Pause(c, "api", "", time.Minute))
-	other := &throttle.Demand{Scope: "other", Cost: 1, Limits: []throttle.Bucket{{Limit: limits[0], Key: "team-a"}}}
+	other := &quota.Demand{Scope: "other", Cost: 1, Limits: []quota.Bucket{{Limit: limits[0], Key: "team-a"}}}
 	_, err := s.Take(c, other)
 	require.NoError(t, err)
 
@@ -65,7 +65,7 @@ func TestInspectResetAndClearPause(t *testing.T) {
 		assert.False(t, st.Pause())
 		assert.False(t, st.Limit == "gcra" && st.Key == "team-a", "reset")
 	}
-	dec, err := s.Take(c, &throttle.Demand{Scope: "api", Cost: 10, Limits: []throttle.Bucket{{Limit: limits[0], Key: "team-a"}}})
+	dec, err := s.Take(c, &quota.Demand{Scope: "api", Cost: 10, Limits: []quota.Bucket{{Limit: limits[0], Key: "team-a"}}})
 	require.NoError(t, err)
 	assert.True(t, dec.OK, "the whole burst is back after a reset")
 }
@@ -78,20 +78,20 @@ func TestInspectConcurrency(t *testing.T) {
 // runs it on a Cluster too.
 func inspectConcurrency(t *testing.T, s *redisstore.Store) {
 	c := ctx(t)
-	slots := throttle.Limit{Name: "in-flight", Rate: 5, Per: time.Minute, Algorithm: throttle.Concurrency}
+	slots := quota.Limit{Name: "in-flight", Rate: 5, Per: time.Minute, Algorithm: quota.Concurrency}
 	for range 3 {
-		dec, err := s.Take(c, &throttle.Demand{Scope: "gh", Cost: 1, Limits: []throttle.Bucket{{Limit: slots, Key: "tok"}}})
+		dec, err := s.Take(c, &quota.Demand{Scope: "gh", Cost: 1, Limits: []quota.Bucket{{Limit: slots, Key: "tok"}}})
 		require.NoError(t, err)
 		require.True(t, dec.OK)
 	}
-	states, err := s.Inspect(c, "gh", []throttle.Limit{slots})
+	states, err := s.Inspect(c, "gh", []quota.Limit{slots})
 	require.NoError(t, err)
 	require.Len(t, states, 1)
 	assert.Equal(t, int64(3), states[0].Used)
 	assert.Equal(t, int64(2), states[0].Remaining)
 	assert.InDelta(t, time.Minute, states[0].Reset, float64(5*time.Second))
 	require.NoError(t, s.ResetLimit(c, "gh", slots, "tok"))
-	states, err = s.Inspect(c, "gh", []throttle.Limit{slots})
+	states, err = s.Inspect(c, "gh", []quota.Limit{slots})
 	require.NoError(t, err)
 	assert.Empty(t, states)
 }

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 )
 
 // schema is the version of the key layout. A change of layout changes it,
@@ -76,21 +76,21 @@ func escapeTag(s string) string {
 
 // algTag is the one-letter part of a limit key naming its algorithm, so
 // state written under one algorithm is never read as another.
-func algTag(a throttle.Algorithm) string {
+func algTag(a quota.Algorithm) string {
 	switch a {
-	case throttle.FixedWindow:
+	case quota.FixedWindow:
 		return "f:"
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		return "l:"
-	case throttle.SlidingWindow:
+	case quota.SlidingWindow:
 		return "w:"
-	case throttle.Concurrency:
+	case quota.Concurrency:
 		return "c:"
 	}
 	return "g:"
 }
 
-func (k keys) limit(b *throttle.Bucket) string {
+func (k keys) limit(b *quota.Bucket) string {
 	var sb strings.Builder
 	sb.Grow(len(k.base) + 3 + len(b.Limit.Name) + len(b.Key))
 	k.writeLimit(&sb, b)
@@ -99,7 +99,7 @@ func (k keys) limit(b *throttle.Bucket) string {
 
 // writeLimit, writePause and writeReplay write what limit, pause and
 // replay return, to build many keys in one allocation.
-func (k keys) writeLimit(sb *strings.Builder, b *throttle.Bucket) {
+func (k keys) writeLimit(sb *strings.Builder, b *quota.Bucket) {
 	sb.WriteString(k.base)
 	sb.WriteString(algTag(b.Limit.Algorithm))
 	sb.WriteString(b.Limit.Name)
@@ -120,11 +120,11 @@ func (k keys) writeReplay(sb *strings.Builder, id string) {
 }
 
 // released is the channel on which releases of b's slots are announced.
-func (k keys) released(b *throttle.Bucket) string {
+func (k keys) released(b *quota.Bucket) string {
 	return k.base + "n:" + b.Limit.Name + ":" + b.Key
 }
 
-func (k keys) txCounter(b *throttle.Bucket) string {
+func (k keys) txCounter(b *quota.Bucket) string {
 	return k.base + "x:" + b.Limit.Name + ":" + b.Key
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,16 +25,16 @@ func hostile() (scopes, keys []string) {
 // exercise makes the store write every kind of key for scope and key:
 // each algorithm (granted, reserved and cancelled), a pause, and a replay
 // id.
-func exercise(t *testing.T, s throttle.Store, scope, key string) {
+func exercise(t *testing.T, s quota.Store, scope, key string) {
 	t.Helper()
 	c := ctx(t)
-	var bs []throttle.Bucket
-	for i, a := range []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingLog, throttle.SlidingWindow} {
-		bs = append(bs, throttle.Bucket{Limit: throttle.Limit{Name: "l" + string(rune('0'+i)), Rate: 2, Per: time.Second, Algorithm: a}, Key: key})
+	var bs []quota.Bucket
+	for i, a := range []quota.Algorithm{quota.GCRA, quota.FixedWindow, quota.SlidingLog, quota.SlidingWindow} {
+		bs = append(bs, quota.Bucket{Limit: quota.Limit{Name: "l" + string(rune('0'+i)), Rate: 2, Per: time.Second, Algorithm: a}, Key: key})
 	}
-	bs = append(bs, throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 5, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: key})
+	bs = append(bs, quota.Bucket{Limit: quota.Limit{Name: "c", Rate: 5, Per: time.Minute, Algorithm: quota.Concurrency}, Key: key})
 	require.NoError(t, s.Pause(c, scope, key, time.Second))
-	d := &throttle.Demand{Scope: scope, Limits: bs, Pauses: []string{key}, Cost: 1, MaxWait: 5 * time.Second}
+	d := &quota.Demand{Scope: scope, Limits: bs, Pauses: []string{key}, Cost: 1, MaxWait: 5 * time.Second}
 	for range 3 {
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
@@ -45,7 +45,7 @@ func exercise(t *testing.T, s throttle.Store, scope, key string) {
 	require.NoError(t, err)
 	require.True(t, dec.OK)
 	require.NoError(t, s.Cancel(c, dec.Reservation))
-	if ls, ok := s.(throttle.LeaseStore); ok {
+	if ls, ok := s.(quota.LeaseStore); ok {
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
 		require.True(t, dec.OK)
@@ -121,7 +121,7 @@ func TestKeyLayout(t *testing.T) {
 	checkLayout(t, []*redis.Client{newClient(t, srv.Addr())}, prefix, scopes, false)
 
 	// Scopes that would share a tag unescaped keep separate counters.
-	d := func(scope string) *throttle.Demand { return gcraDemand(scope, 1) }
+	d := func(scope string) *quota.Demand { return gcraDemand(scope, 1) }
 	for _, sc := range []string{"a", "a}b", "a}"} {
 		dec, err := s.Take(ctx(t), d(sc))
 		require.NoError(t, err)

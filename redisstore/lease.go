@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,11 +17,11 @@ import (
 // release notifications that wake waiters, over one shared pub/sub
 // connection per store.
 
-var _ throttle.LeaseStore = (*Store)(nil)
+var _ quota.LeaseStore = (*Store)(nil)
 
 // leaseKeys returns the concurrency keys of r's demand and, through add,
 // one argument per key.
-func (s *Store) leaseKeys(r *throttle.Reservation, add func(ks keys, b *throttle.Bucket)) ([]string, error) {
+func (s *Store) leaseKeys(r *quota.Reservation, add func(ks keys, b *quota.Bucket)) ([]string, error) {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) || r.ID == "" {
 		return nil, errors.New("redisstore: malformed reservation")
 	}
@@ -30,7 +30,7 @@ func (s *Store) leaseKeys(r *throttle.Reservation, add func(ks keys, b *throttle
 	var keys []string
 	for i := range d.Limits {
 		b := &d.Limits[i]
-		if b.Limit.Algorithm == throttle.Concurrency {
+		if b.Limit.Algorithm == quota.Concurrency {
 			keys = append(keys, ks.limit(b))
 			add(ks, b)
 		}
@@ -42,49 +42,49 @@ func (s *Store) leaseKeys(r *throttle.Reservation, add func(ks keys, b *throttle
 // Concurrency limit's mark is 0: a reservation for a later instant, whose
 // slots take.lua left to Claim. The mark, not the delay, says so, since a
 // remembered reply (ReplayIDs) may be given after the instant has passed.
-func markUnclaimed(r *throttle.Reservation) {
+func markUnclaimed(r *quota.Reservation) {
 	for i := range r.Demand.Limits {
-		if r.Demand.Limits[i].Limit.Algorithm == throttle.Concurrency && r.Marks[i] == 0 {
+		if r.Demand.Limits[i].Limit.Algorithm == quota.Concurrency && r.Marks[i] == 0 {
 			r.Unclaimed = true
 		}
 	}
 }
 
-// Claim implements [throttle.LeaseStore.Claim] in one round trip, on
+// Claim implements [quota.LeaseStore.Claim] in one round trip, on
 // Redis's clock (claim.lua). A claim sent again by go-redis runs as the
 // first did (the lease id is already held), so it needs no resend mark.
 // In the MULTI/EXEC mode, which has no Concurrency limits, it returns r
 // granted.
-func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.Decision, error) {
+func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
-		return throttle.Decision{}, errors.New("redisstore: claim: malformed reservation")
+		return quota.Decision{}, errors.New("redisstore: claim: malformed reservation")
 	}
 	if !r.Unclaimed || s.multiExec {
-		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	}
 	args := []any{s.nowArg(), "", 0}
 	var idx []int // limit index of each key
-	keys, err := s.leaseKeys(r, func(_ keys, b *throttle.Bucket) {
+	keys, err := s.leaseKeys(r, func(_ keys, b *quota.Bucket) {
 		args = append(args, b.Limit.Per.Microseconds(), b.Limit.Rate)
 	})
 	if err != nil {
-		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", err)
+		return quota.Decision{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	for i := range r.Demand.Limits {
-		if r.Demand.Limits[i].Limit.Algorithm == throttle.Concurrency {
+		if r.Demand.Limits[i].Limit.Algorithm == quota.Concurrency {
 			idx = append(idx, i)
 		}
 	}
 	c := newReservation(r.Demand, r.ID)
 	copy(c.Marks, r.Marks)
 	if len(keys) == 0 {
-		return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: c}, nil
 	}
 	args[1] = r.ID
 	nc := len(keys)
 	carried, err := s.releases.carry(ctx, r.Demand.Scope)
 	if err != nil {
-		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", err)
+		return quota.Decision{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	args[2] = len(carried)
 	keys, args = appendReleases(keys, args, carried)
@@ -94,21 +94,21 @@ func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.De
 	if err != nil {
 		s.reload.note(err)
 		s.releases.giveBack(s, r.Demand.Scope, carried, releaseRetry)
-		return throttle.Decision{}, fmt.Errorf("redisstore: claim: %w", s.configErr(err))
+		return quota.Decision{}, fmt.Errorf("redisstore: claim: %w", s.configErr(err))
 	}
 	switch {
 	case len(res) == 1+nc && res[0] == 1:
 		for k, i := range idx {
 			c.Marks[i] = res[1+k]
 		}
-		return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: c}, nil
 	case len(res) == 3 && res[0] == 0 && res[1] >= 0 && res[2] >= 1 && res[2] <= int64(len(idx)):
-		return throttle.Decision{Delay: time.Duration(res[1]) * time.Microsecond, Limit: idx[res[2]-1]}, nil
+		return quota.Decision{Delay: time.Duration(res[1]) * time.Microsecond, Limit: idx[res[2]-1]}, nil
 	}
-	return throttle.Decision{}, fmt.Errorf("redisstore: claim: malformed reply %v", res)
+	return quota.Decision{}, fmt.Errorf("redisstore: claim: malformed reply %v", res)
 }
 
-// Release implements [throttle.LeaseStore.Release] without a round trip
+// Release implements [quota.LeaseStore.Release] without a round trip
 // of its own: it queues r's leases and returns. The next Take or Claim of
 // r's scope that this store sends carries them and applies them first,
 // in the same script; leases that no such call carries within a
@@ -120,13 +120,13 @@ func (s *Store) Claim(ctx context.Context, r *throttle.Reservation) (throttle.De
 // channel, which wakes waiters (WatchRelease). Releasing twice does
 // nothing. In the MULTI/EXEC mode, which has no Concurrency limits, it
 // does nothing.
-func (s *Store) Release(_ context.Context, r *throttle.Reservation) error {
+func (s *Store) Release(_ context.Context, r *quota.Reservation) error {
 	if s.multiExec {
 		return nil
 	}
 	var rs []leaseRelease
 	until := time.Now()
-	_, err := s.leaseKeys(r, func(ks keys, b *throttle.Bucket) {
+	_, err := s.leaseKeys(r, func(ks keys, b *quota.Bucket) {
 		rs = append(rs, leaseRelease{key: ks.limit(b), id: r.ID, channel: ks.released(b), until: until.Add(b.Limit.Per)})
 	})
 	if err != nil {
@@ -136,17 +136,17 @@ func (s *Store) Release(_ context.Context, r *throttle.Reservation) error {
 	return nil
 }
 
-// Renew implements [throttle.LeaseStore.Renew] in one round trip, on
+// Renew implements [quota.LeaseStore.Renew] in one round trip, on
 // Redis's clock. A lease that is gone is reported with an error wrapping
-// [throttle.ErrLeaseLost] and is not taken again. In the MULTI/EXEC mode it
+// [quota.ErrLeaseLost] and is not taken again. In the MULTI/EXEC mode it
 // does nothing.
-func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
+func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 	if s.multiExec {
 		return nil
 	}
 	args := []any{s.nowArg(), ""}
 	var names []string
-	keys, err := s.leaseKeys(r, func(_ keys, b *throttle.Bucket) {
+	keys, err := s.leaseKeys(r, func(_ keys, b *quota.Bucket) {
 		args = append(args, b.Limit.Per.Microseconds())
 		names = append(names, b.Limit.Name)
 	})
@@ -170,12 +170,12 @@ func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
 		return fmt.Errorf("redisstore: renew: malformed reply %d", lost)
 	}
 	if lost > 0 {
-		return fmt.Errorf("redisstore: renew: limit %s: %w", names[lost-1], throttle.ErrLeaseLost)
+		return fmt.Errorf("redisstore: renew: limit %s: %w", names[lost-1], quota.ErrLeaseLost)
 	}
 	return nil
 }
 
-// WatchRelease implements [throttle.LeaseStore.WatchRelease] with Redis
+// WatchRelease implements [quota.LeaseStore.WatchRelease] with Redis
 // pub/sub. The store keeps one subscriber connection while anything is
 // watched, subscribed to the channels of the watched buckets only, and
 // closes it when the last watch stops, so an idle store holds no
@@ -186,7 +186,7 @@ func (s *Store) Renew(ctx context.Context, r *throttle.Reservation) error {
 // It returns once Redis has confirmed the subscription, or after the
 // per-call timeout; wake-ups sent before the confirmation may be lost,
 // which the caller's timer covers.
-func (s *Store) WatchRelease(ctx context.Context, scope string, b throttle.Bucket) (<-chan struct{}, func(), error) {
+func (s *Store) WatchRelease(ctx context.Context, scope string, b quota.Bucket) (<-chan struct{}, func(), error) {
 	if s.multiExec {
 		return nil, func() {}, nil
 	}

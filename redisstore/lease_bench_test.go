@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -47,11 +47,11 @@ func BenchmarkLease(b *testing.B) {
 	detect := store(c)
 	ids, noIDs := store(c, redisstore.WithReplay(redisstore.ReplayIDs)), store(noRetry, redisstore.WithReplay(redisstore.ReplayNoRetries))
 	plain := store(c, redisstore.WithBatching(0))
-	slots := throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 1_000_000, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
-	rate := throttle.Bucket{Limit: throttle.Limit{Name: "g", Rate: 1_000_000, Per: time.Second}, Key: "k"}
-	acquireRelease := func(s *redisstore.Store, bs ...throttle.Bucket) func() error {
+	slots := quota.Bucket{Limit: quota.Limit{Name: "c", Rate: 1_000_000, Per: time.Minute, Algorithm: quota.Concurrency}, Key: "k"}
+	rate := quota.Bucket{Limit: quota.Limit{Name: "g", Rate: 1_000_000, Per: time.Second}, Key: "k"}
+	acquireRelease := func(s *redisstore.Store, bs ...quota.Bucket) func() error {
 		return func() error {
-			d := &throttle.Demand{Scope: "bench-lease", Limits: bs, Cost: 1}
+			d := &quota.Demand{Scope: "bench-lease", Limits: bs, Cost: 1}
 			dec, err := s.Take(bg, d)
 			if err != nil {
 				return err
@@ -62,9 +62,9 @@ func BenchmarkLease(b *testing.B) {
 			return s.Release(bg, dec.Reservation)
 		}
 	}
-	take := func(s *redisstore.Store, bs ...throttle.Bucket) func() error {
+	take := func(s *redisstore.Store, bs ...quota.Bucket) func() error {
 		return func() error {
-			dec, err := s.Take(bg, &throttle.Demand{Scope: "bench-lease", Limits: bs, Cost: 1})
+			dec, err := s.Take(bg, &quota.Demand{Scope: "bench-lease", Limits: bs, Cost: 1})
 			if err == nil && !dec.OK {
 				err = fmt.Errorf("refused")
 			}
@@ -140,11 +140,11 @@ func BenchmarkClusterDecision(b *testing.B) {
 	}
 	detect, ids := store(), store(redisstore.WithReplay(redisstore.ReplayIDs))
 	require.Equal(b, "detect", redisstore.ReplayMode(detect))
-	slots := throttle.Bucket{Limit: throttle.Limit{Name: "c", Rate: 1_000_000, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
-	rate := throttle.Bucket{Limit: throttle.Limit{Name: "g", Rate: 1_000_000, Per: time.Second}, Key: "k"}
-	op := func(s *redisstore.Store, bs ...throttle.Bucket) func() error {
+	slots := quota.Bucket{Limit: quota.Limit{Name: "c", Rate: 1_000_000, Per: time.Minute, Algorithm: quota.Concurrency}, Key: "k"}
+	rate := quota.Bucket{Limit: quota.Limit{Name: "g", Rate: 1_000_000, Per: time.Second}, Key: "k"}
+	op := func(s *redisstore.Store, bs ...quota.Bucket) func() error {
 		return func() error {
-			dec, err := s.Take(bg, &throttle.Demand{Scope: "bench-cluster", Limits: bs, Cost: 1})
+			dec, err := s.Take(bg, &quota.Demand{Scope: "bench-cluster", Limits: bs, Cost: 1})
 			if err == nil && !dec.OK {
 				err = fmt.Errorf("refused")
 			}

@@ -6,31 +6,31 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
-var _ throttle.RuleChecker = (*Store)(nil)
+var _ quota.LimitChecker = (*Store)(nil)
 
-// CheckRule implements [throttle.RuleChecker]: in the MULTI/EXEC mode
-// ([WithMultiExec]) a rule may have only [throttle.FixedWindow] limits,
-// and its waiter must not wait (the mode makes no reservations: a request
-// that cannot go now is refused with the time until its window ends), so
-// NewTransport refuses any other rule at start-up. Nil in the Lua mode.
-// A per-request waiter ([throttle.WithWaiter]) that allows a wait is
-// still refused at once in that mode.
-func (s *Store) CheckRule(r throttle.Rule) error {
+// CheckLimits implements [quota.LimitChecker]: in the MULTI/EXEC mode
+// ([WithMultiExec]) a rule may have only [quota.FixedWindow] limits, and
+// it must not wait (the mode makes no reservations: a request that cannot
+// go now is refused with the time until its window ends), so
+// throttle.NewTransport refuses any other rule at start-up. Nil in the Lua
+// mode. A per-request waiter that allows a wait is still refused at once
+// in that mode.
+func (s *Store) CheckLimits(limits []quota.Limit, mayWait bool) error {
 	if !s.multiExec {
 		return nil
 	}
-	for j, l := range r.Limits {
-		if l.Algorithm != throttle.FixedWindow {
-			return &throttle.PolicyError{Field: fmt.Sprintf("Limits[%d].Algorithm", j),
-				Err: fmt.Errorf("redisstore: the MULTI/EXEC mode supports only %v limits, not %v", throttle.FixedWindow, l.Algorithm)}
+	for j, l := range limits {
+		if l.Algorithm != quota.FixedWindow {
+			return &quota.FieldError{Field: fmt.Sprintf("Limits[%d].Algorithm", j),
+				Err: fmt.Errorf("redisstore: the MULTI/EXEC mode supports only %v limits, not %v", quota.FixedWindow, l.Algorithm)}
 		}
 	}
-	if r.Wait == nil || r.Wait.MaxWait(context.Background()) > 0 {
-		return &throttle.PolicyError{Field: "Wait",
+	if mayWait {
+		return &quota.FieldError{Field: "Wait",
 			Err: errors.New("redisstore: the MULTI/EXEC mode makes no reservations, so a request cannot wait for its quota (nil means waiters.Block): use waiters.FailFast()")}
 	}
 	return nil
@@ -40,10 +40,10 @@ func (s *Store) CheckRule(r throttle.Rule) error {
 // MULTI/EXEC that reads every pause's PTTL and, for every limit, adds the
 // cost (INCRBY), starts the window if the key is new (PEXPIRE NX) and reads
 // its PTTL.
-func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *Store) takeMultiExec(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	for i := range d.Limits {
-		if a := d.Limits[i].Limit.Algorithm; a != throttle.FixedWindow {
-			return throttle.Decision{}, fmt.Errorf("redisstore: limit %s: the MULTI/EXEC mode supports only %v, not %v", d.Limits[i].Limit.Name, throttle.FixedWindow, a)
+		if a := d.Limits[i].Limit.Algorithm; a != quota.FixedWindow {
+			return quota.Decision{}, fmt.Errorf("redisstore: limit %s: the MULTI/EXEC mode supports only %v, not %v", d.Limits[i].Limit.Name, quota.FixedWindow, a)
 		}
 	}
 	ks := newKeys(s.prefix, d.Scope)
@@ -68,7 +68,7 @@ func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle
 	})
 	if err != nil {
 		s.reload.note(err)
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(err))
+		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(err))
 	}
 
 	// PTTL is whole milliseconds, truncated; one more is never early.
@@ -92,9 +92,9 @@ func (s *Store) takeMultiExec(ctx context.Context, d *throttle.Demand) (throttle
 		}
 	}
 	if binding < 0 && pause < 0 {
-		return throttle.Decision{OK: true, Limit: -1, Reservation: &throttle.Reservation{Demand: d, Marks: make([]int64, len(d.Limits))}}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: &quota.Reservation{Demand: d, Marks: make([]int64, len(d.Limits))}}, nil
 	}
-	dec := throttle.Decision{Delay: wait, Limit: binding}
+	dec := quota.Decision{Delay: wait, Limit: binding}
 	if binding < 0 {
 		dec.Pause = d.Pauses[pause]
 	}

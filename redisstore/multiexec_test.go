@@ -6,6 +6,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/stretchr/testify/assert"
@@ -16,10 +17,10 @@ func TestMultiExec(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	s := newStore(t, prefix, redisstore.WithMultiExec())
 	c := ctx(t)
-	fw := func(name string, rate int) throttle.Bucket {
-		return throttle.Bucket{Limit: throttle.Limit{Name: name, Rate: rate, Per: time.Hour, Algorithm: throttle.FixedWindow}, Key: "k"}
+	fw := func(name string, rate int) quota.Bucket {
+		return quota.Bucket{Limit: quota.Limit{Name: name, Rate: rate, Per: time.Hour, Algorithm: throttle.FixedWindow}, Key: "k"}
 	}
-	d := &throttle.Demand{Scope: "tx", Limits: []throttle.Bucket{fw("a", 5), fw("b", 3)}, Cost: 1, MaxWait: time.Hour}
+	d := &quota.Demand{Scope: "tx", Limits: []quota.Bucket{fw("a", 5), fw("b", 3)}, Cost: 1, MaxWait: time.Hour}
 
 	for i := range 3 {
 		dec, err := s.Take(c, d)
@@ -41,7 +42,7 @@ func TestMultiExec(t *testing.T) {
 	assert.Equal(t, 4, n)
 
 	// Pauses.
-	p := &throttle.Demand{Scope: "tx", Pauses: []string{"p"}, Cost: 1}
+	p := &quota.Demand{Scope: "tx", Pauses: []string{"p"}, Cost: 1}
 	require.NoError(t, s.Pause(c, "tx", "p", 2*time.Hour))
 	require.NoError(t, s.Pause(c, "tx", "p", time.Minute)) // never shortens
 	dec, err = s.Take(c, p)
@@ -64,9 +65,9 @@ func TestMultiExec(t *testing.T) {
 	// Only fixed windows; cost is still checked.
 	_, err = s.Take(c, gcraDemand("tx", 1))
 	assert.Error(t, err)
-	_, err = s.Take(c, &throttle.Demand{Scope: "tx", Limits: []throttle.Bucket{fw("a", 5)}, Cost: 6})
-	assert.ErrorIs(t, err, throttle.ErrCostTooHigh)
-	assert.NoError(t, s.Cancel(c, &throttle.Reservation{Demand: d, Marks: make([]int64, 2)}))
+	_, err = s.Take(c, &quota.Demand{Scope: "tx", Limits: []quota.Bucket{fw("a", 5)}, Cost: 6})
+	assert.ErrorIs(t, err, quota.ErrCostTooHigh)
+	assert.NoError(t, s.Cancel(c, &quota.Reservation{Demand: d, Marks: make([]int64, 2)}))
 }
 
 // TestMultiExecRefusesWhatItCannotDo: NewTransport on a MULTI/EXEC store

@@ -115,7 +115,7 @@ func WithReplay(r Replay) Option {
 //
 // Pauses work as usual. [throttle.NewTransport] refuses, at start-up, a
 // rule the mode cannot decide as written: a limit that is not a fixed
-// window, or a waiter that may wait (see [Store.CheckRule]); give such
+// window, or a waiter that may wait (see [Store.CheckLimits]); give such
 // rules waiters.FailFast().
 func WithMultiExec() Option {
 	return func(s *Store) { s.multiExec = true }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,13 +31,13 @@ func TestReleaseRidesOnLaterCalls(t *testing.T) {
 	admin := newClient(t, own.Addr())
 	prefix := redistest.Prefix(t)
 	s := newStoreOn(t, newClient(t, own.Addr()), prefix, redisstore.WithReleaseLinger(time.Hour))
-	slot := throttle.Bucket{Limit: throttle.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
-	rate := throttle.Bucket{Limit: throttle.Limit{Name: "rate", Rate: 1, Per: time.Hour}, Key: "k"}
+	slot := quota.Bucket{Limit: quota.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: quota.Concurrency}, Key: "k"}
+	rate := quota.Bucket{Limit: quota.Limit{Name: "rate", Rate: 1, Per: time.Hour}, Key: "k"}
 	key := prefix + "v1:{ride}:c:slot:k"
 	require.NoError(t, s.Check(ctx(t)), "loads the scripts, so no call below meets NOSCRIPT")
 	require.NoError(t, admin.ConfigResetStat(ctx(t)).Err())
 
-	first, err := s.Take(ctx(t), &throttle.Demand{Scope: "ride", Cost: 1, Limits: []throttle.Bucket{rate, slot}})
+	first, err := s.Take(ctx(t), &quota.Demand{Scope: "ride", Cost: 1, Limits: []quota.Bucket{rate, slot}})
 	require.NoError(t, err)
 	require.True(t, first.OK)
 	require.NoError(t, s.Release(ctx(t), first.Reservation))
@@ -48,12 +48,12 @@ func TestReleaseRidesOnLaterCalls(t *testing.T) {
 	// The rate limit makes this one a reservation (an hour away) that
 	// takes no slot; it needs a free slot now, which only the carried
 	// release gives.
-	waiting, err := s.Take(ctx(t), &throttle.Demand{Scope: "ride", Cost: 1, MaxWait: 2 * time.Hour, Limits: []throttle.Bucket{rate, slot}})
+	waiting, err := s.Take(ctx(t), &quota.Demand{Scope: "ride", Cost: 1, MaxWait: 2 * time.Hour, Limits: []quota.Bucket{rate, slot}})
 	require.NoError(t, err)
 	require.True(t, waiting.OK, "the carried release freed the slot")
 	require.True(t, waiting.Reservation.Unclaimed)
 
-	other, err := s.Take(ctx(t), &throttle.Demand{Scope: "ride", Cost: 1, Limits: []throttle.Bucket{slot}})
+	other, err := s.Take(ctx(t), &quota.Demand{Scope: "ride", Cost: 1, Limits: []quota.Bucket{slot}})
 	require.NoError(t, err)
 	require.True(t, other.OK)
 	require.NoError(t, s.Release(ctx(t), other.Reservation))
@@ -78,8 +78,8 @@ func TestReleaseSentAlone(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	s := newStoreOn(t, newClient(t, srv.Addr()), prefix)
 	watcher := newStoreOn(t, newClient(t, srv.Addr()), prefix)
-	slot := throttle.Bucket{Limit: throttle.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
-	dec, err := s.Take(ctx(t), &throttle.Demand{Scope: "alone", Cost: 1, Limits: []throttle.Bucket{slot}})
+	slot := quota.Bucket{Limit: quota.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: quota.Concurrency}, Key: "k"}
+	dec, err := s.Take(ctx(t), &quota.Demand{Scope: "alone", Cost: 1, Limits: []quota.Bucket{slot}})
 	require.NoError(t, err)
 	require.True(t, dec.OK)
 
@@ -110,8 +110,8 @@ func TestReleaseThenTake(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := range 8 {
 				wg.Go(func() {
-					slot := throttle.Bucket{Limit: throttle.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: throttle.Concurrency}}
-					d := &throttle.Demand{Scope: fmt.Sprint("loop", g), Cost: 1, Limits: []throttle.Bucket{slot}}
+					slot := quota.Bucket{Limit: quota.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: quota.Concurrency}}
+					d := &quota.Demand{Scope: fmt.Sprint("loop", g), Cost: 1, Limits: []quota.Bucket{slot}}
 					for i := range 100 {
 						dec, err := s.Take(ctx(t), d)
 						if !assert.NoError(t, err) || !assert.True(t, dec.OK, "take %d of scope %d: the slot released before is free", i, g) {
@@ -140,15 +140,15 @@ func TestReleaseRetried(t *testing.T) {
 	admin := newClient(t, own.Addr())
 	prefix := redistest.Prefix(t)
 	s := newStoreOn(t, newClient(t, own.Addr()), prefix)
-	slot := throttle.Bucket{Limit: throttle.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: throttle.Concurrency}, Key: "k"}
-	dec, err := s.Take(ctx(t), &throttle.Demand{Scope: "retry", Cost: 1, Limits: []throttle.Bucket{slot}})
+	slot := quota.Bucket{Limit: quota.Limit{Name: "slot", Rate: 1, Per: time.Minute, Algorithm: quota.Concurrency}, Key: "k"}
+	dec, err := s.Take(ctx(t), &quota.Demand{Scope: "retry", Cost: 1, Limits: []quota.Bucket{slot}})
 	require.NoError(t, err)
 	require.True(t, dec.OK)
 
 	require.NoError(t, admin.Do(ctx(t), "ACL", "SETUSER", "default", "-evalsha", "-eval").Err())
 	require.NoError(t, s.Release(ctx(t), dec.Reservation))
 	err = s.Flush(ctx(t))
-	assert.ErrorIs(t, err, throttle.ErrStoreConfig, "scripts refused: %v", err)
+	assert.ErrorIs(t, err, quota.ErrStoreConfig, "scripts refused: %v", err)
 	require.NoError(t, admin.Do(ctx(t), "ACL", "SETUSER", "default", "+evalsha", "+eval").Err())
 
 	assert.Eventually(t, func() bool {

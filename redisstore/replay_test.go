@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -16,10 +16,10 @@ import (
 
 // gcraDemand is a demand on one GCRA limit of rate per hour, so its charges
 // never drain during a test.
-func gcraDemand(scope string, rate int) *throttle.Demand {
-	return &throttle.Demand{
+func gcraDemand(scope string, rate int) *quota.Demand {
+	return &quota.Demand{
 		Scope:  scope,
-		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: rate, Per: time.Hour}, Key: "k"}},
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: time.Hour}, Key: "k"}},
 		Cost:   1,
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -53,23 +53,23 @@ func TestReplayAutoPicks(t *testing.T) {
 // alone: a limit of 5 has exactly as much room left as one charge leaves.
 func TestResentCallsAreRefused(t *testing.T) {
 	const rate = 5
-	demand := func(scope string, a throttle.Algorithm) *throttle.Demand {
-		return &throttle.Demand{
+	demand := func(scope string, a quota.Algorithm) *quota.Demand {
+		return &quota.Demand{
 			Scope:  scope,
-			Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour, Algorithm: a}, Key: "k"}},
+			Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour, Algorithm: a}, Key: "k"}},
 			Cost:   1,
 		}
 	}
 	for _, tc := range []struct {
 		name string
-		alg  throttle.Algorithm
+		alg  quota.Algorithm
 		opts []redisstore.Option
 	}{
-		{"take_gcra.lua", throttle.GCRA, nil},
-		{"take_window.lua, fixed window", throttle.FixedWindow, nil},
-		{"take_window.lua, sliding window", throttle.SlidingWindow, nil},
-		{"take.lua, sliding log", throttle.SlidingLog, nil},
-		{"take.lua, GCRA", throttle.GCRA, []redisstore.Option{redisstore.WithGenericTake()}},
+		{"take_gcra.lua", quota.GCRA, nil},
+		{"take_window.lua, fixed window", quota.FixedWindow, nil},
+		{"take_window.lua, sliding window", quota.SlidingWindow, nil},
+		{"take.lua, sliding log", quota.SlidingLog, nil},
+		{"take.lua, GCRA", quota.GCRA, []redisstore.Option{redisstore.WithGenericTake()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := faultproxy.New(t, srv.Addr())
@@ -96,7 +96,7 @@ func TestResentCallsAreRefused(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		p := faultproxy.New(t, srv.Addr())
 		s := newStoreOn(t, newClient(t, p.Addr()), redistest.Prefix(t))
-		d := demand("resend-cancel", throttle.FixedWindow)
+		d := demand("resend-cancel", quota.FixedWindow)
 		// Warm up: load take_window.lua and cancel.lua; no charge left.
 		dec, err := s.Take(ctx(t), d)
 		require.NoError(t, err)
@@ -119,7 +119,7 @@ func TestResentCallsAreRefused(t *testing.T) {
 }
 
 // grants takes d until the store refuses and returns how many it granted.
-func grants(t *testing.T, s *redisstore.Store, d *throttle.Demand) int {
+func grants(t *testing.T, s *redisstore.Store, d *quota.Demand) int {
 	t.Helper()
 	for n := 0; n < 100; n++ {
 		dec, err := s.Take(ctx(t), d)
@@ -139,7 +139,7 @@ func TestResentAfterFlush(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	s := newStoreOn(t, c, redistest.Prefix(t))
 	require.Equal(t, "detect", redisstore.ReplayMode(s))
-	d := &throttle.Demand{Scope: "flush", Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: 5, Per: time.Hour}, Key: "k"}}, Cost: 1}
+	d := &quota.Demand{Scope: "flush", Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 5, Per: time.Hour}, Key: "k"}}, Cost: 1}
 	for range 3 {
 		require.NoError(t, c.ScriptFlush(ctx(t)).Err())
 		dec, err := s.Take(ctx(t), d)

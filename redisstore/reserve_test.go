@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,8 +30,8 @@ func TestReservationsBlock(t *testing.T) {
 	require.NoError(t, admin.ConfigResetStat(ctx(t)).Err())
 
 	prefix := redistest.Prefix(t)
-	d := &throttle.Demand{Scope: "reserve", Cost: 1, MaxWait: time.Minute,
-		Limits: []throttle.Bucket{{Limit: throttle.Limit{Name: "l", Rate: rate, Per: per}}}}
+	d := &quota.Demand{Scope: "reserve", Cost: 1, MaxWait: time.Minute,
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: per}}}}
 	var (
 		tickets atomic.Int64
 		mu      sync.Mutex

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -87,7 +87,7 @@ func TestSentinel(t *testing.T) {
 		replica := sd.Servers()[1]
 		s := newStoreOn(t, newClient(t, replica.Addr()), redistest.Prefix(t))
 		err := s.Check(ctx(t))
-		assert.ErrorIs(t, err, throttle.ErrStoreConfig)
+		assert.ErrorIs(t, err, quota.ErrStoreConfig)
 		assert.ErrorContains(t, err, "Sentinel")
 	})
 
@@ -96,14 +96,14 @@ func TestSentinel(t *testing.T) {
 		// goroutines, started together, take until refused, against a
 		// limit of 200 per hour: exactly 200 admitted.
 		const rate, workers = 200, 8
-		for _, alg := range []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingWindow, throttle.SlidingLog} {
+		for _, alg := range []quota.Algorithm{quota.GCRA, quota.FixedWindow, quota.SlidingWindow, quota.SlidingLog} {
 			t.Run(alg.String(), func(t *testing.T) {
 				stores := sentinelStores(t, sd, redistest.Prefix(t))
 				for _, s := range stores {
 					require.NoError(t, s.Check(ctx(t)))
 				}
-				d := &throttle.Demand{Scope: "exact", Cost: 1, Limits: []throttle.Bucket{
-					{Limit: throttle.Limit{Name: "l", Rate: rate, Per: time.Hour, Algorithm: alg}, Key: "k"},
+				d := &quota.Demand{Scope: "exact", Cost: 1, Limits: []quota.Bucket{
+					{Limit: quota.Limit{Name: "l", Rate: rate, Per: time.Hour, Algorithm: alg}, Key: "k"},
 				}}
 				var admitted [2]atomic.Int64
 				var wg sync.WaitGroup
@@ -140,8 +140,8 @@ func TestSentinel(t *testing.T) {
 		const rate, n = 10, 30
 		interval := (time.Minute / rate).Microseconds()
 		stores := sentinelStores(t, sd, redistest.Prefix(t))
-		d := &throttle.Demand{Scope: "reserve", Cost: 1, MaxWait: 10 * time.Minute, Limits: []throttle.Bucket{
-			{Limit: throttle.Limit{Name: "l", Rate: rate, Per: time.Minute}, Key: "k"},
+		d := &quota.Demand{Scope: "reserve", Cost: 1, MaxWait: 10 * time.Minute, Limits: []quota.Bucket{
+			{Limit: quota.Limit{Name: "l", Rate: rate, Per: time.Minute}, Key: "k"},
 		}}
 		var (
 			mu      sync.Mutex
@@ -173,10 +173,10 @@ func TestSentinel(t *testing.T) {
 
 		// Cancel: a sliding-log charge comes back in full, whichever
 		// instance cancels it.
-		log := &throttle.Demand{Scope: "cancel", Cost: 1, Limits: []throttle.Bucket{
-			{Limit: throttle.Limit{Name: "l", Rate: 3, Per: time.Hour, Algorithm: throttle.SlidingLog}, Key: "k"},
+		log := &quota.Demand{Scope: "cancel", Cost: 1, Limits: []quota.Bucket{
+			{Limit: quota.Limit{Name: "l", Rate: 3, Per: time.Hour, Algorithm: quota.SlidingLog}, Key: "k"},
 		}}
-		var last *throttle.Reservation
+		var last *quota.Reservation
 		for range 3 {
 			dec, err := stores[0].Take(ctx(t), log)
 			require.NoError(t, err)
@@ -196,8 +196,8 @@ func TestSentinel(t *testing.T) {
 		// A pause recorded by one instance holds the other back.
 		stores := sentinelStores(t, sd, redistest.Prefix(t))
 		require.NoError(t, stores[0].Pause(ctx(t), "pause", "acct", time.Minute))
-		d := &throttle.Demand{Scope: "pause", Cost: 1, Pauses: []string{"acct"}, Limits: []throttle.Bucket{
-			{Limit: throttle.Limit{Name: "l", Rate: 100, Per: time.Second}, Key: "acct"},
+		d := &quota.Demand{Scope: "pause", Cost: 1, Pauses: []string{"acct"}, Limits: []quota.Bucket{
+			{Limit: quota.Limit{Name: "l", Rate: 100, Per: time.Second}, Key: "acct"},
 		}}
 		dec, err := stores[1].Take(ctx(t), d)
 		require.NoError(t, err)
@@ -282,8 +282,8 @@ func failoverUnderLoad(t *testing.T, kill bool, fault func(*redistest.Sentinel) 
 	for _, s := range stores {
 		require.NoError(t, s.Check(ctx(t)))
 	}
-	d := &throttle.Demand{Scope: scope, Cost: 1, Limits: []throttle.Bucket{
-		{Limit: throttle.Limit{Name: "l", Rate: rate, Per: time.Hour, Algorithm: throttle.SlidingLog}, Key: "k"},
+	d := &quota.Demand{Scope: scope, Cost: 1, Limits: []quota.Bucket{
+		{Limit: quota.Limit{Name: "l", Rate: rate, Per: time.Hour, Algorithm: quota.SlidingLog}, Key: "k"},
 	}}
 
 	var (
@@ -427,7 +427,7 @@ func errorKind(err error) string {
 		return "reset"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
-	case errors.Is(err, throttle.ErrStoreConfig):
+	case errors.Is(err, quota.ErrStoreConfig):
 		return "config"
 	}
 	return fmt.Sprintf("other (%v)", err)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
@@ -59,7 +59,7 @@ func benchSlidingLog(b *testing.B, subject, base *redistest.Server, n int, refus
 	type side struct {
 		c *redis.Client
 		s *redisstore.Store
-		d *throttle.Demand
+		d *quota.Demand
 	}
 	newSide := func(srv *redistest.Server, entries int) side {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
@@ -67,12 +67,12 @@ func benchSlidingLog(b *testing.B, subject, base *redistest.Server, n int, refus
 		require.NoError(b, c.FlushAll(bg).Err())
 		s, err := redisstore.New(c, redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithTimeout(time.Minute))
 		require.NoError(b, err)
-		l := throttle.Limit{Name: "log", Rate: entries, Per: time.Duration(entries) * time.Millisecond, Algorithm: throttle.SlidingLog}
-		return side{c, s, &throttle.Demand{Scope: "bench", Cost: 1, MaxWait: time.Hour, Limits: []throttle.Bucket{{Limit: l}}}}
+		l := quota.Limit{Name: "log", Rate: entries, Per: time.Duration(entries) * time.Millisecond, Algorithm: quota.SlidingLog}
+		return side{c, s, &quota.Demand{Scope: "bench", Cost: 1, MaxWait: time.Hour, Limits: []quota.Bucket{{Limit: l}}}}
 	}
 	sides := []side{newSide(subject, n), newSide(base, 10)}
-	full := func(d *throttle.Demand) *throttle.Demand { f := *d; f.MaxWait = 0; return &f }
-	fulls := []*throttle.Demand{full(sides[0].d), full(sides[1].d)}
+	full := func(d *quota.Demand) *quota.Demand { f := *d; f.MaxWait = 0; return &f }
+	fulls := []*quota.Demand{full(sides[0].d), full(sides[1].d)}
 	grant := func() {
 		clock.Advance(time.Millisecond)
 		for _, sd := range sides {

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
@@ -39,18 +40,18 @@ func slidingLogDifferential(t *testing.T, seed uint64, steps int) {
 	c := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
 	prefix := redistest.Prefix(t)
 	rs := newStoreOn(t, c, prefix, redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries))
-	ms := throttle.NewMemoryStore(throttle.WithStoreClock(clock.Now))
+	ms := memstore.New(memstore.WithClock(clock.Now))
 	const scope = "log"
 
-	limits := []throttle.Limit{
-		{Name: "a", Rate: 50 + rng.IntN(300), Per: time.Duration(2000+rng.IntN(20000)) * time.Microsecond, Algorithm: throttle.SlidingLog},
-		{Name: "b", Rate: 5 + rng.IntN(30), Per: time.Duration(500+rng.IntN(5000)) * time.Microsecond, Algorithm: throttle.SlidingLog},
+	limits := []quota.Limit{
+		{Name: "a", Rate: 50 + rng.IntN(300), Per: time.Duration(2000+rng.IntN(20000)) * time.Microsecond, Algorithm: quota.SlidingLog},
+		{Name: "b", Rate: 5 + rng.IntN(30), Per: time.Duration(500+rng.IntN(5000)) * time.Microsecond, Algorithm: quota.SlidingLog},
 	}
 	t.Logf("limits: %+v", limits)
-	bucket := func(i int) throttle.Bucket { return throttle.Bucket{Limit: limits[i], Key: "k"} }
+	bucket := func(i int) quota.Bucket { return quota.Bucket{Limit: limits[i], Key: "k"} }
 	logKey := func(i int) string { return prefix + "v1:{" + scope + "}:l:" + limits[i].Name + ":k" }
 
-	type held struct{ rs, ms *throttle.Reservation }
+	type held struct{ rs, ms *quota.Reservation }
 	var outstanding []held
 	for n := range steps {
 		what := fmt.Sprintf("step %d", n)
@@ -69,14 +70,14 @@ func slidingLogDifferential(t *testing.T, seed uint64, steps int) {
 			require.NoError(t, rs.Sync(ctx(t), scope, bucket(i), left, within), what)
 			require.NoError(t, ms.Sync(ctx(t), scope, bucket(i), left, within), what)
 		default:
-			d := &throttle.Demand{Scope: scope, Cost: 1}
+			d := &quota.Demand{Scope: scope, Cost: 1}
 			switch rng.IntN(3) {
 			case 0:
-				d.Limits = []throttle.Bucket{bucket(0)}
+				d.Limits = []quota.Bucket{bucket(0)}
 			case 1:
-				d.Limits = []throttle.Bucket{bucket(0), bucket(1)}
+				d.Limits = []quota.Bucket{bucket(0), bucket(1)}
 			default:
-				d.Limits = []throttle.Bucket{bucket(1), bucket(0)}
+				d.Limits = []quota.Bucket{bucket(1), bucket(0)}
 			}
 			maxCost := limits[1].Rate
 			if len(d.Limits) == 1 {
@@ -160,7 +161,7 @@ func TestSlidingLogRebasesTheTotal(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	prefix := redistest.Prefix(t)
 	s := newStoreOn(t, c, prefix, redisstore.WithNow(clock.Now))
-	l := throttle.Limit{Name: "l", Rate: 5, Per: 10 * time.Microsecond, Algorithm: throttle.SlidingLog}
+	l := quota.Limit{Name: "l", Rate: 5, Per: 10 * time.Microsecond, Algorithm: quota.SlidingLog}
 	key := prefix + "v1:{rebase}:l:l:"
 	now := storetest.Start.UnixMicro()
 	const big = 1 << 52
@@ -171,7 +172,7 @@ func TestSlidingLogRebasesTheTotal(t *testing.T) {
 		redis.Z{Score: big - 2, Member: fmt.Sprintf("%d:1:y", now-3)},
 		redis.Z{Score: big - 1, Member: fmt.Sprintf("%d:1:z", now-2)},
 	).Err())
-	d := &throttle.Demand{Scope: "rebase", Cost: 3, Limits: []throttle.Bucket{{Limit: l}}}
+	d := &quota.Demand{Scope: "rebase", Cost: 3, Limits: []quota.Bucket{{Limit: l}}}
 	dec, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
 	assert.True(t, dec.OK)
@@ -206,29 +207,29 @@ func TestSlidingLogManyLaterEntries(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	prefix := redistest.Prefix(t)
 	rs := newStoreOn(t, c, prefix, redisstore.WithNow(clock.Now))
-	ms := throttle.NewMemoryStore(throttle.WithStoreClock(clock.Now))
-	stores := []throttle.Store{rs, ms}
-	l := throttle.Limit{Name: "a", Rate: 2000, Per: time.Second, Algorithm: throttle.SlidingLog}
-	b := throttle.Bucket{Limit: l}
+	ms := memstore.New(memstore.WithClock(clock.Now))
+	stores := []quota.Store{rs, ms}
+	l := quota.Limit{Name: "a", Rate: 2000, Per: time.Second, Algorithm: quota.SlidingLog}
+	b := quota.Bucket{Limit: l}
 	const scope = "later"
 	key := prefix + "v1:{" + scope + "}:l:a:"
 	compare := func(what string) {
 		t.Helper()
-		var states [2][]throttle.LimitState
+		var states [2][]quota.LimitState
 		for i, s := range stores {
 			var err error
-			states[i], err = s.(throttle.Inspector).Inspect(ctx(t), scope, []throttle.Limit{l})
+			states[i], err = s.(quota.Inspector).Inspect(ctx(t), scope, []quota.Limit{l})
 			require.NoError(t, err)
 		}
 		assert.Equal(t, states[1], states[0], what)
 		checkLogLayout(t, c, key, what)
 	}
 
-	reserved := make([][]*throttle.Reservation, 2)
+	reserved := make([][]*quota.Reservation, 2)
 	for i, s := range stores {
 		require.NoError(t, s.Pause(ctx(t), scope, "p", 500*time.Millisecond))
 		for range 700 {
-			dec, err := s.Take(ctx(t), &throttle.Demand{Scope: scope, Cost: 1, MaxWait: time.Second, Pauses: []string{"p"}, Limits: []throttle.Bucket{b}})
+			dec, err := s.Take(ctx(t), &quota.Demand{Scope: scope, Cost: 1, MaxWait: time.Second, Pauses: []string{"p"}, Limits: []quota.Bucket{b}})
 			require.NoError(t, err)
 			require.True(t, dec.OK)
 			require.Equal(t, 500*time.Millisecond, dec.Delay)
@@ -237,7 +238,7 @@ func TestSlidingLogManyLaterEntries(t *testing.T) {
 	}
 	compare("reserved")
 	for _, s := range stores {
-		require.NoError(t, s.(throttle.Syncer).Sync(ctx(t), scope, b, 0, time.Second))
+		require.NoError(t, s.(quota.Syncer).Sync(ctx(t), scope, b, 0, time.Second))
 	}
 	compare("synced")
 	for i, s := range stores {
@@ -246,7 +247,7 @@ func TestSlidingLogManyLaterEntries(t *testing.T) {
 	compare("cancelled")
 
 	clock.Advance(600 * time.Millisecond)
-	d := &throttle.Demand{Scope: scope, Cost: 1, MaxWait: 5 * time.Second, Limits: []throttle.Bucket{b}}
+	d := &quota.Demand{Scope: scope, Cost: 1, MaxWait: 5 * time.Second, Limits: []quota.Bucket{b}}
 	got, err := rs.Take(ctx(t), d)
 	require.NoError(t, err)
 	want, err := ms.Take(ctx(t), d)

@@ -11,11 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
-// Store is a [throttle.Store] kept in Redis, shared by every instance of a
+// Store is a [quota.Store] kept in Redis, shared by every instance of a
 // service that uses the same Redis and prefix. Each decision is one
 // EVALSHA that reads Redis's clock, checks every limit and pause of the
 // demand, and charges all limits or none. Store is safe for concurrent use.
@@ -43,7 +43,7 @@ type Store struct {
 	deadlines     callDeadlines
 }
 
-var _ throttle.Store = (*Store)(nil)
+var _ quota.Store = (*Store)(nil)
 
 // New returns a Store that keeps its state in Redis through client, which
 // may be a *redis.Client (single node, Sentinel), a *redis.ClusterClient or
@@ -143,16 +143,16 @@ func (s *Store) nowArg() string {
 	return formatInt(s.now().UnixMicro())
 }
 
-// Take implements [throttle.Store.Take] in one round trip. An error wraps
+// Take implements [quota.Store.Take] in one round trip. An error wraps
 // the go-redis or context error; the demand may then have been charged.
 //
 // A demand whose limits are all GCRA, the common case, runs
 // take_gcra.lua, and one of a single fixed-window or sliding-window limit
 // runs take_window.lua (unless replies are remembered, [ReplayIDs]); both decide
 // as take.lua does, in fewer Redis commands. Any other runs take.lua.
-func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
-	if err := checkDemand(d); err != nil {
-		return throttle.Decision{}, err
+func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	if err := d.Validate(); err != nil {
+		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	if s.multiExec {
 		return s.takeMultiExec(ctx, d)
@@ -160,10 +160,10 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 	gcraOnly, needID := len(d.Limits) > 0 && !s.generic, s.replayMS > 0
 	for i := range d.Limits {
 		switch d.Limits[i].Limit.Algorithm {
-		case throttle.GCRA:
-		case throttle.SlidingLog:
+		case quota.GCRA:
+		case quota.SlidingLog:
 			gcraOnly, needID = false, true // the id names the log entry
-		case throttle.Concurrency: // lease.go
+		case quota.Concurrency: // lease.go
 			gcraOnly, needID = false, true // the id is the lease's
 		default:
 			gcraOnly = false
@@ -177,7 +177,7 @@ func (s *Store) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision
 
 // take decides d, checked, in a call of its own. gcraOnly: every limit is
 // GCRA (take_gcra.lua); needID: the call needs a decision id.
-func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID bool) (throttle.Decision, error) {
+func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool) (quota.Decision, error) {
 	var id string
 	if needID {
 		id = s.nextID()
@@ -192,7 +192,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
-		(d.Limits[0].Limit.Algorithm == throttle.FixedWindow || d.Limits[0].Limit.Algorithm == throttle.SlidingWindow)
+		(d.Limits[0].Limit.Algorithm == quota.FixedWindow || d.Limits[0].Limit.Algorithm == quota.SlidingWindow)
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
@@ -200,7 +200,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
 		alg := "1"
-		if l.Algorithm == throttle.SlidingWindow {
+		if l.Algorithm == quota.SlidingWindow {
 			alg = "3"
 		}
 		var a any
@@ -223,7 +223,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 	default:
 		var err error
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", err)
+			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
 		args = make([]any, 0, 6+4*len(d.Limits)+2*len(carried))
 		var a any
@@ -232,10 +232,10 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			switch l.Algorithm {
-			case throttle.GCRA:
+			case quota.GCRA:
 				t := gcraInterval(l)
-				args = append(args, 0, cost*t, int64(burst(*l))*t-cost*t, cost)
-			case throttle.Concurrency: // lease.go
+				args = append(args, 0, cost*t, int64(l.BurstOrRate())*t-cost*t, cost)
+			case quota.Concurrency: // lease.go
 				args = append(args, 4, l.Per.Microseconds(), l.Rate, 1)
 			default:
 				p, r := l.Per.Microseconds(), int64(l.Rate)
@@ -252,7 +252,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 		res, err := cmd.Result()
 		if err != nil {
 			s.reload.note(err)
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
+			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		}
 		return parseTakeFast(res, d, id)
 	}
@@ -260,7 +260,7 @@ func (s *Store) take(ctx context.Context, d *throttle.Demand, gcraOnly, needID b
 	if err != nil {
 		s.reload.note(err)
 		s.releases.giveBack(s, d.Scope, carried, releaseRetry)
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
+		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
 	return parseTake(res, d, id)
 }
@@ -281,18 +281,18 @@ func gcraMode(pauses int, replayMS int64) string {
 
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
 // whose limits are all GCRA: a = cost*T and b = Burst*T - cost*T.
-func appendGCRAPairs(args []any, d *throttle.Demand) []any {
+func appendGCRAPairs(args []any, d *quota.Demand) []any {
 	cost := int64(d.Cost)
 	for i := range d.Limits {
 		l := &d.Limits[i].Limit
 		t := gcraInterval(l)
-		args = append(args, cost*t, int64(burst(*l))*t-cost*t)
+		args = append(args, cost*t, int64(l.BurstOrRate())*t-cost*t)
 	}
 	return args
 }
 
 // gcraInterval is the GCRA emission interval T = ceil(Per/Rate) in µs.
-func gcraInterval(l *throttle.Limit) int64 {
+func gcraInterval(l *quota.Limit) int64 {
 	p, r := l.Per.Microseconds(), int64(l.Rate)
 	return (p + r - 1) / r
 }
@@ -300,7 +300,7 @@ func gcraInterval(l *throttle.Limit) int64 {
 // takeKeys returns the keys of a take, in the scripts' order: pauses,
 // limits, then the replay key when replayID is not "". They are cut from
 // one string, so a decision allocates its key names once.
-func (s *Store) takeKeys(d *throttle.Demand, replayID string) []string {
+func (s *Store) takeKeys(d *quota.Demand, replayID string) []string {
 	ks := newKeys(s.prefix, d.Scope)
 	n := len(d.Pauses) + len(d.Limits)
 	size := 0
@@ -344,44 +344,44 @@ func (s *Store) takeKeys(d *throttle.Demand, replayID string) []string {
 // parseTakeFast reads the reply of take_gcra.lua and take_window.lua: an
 // int64 (granted at once on one limit, the mark) or the fields of take.lua's reply as a string of
 // integers separated by spaces.
-func parseTakeFast(res any, d *throttle.Demand, id string) (throttle.Decision, error) {
+func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) {
 	switch v := res.(type) {
 	case int64:
 		if len(d.Limits) != 1 {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: reply has 1 mark for %d limits", len(d.Limits))
+			return quota.Decision{}, fmt.Errorf("redisstore: take: reply has 1 mark for %d limits", len(d.Limits))
 		}
 		r := newReservation(d, id)
 		r.Marks[0] = v
-		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	case string:
 		var buf [8]int64
 		n := buf[:0]
 		for f := range strings.SplitSeq(v, " ") {
 			x, err := strconv.ParseInt(f, 10, 64)
 			if err != nil {
-				return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+				return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
 			}
 			n = append(n, x)
 		}
 		if len(n) < 4 {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
 		}
 		return decide(n[0] == 1, n[1], n[2], n[3], n[4:], d, id, v)
 	}
-	return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
+	return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 }
 
 // parseTake reads take.lua's reply.
-func parseTake(res []any, d *throttle.Demand, id string) (throttle.Decision, error) {
+func parseTake(res []any, d *quota.Demand, id string) (quota.Decision, error) {
 	if len(res) < 4 {
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 	}
 	var buf [8]int64
 	n := buf[:0]
 	for _, x := range res {
 		v, ok := x.(int64)
 		if !ok {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 		}
 		n = append(n, v)
 	}
@@ -391,14 +391,14 @@ func parseTake(res []any, d *throttle.Demand, id string) (throttle.Decision, err
 // decide makes the Decision of a take's reply: granted or not, the delay
 // in µs, the binding limit and pause indexes, and the marks of a grant.
 // reply is only printed in errors.
-func decide(ok bool, delay, limit, pause int64, marks []int64, d *throttle.Demand, id string, reply any) (throttle.Decision, error) {
+func decide(ok bool, delay, limit, pause int64, marks []int64, d *quota.Demand, id string, reply any) (quota.Decision, error) {
 	if delay < 0 {
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: negative delay %d in reply", delay)
+		return quota.Decision{}, fmt.Errorf("redisstore: take: negative delay %d in reply", delay)
 	}
-	dec := throttle.Decision{OK: ok, Delay: time.Duration(delay) * time.Microsecond, Limit: -1}
+	dec := quota.Decision{OK: ok, Delay: time.Duration(delay) * time.Microsecond, Limit: -1}
 	if !ok {
 		if limit < -1 || limit >= int64(len(d.Limits)) || pause < -1 || pause >= int64(len(d.Pauses)) {
-			return throttle.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
 		}
 		dec.Limit = int(limit)
 		if limit < 0 && pause >= 0 {
@@ -407,7 +407,7 @@ func decide(ok bool, delay, limit, pause int64, marks []int64, d *throttle.Deman
 		return dec, nil
 	}
 	if len(marks) != len(d.Limits) {
-		return throttle.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(marks), len(d.Limits))
+		return quota.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(marks), len(d.Limits))
 	}
 	r := newReservation(d, id)
 	copy(r.Marks, marks)
@@ -418,22 +418,22 @@ func decide(ok bool, delay, limit, pause int64, marks []int64, d *throttle.Deman
 
 // newReservation returns a Reservation of d with room for its marks, in
 // one allocation for demands of up to two limits.
-func newReservation(d *throttle.Demand, id string) *throttle.Reservation {
+func newReservation(d *quota.Demand, id string) *quota.Reservation {
 	n := len(d.Limits)
 	if n > 2 {
-		return &throttle.Reservation{Demand: d, Marks: make([]int64, n), ID: id}
+		return &quota.Reservation{Demand: d, Marks: make([]int64, n), ID: id}
 	}
 	rm := &struct {
-		r throttle.Reservation
+		r quota.Reservation
 		m [2]int64
 	}{}
-	rm.r = throttle.Reservation{Demand: d, Marks: rm.m[:n:n], ID: id}
+	rm.r = quota.Reservation{Demand: d, Marks: rm.m[:n:n], ID: id}
 	return &rm.r
 }
 
-// Cancel implements [throttle.Store.Cancel] in one round trip. It does
+// Cancel implements [quota.Store.Cancel] in one round trip. It does
 // nothing in the MULTI/EXEC mode ([WithMultiExec]).
-func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
+func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return errors.New("redisstore: cancel: malformed reservation")
 	}
@@ -453,12 +453,12 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 		keys[i] = ks.limit(b)
 		l := b.Limit
 		p, rate := l.Per.Microseconds(), int64(l.Rate)
-		if l.Algorithm == throttle.GCRA {
+		if l.Algorithm == quota.GCRA {
 			if rate <= 0 {
 				return errors.New("redisstore: cancel: malformed reservation")
 			}
 			args = append(args, 0, cost*((p+rate-1)/rate), r.Marks[i], cost)
-		} else if l.Algorithm == throttle.Concurrency { // lease.go
+		} else if l.Algorithm == quota.Concurrency { // lease.go
 			args = append(args, 4, ks.released(b), r.Marks[i], 1)
 		} else {
 			args = append(args, int(l.Algorithm), p, r.Marks[i], cost)
@@ -473,7 +473,7 @@ func (s *Store) Cancel(ctx context.Context, r *throttle.Reservation) error {
 	return nil
 }
 
-// Pause implements [throttle.Store.Pause] in one round trip, on Redis's
+// Pause implements [quota.Store.Pause] in one round trip, on Redis's
 // clock. A non-positive d is a no-op.
 func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) error {
 	if d <= 0 {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -49,26 +49,26 @@ func TestNew(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	s := newStore(t, redistest.Prefix(t))
 	c := ctx(t)
-	lim := func(l throttle.Limit) *throttle.Demand {
-		return &throttle.Demand{Scope: "bad", Limits: []throttle.Bucket{{Limit: l}}, Cost: 1}
+	lim := func(l quota.Limit) *quota.Demand {
+		return &quota.Demand{Scope: "bad", Limits: []quota.Bucket{{Limit: l}}, Cost: 1}
 	}
-	for name, d := range map[string]*throttle.Demand{
+	for name, d := range map[string]*quota.Demand{
 		"nil":             nil,
 		"cost 0":          {Scope: "bad", Cost: 0},
-		"no name":         lim(throttle.Limit{Rate: 1, Per: time.Second}),
-		"name with colon": lim(throttle.Limit{Name: "a:b", Rate: 1, Per: time.Second}),
-		"zero rate":       lim(throttle.Limit{Name: "a", Per: time.Second}),
-		"per below 1µs":   lim(throttle.Limit{Name: "a", Rate: 1, Per: time.Nanosecond}),
-		"too large":       lim(throttle.Limit{Name: "a", Rate: 1 << 40, Per: time.Hour}),
-		"window burst":    lim(throttle.Limit{Name: "a", Rate: 2, Burst: 3, Per: time.Hour, Algorithm: throttle.FixedWindow}),
+		"no name":         lim(quota.Limit{Rate: 1, Per: time.Second}),
+		"name with colon": lim(quota.Limit{Name: "a:b", Rate: 1, Per: time.Second}),
+		"zero rate":       lim(quota.Limit{Name: "a", Per: time.Second}),
+		"per below 1µs":   lim(quota.Limit{Name: "a", Rate: 1, Per: time.Nanosecond}),
+		"too large":       lim(quota.Limit{Name: "a", Rate: 1 << 40, Per: time.Hour}),
+		"window burst":    lim(quota.Limit{Name: "a", Rate: 2, Burst: 3, Per: time.Hour, Algorithm: quota.FixedWindow}),
 	} {
 		_, err := s.Take(c, d)
 		assert.Error(t, err, name)
 	}
-	_, err := s.Take(c, lim(throttle.Limit{Name: "a", Rate: 0, Per: time.Second}))
-	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	_, err := s.Take(c, lim(quota.Limit{Name: "a", Rate: 0, Per: time.Second}))
+	assert.ErrorIs(t, err, quota.ErrInvalid)
 
-	for name, r := range map[string]*throttle.Reservation{
+	for name, r := range map[string]*quota.Reservation{
 		"nil":           nil,
 		"no demand":     {},
 		"marks missing": {Demand: gcraDemand("bad", 1)},

@@ -6,23 +6,23 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
-var _ throttle.Syncer = (*Store)(nil)
+var _ quota.Syncer = (*Store)(nil)
 
-// Sync implements [throttle.Syncer] in one round trip, on Redis's clock:
+// Sync implements [quota.Syncer] in one round trip, on Redis's clock:
 // it lowers b's counter so that at most remaining more units pass before
 // the vendor's reset, within from now, and never raises it. In the
 // MULTI/EXEC mode ([WithMultiExec]) it raises the current window's counter
 // the same way, with INCRBY.
-func (s *Store) Sync(ctx context.Context, scope string, b throttle.Bucket, remaining int, within time.Duration) error {
+func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remaining int, within time.Duration) error {
 	l := b.Limit
 	if l.Rate <= 0 || l.Per < time.Microsecond || l.Burst < 0 {
 		return errors.New("redisstore: sync: invalid limit")
 	}
-	if l.Algorithm == throttle.Concurrency {
+	if l.Algorithm == quota.Concurrency {
 		return errors.New("redisstore: sync: a concurrency limit is not a rate")
 	}
 	if within <= 0 {
@@ -42,8 +42,8 @@ func (s *Store) Sync(ctx context.Context, scope string, b throttle.Bucket, remai
 	w := (within + time.Microsecond - 1) / time.Microsecond
 	var args []any
 	switch l.Algorithm {
-	case throttle.GCRA:
-		bu := int64(burst(l))
+	case quota.GCRA:
+		bu := int64(l.BurstOrRate())
 		if left >= bu {
 			return nil
 		}
@@ -65,7 +65,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b throttle.Bucket, remai
 // syncMultiExec raises b's MULTI/EXEC window counter to at least target,
 // with WATCH so that a concurrent INCRBY is never overwritten; a lost race
 // is retried a few times, then left (the counter then already rose).
-func (s *Store) syncMultiExec(ctx context.Context, ks keys, b *throttle.Bucket, target int64) error {
+func (s *Store) syncMultiExec(ctx context.Context, ks keys, b *quota.Bucket, target int64) error {
 	key := ks.txCounter(b)
 	var err error
 	for range 3 {

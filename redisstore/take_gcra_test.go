@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
@@ -82,7 +82,7 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 // gcraLimits and gcraPauses are what randomGCRADemand draws from, on
 // scope "s" and keys "x" and "y".
 var (
-	gcraLimits = []throttle.Limit{
+	gcraLimits = []quota.Limit{
 		{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
 		{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
 		{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
@@ -93,10 +93,10 @@ var (
 // randomGCRADemand returns a demand of scope "s" with one to three of
 // gcraLimits on random keys, some of gcraPauses, cost 1 or 2 and a MaxWait
 // below 4 ms.
-func randomGCRADemand(rng *rand.Rand) *throttle.Demand {
-	d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
+func randomGCRADemand(rng *rand.Rand) *quota.Demand {
+	d := &quota.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
 	for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
-		d.Limits = append(d.Limits, throttle.Bucket{Limit: gcraLimits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
+		d.Limits = append(d.Limits, quota.Bucket{Limit: gcraLimits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
 	}
 	for _, p := range gcraPauses {
 		if rng.IntN(3) == 0 {
@@ -113,7 +113,7 @@ func randomPause(rng *rand.Rand) (string, time.Duration) {
 
 // outcome names the kind of a decision, for counting what a random test
 // covered.
-func outcome(d throttle.Decision) string {
+func outcome(d quota.Decision) string {
 	switch {
 	case d.OK && d.Delay == 0:
 		return "granted now"
@@ -128,7 +128,7 @@ func outcome(d throttle.Decision) string {
 
 // sameDecision asserts that got decides as want, and reports whether it
 // does.
-func sameDecision(t *testing.T, want, got throttle.Decision, where string) bool {
+func sameDecision(t *testing.T, want, got quota.Decision, where string) bool {
 	t.Helper()
 	ok := assert.Equal(t, want.OK, got.OK, where) &&
 		assert.Equal(t, want.Delay, got.Delay, where) &&
@@ -144,7 +144,7 @@ func sameDecision(t *testing.T, want, got throttle.Decision, where string) bool 
 // holds want's value, with the same PTTL up to real time: written is the
 // longest real time that the writes of the key under both prefixes in one
 // step took (see writeSpans).
-func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b throttle.Bucket, written time.Duration, where string) {
+func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b quota.Bucket, written time.Duration, where string) {
 	t.Helper()
 	k := "v1:{s}:g:" + b.Limit.Name + ":" + b.Key
 	start := time.Now()

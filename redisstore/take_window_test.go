@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
 	"github.com/stretchr/testify/assert"
@@ -18,7 +18,7 @@ import (
 // take_window.lua and through take.lua, each on its own prefix, on one clock, with some reservations
 // cancelled, and asserts the same decisions and the same hashes and TTLs.
 func TestTakeWindowMatchesTake(t *testing.T) {
-	for _, alg := range []throttle.Algorithm{throttle.FixedWindow, throttle.SlidingWindow} {
+	for _, alg := range []quota.Algorithm{quota.FixedWindow, quota.SlidingWindow} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%v/seed=%d", alg, seed), func(t *testing.T) {
 				compareWindowTakes(t, alg, seed)
@@ -27,18 +27,18 @@ func TestTakeWindowMatchesTake(t *testing.T) {
 	}
 }
 
-func compareWindowTakes(t *testing.T, alg throttle.Algorithm, seed uint64) {
+func compareWindowTakes(t *testing.T, alg quota.Algorithm, seed uint64) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	clock := storetest.NewClock(storetest.Start)
 	c, fast, slow, fastPrefix, slowPrefix := differential(t, clock, "fast:", "slow:", redisstore.WithGenericTake())
-	limits := []throttle.Limit{
+	limits := []quota.Limit{
 		{Name: "a", Rate: 4, Per: time.Millisecond, Algorithm: alg},
 		{Name: "b", Rate: 6, Per: 1500 * time.Microsecond, Algorithm: alg},
 	}
 	seen := map[string]int{}
 	spans := writeSpans{}
-	var held [][2]*throttle.Reservation
+	var held [][2]*quota.Reservation
 	for step := range 400 {
 		if rng.IntN(8) == 0 {
 			d := time.Duration(rng.IntN(3000)) * time.Microsecond
@@ -51,9 +51,9 @@ func compareWindowTakes(t *testing.T, alg throttle.Algorithm, seed uint64) {
 			require.NoError(t, fast.Cancel(ctx(t), held[i][1]))
 			held = append(held[:i], held[i+1:]...)
 		}
-		b := throttle.Bucket{Limit: limits[rng.IntN(2)], Key: []string{"x", "y"}[rng.IntN(2)]}
-		d := &throttle.Demand{Scope: "s", Cost: 1 + rng.IntN(3), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond,
-			Limits: []throttle.Bucket{b}}
+		b := quota.Bucket{Limit: limits[rng.IntN(2)], Key: []string{"x", "y"}[rng.IntN(2)]}
+		d := &quota.Demand{Scope: "s", Cost: 1 + rng.IntN(3), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond,
+			Limits: []quota.Bucket{b}}
 		if rng.IntN(2) == 0 {
 			d.Pauses = []string{"p"}
 		}
@@ -68,9 +68,9 @@ func compareWindowTakes(t *testing.T, alg throttle.Algorithm, seed uint64) {
 		where := fmt.Sprintf("step %d: %+v", step, d)
 		seen[outcome(want)]++
 		if sameDecision(t, want, got, where) && want.OK && want.Delay > 0 {
-			held = append(held, [2]*throttle.Reservation{want.Reservation, got.Reservation})
+			held = append(held, [2]*quota.Reservation{want.Reservation, got.Reservation})
 		}
-		k := "v1:{s}:" + map[throttle.Algorithm]string{throttle.FixedWindow: "f", throttle.SlidingWindow: "w"}[alg] + ":" + b.Limit.Name + ":" + b.Key
+		k := "v1:{s}:" + map[quota.Algorithm]string{quota.FixedWindow: "f", quota.SlidingWindow: "w"}[alg] + ":" + b.Limit.Name + ":" + b.Key
 		wv, err := c.HGetAll(ctx(t), slowPrefix+k).Result()
 		require.NoError(t, err)
 		gv, err := c.HGetAll(ctx(t), fastPrefix+k).Result()

@@ -41,9 +41,11 @@ package retryable
 import (
 	"context"
 	"errors"
-	"github.com/quotakit/throttle/quotaheader"
 	"net/http"
 	"time"
+
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/quotakit/throttle"
@@ -101,7 +103,7 @@ func (p Policy) CheckRetry(ctx context.Context, resp *http.Response, err error) 
 	switch {
 	case errors.As(err, &le):
 		return p.retryRefusal(ctx, le, err)
-	case errors.Is(err, throttle.ErrMissingKey), errors.Is(err, throttle.ErrCostTooHigh),
+	case errors.Is(err, throttle.ErrMissingKey), errors.Is(err, quota.ErrCostTooHigh),
 		errors.Is(err, throttle.ErrNoRule), errors.Is(err, throttle.ErrInvalidPolicy):
 		return false, err // the same request would fail the same way
 	case err == nil && resp != nil && p.slowDown(resp):

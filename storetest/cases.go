@@ -1,8 +1,8 @@
 package storetest
 
-import "github.com/quotakit/throttle"
+import "github.com/quotakit/throttle/quota"
 
-// The tables below pin the math of throttle.Algorithm. Every case starts at
+// The tables below pin the math of quota.Algorithm. Every case starts at
 // Start, which every period used here divides unless the case says
 // otherwise. In a step, a zero cost means 1, and a refused step without a
 // pause wants Decision.Limit == limit (0 unless given).
@@ -341,7 +341,7 @@ func multiLimitCases() []stepCase {
 		},
 	}, {
 		name: "limits share a counter across demands",
-		buckets: []throttle.Bucket{
+		buckets: []quota.Bucket{
 			{Limit: fixed("global", 3, sec)},
 			{Limit: fixed("category", 2, sec), Key: "x"},
 			{Limit: fixed("category", 2, sec), Key: "y"},
@@ -357,7 +357,7 @@ func multiLimitCases() []stepCase {
 		},
 	}, {
 		name: "keys, names and scopes are independent",
-		buckets: []throttle.Bucket{
+		buckets: []quota.Bucket{
 			{Limit: fixed("n", 1, sec), Key: "k"},
 			{Limit: fixed("n", 1, sec), Key: "k2"},
 			{Limit: fixed("m", 1, sec), Key: "k"},
@@ -628,7 +628,7 @@ func pauseCases() []stepCase {
 }
 
 func errorCases() []stepCase {
-	high := throttle.ErrCostTooHigh
+	high := quota.ErrCostTooHigh
 	return []stepCase{{
 		name:    "cost above GCRA burst",
 		buckets: on(gcra("g", 10, sec, 2)),
@@ -666,7 +666,7 @@ func errorCases() []stepCase {
 		name:    "one counter twice in a demand is an error",
 		buckets: on(gcra("g", 10, sec, 0), fixed("f", 3, sec), gcra("g", 10, sec, 0)),
 		steps: []step{
-			{maxWait: hour, err: throttle.ErrInvalidPolicy},
+			{maxWait: hour, err: quota.ErrInvalid},
 			{use: []int{0, 1}, cost: 3, ok: true},
 		},
 	}, {

@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-var algorithms = []throttle.Algorithm{throttle.GCRA, throttle.FixedWindow, throttle.SlidingLog, throttle.SlidingWindow}
+var algorithms = []quota.Algorithm{quota.GCRA, quota.FixedWindow, quota.SlidingLog, quota.SlidingWindow}
 
 // limitOf returns a limit of algorithm a with burst equal to rate.
-func limitOf(a throttle.Algorithm, name string, rate int, per time.Duration) throttle.Limit {
-	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: a}
+func limitOf(a quota.Algorithm, name string, rate int, per time.Duration) quota.Limit {
+	return quota.Limit{Name: name, Rate: rate, Per: per, Algorithm: a}
 }
 
 // testContention: 64 goroutines on one store, a global limit of 25 and a
@@ -28,7 +28,7 @@ func (s *suite) testContention(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			t.Parallel()
 			store, _ := s.newStore(t)
-			stores := make([]throttle.Store, 64)
+			stores := make([]quota.Store, 64)
 			for i := range stores {
 				stores[i] = store
 			}
@@ -47,7 +47,7 @@ func (s *suite) testContentionInstances(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			t.Parallel()
 			stores := s.instances(t, NewClock(Start), 8)
-			var all []throttle.Store
+			var all []quota.Store
 			for _, st := range stores {
 				for range 8 {
 					all = append(all, st)
@@ -58,7 +58,7 @@ func (s *suite) testContentionInstances(t *testing.T) {
 	}
 }
 
-func (s *suite) instances(t *testing.T, clock *Clock, n int) []throttle.Store {
+func (s *suite) instances(t *testing.T, clock *Clock, n int) []quota.Store {
 	stores := s.c.Instances(t, clock.Now, n)
 	require.Len(t, stores, n, "storetest: Config.Instances returned the wrong number of stores")
 	for i, st := range stores {
@@ -69,7 +69,7 @@ func (s *suite) instances(t *testing.T, clock *Clock, n int) []throttle.Store {
 
 // contend runs one goroutine per element of stores, all taking from a
 // global and a per-category limit at once, and checks the exact counts.
-func (s *suite) contend(t *testing.T, a throttle.Algorithm, stores []throttle.Store) {
+func (s *suite) contend(t *testing.T, a quota.Algorithm, stores []quota.Store) {
 	const (
 		globalRate   = 25
 		categoryRate = 10
@@ -77,9 +77,9 @@ func (s *suite) contend(t *testing.T, a throttle.Algorithm, stores []throttle.St
 		rounds       = 3
 	)
 	scope := s.scope(t, "")
-	global := throttle.Bucket{Limit: limitOf(a, "global", globalRate, hour)}
-	demand := func(cat int) *throttle.Demand {
-		return &throttle.Demand{Scope: scope, Cost: 1, Limits: []throttle.Bucket{
+	global := quota.Bucket{Limit: limitOf(a, "global", globalRate, hour)}
+	demand := func(cat int) *quota.Demand {
+		return &quota.Demand{Scope: scope, Cost: 1, Limits: []quota.Bucket{
 			global,
 			{Limit: limitOf(a, "category", categoryRate, hour), Key: fmt.Sprintf("c%d", cat)},
 		}}
@@ -147,7 +147,7 @@ func (s *suite) testConcurrentReservations(t *testing.T) {
 				}
 				t.Parallel()
 				clock := NewClock(Start)
-				stores := make([]throttle.Store, 64)
+				stores := make([]quota.Store, 64)
 				if mode.instances > 0 {
 					inst := s.instances(t, clock, mode.instances)
 					for i := range stores {
@@ -169,11 +169,11 @@ func (s *suite) testConcurrentReservations(t *testing.T) {
 
 // reserveAll runs one goroutine per store, each making perG demands with
 // MaxWait of an hour, and returns the decisions in no particular order.
-func reserveAll(t *testing.T, stores []throttle.Store, perG int, demand func(g, i int) *throttle.Demand) ([]*throttle.Demand, []throttle.Decision) {
+func reserveAll(t *testing.T, stores []quota.Store, perG int, demand func(g, i int) *quota.Demand) ([]*quota.Demand, []quota.Decision) {
 	var (
 		mu       sync.Mutex
-		demands  []*throttle.Demand
-		decs     []throttle.Decision
+		demands  []*quota.Demand
+		decs     []quota.Decision
 		problems []error
 		wg       sync.WaitGroup
 		start    = make(chan struct{})
@@ -201,13 +201,13 @@ func reserveAll(t *testing.T, stores []throttle.Store, perG int, demand func(g, 
 	return demands, decs
 }
 
-func (s *suite) reserveOne(t *testing.T, a throttle.Algorithm, stores []throttle.Store, clock *Clock) {
+func (s *suite) reserveOne(t *testing.T, a quota.Algorithm, stores []quota.Store, clock *Clock) {
 	const perG = 4
-	d := &throttle.Demand{
+	d := &quota.Demand{
 		Scope: s.scope(t, ""), Cost: 1, MaxWait: hour,
-		Limits: []throttle.Bucket{{Limit: limitOf(a, "l", 10, sec), Key: "k"}},
+		Limits: []quota.Bucket{{Limit: limitOf(a, "l", 10, sec), Key: "k"}},
 	}
-	_, decs := reserveAll(t, stores, perG, func(int, int) *throttle.Demand { return d })
+	_, decs := reserveAll(t, stores, perG, func(int, int) *quota.Demand { return d })
 	var got []time.Duration
 	for _, dec := range decs {
 		assert.True(t, dec.OK, "a demand was refused: %+v", dec)
@@ -224,13 +224,13 @@ func (s *suite) reserveOne(t *testing.T, a throttle.Algorithm, stores []throttle
 	assert.Equal(t, want, got, "sorted delays of %d identical reservations (want: one after another)", len(want))
 }
 
-func (s *suite) reserveTwo(t *testing.T, a throttle.Algorithm, stores []throttle.Store, clock *Clock) {
+func (s *suite) reserveTwo(t *testing.T, a quota.Algorithm, stores []quota.Store, clock *Clock) {
 	const perG, categories = 4, 4
 	scope := s.scope(t, "")
 	global := limitOf(a, "global", 20, sec)
 	category := limitOf(a, "category", 8, sec)
-	demands, decs := reserveAll(t, stores, perG, func(g, i int) *throttle.Demand {
-		return &throttle.Demand{Scope: scope, Cost: 1, MaxWait: hour, Limits: []throttle.Bucket{
+	demands, decs := reserveAll(t, stores, perG, func(g, i int) *quota.Demand {
+		return &quota.Demand{Scope: scope, Cost: 1, MaxWait: hour, Limits: []quota.Bucket{
 			{Limit: global},
 			{Limit: category, Key: fmt.Sprintf("c%d", (g*7+i)%categories)},
 		}}

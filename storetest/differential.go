@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,12 +19,12 @@ import (
 func (s *suite) testDifferential(t *testing.T) {
 	mixes := []struct {
 		name string
-		algs []throttle.Algorithm
+		algs []quota.Algorithm
 	}{
-		{"GCRA", []throttle.Algorithm{throttle.GCRA}},
-		{"FixedWindow", []throttle.Algorithm{throttle.FixedWindow}},
-		{"SlidingLog", []throttle.Algorithm{throttle.SlidingLog}},
-		{"SlidingWindow", []throttle.Algorithm{throttle.SlidingWindow}},
+		{"GCRA", []quota.Algorithm{quota.GCRA}},
+		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}},
+		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}},
+		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}},
 		{"mixed", algorithms},
 	}
 	for _, mix := range mixes {
@@ -41,13 +41,13 @@ func (s *suite) testDifferential(t *testing.T) {
 type granted struct {
 	step   int
 	seq    int // order of grants
-	store  *throttle.Reservation
-	model  *throttle.Reservation
-	demand *throttle.Demand
+	store  *quota.Reservation
+	model  *quota.Reservation
+	demand *quota.Demand
 	adm    []int // indexes into the admissions of each limit of demand
 }
 
-func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint64) {
+func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) {
 	const steps = 400
 	rng := rand.New(rand.NewPCG(seed, uint64(len(algs))))
 	store, clock := s.newStore(t)
@@ -56,15 +56,15 @@ func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint6
 
 	// The limits: three names, random parameters, two keys each.
 	periods := []int64{1000, 1500, 3000, 7000, 10000, 333, 999}
-	var limits []throttle.Limit
+	var limits []quota.Limit
 	for i := range 3 {
-		l := throttle.Limit{
+		l := quota.Limit{
 			Name:      fmt.Sprintf("l%d", i),
 			Rate:      1 + rng.IntN(6),
 			Per:       time.Duration(periods[rng.IntN(len(periods))]) * us,
 			Algorithm: algs[rng.IntN(len(algs))],
 		}
-		if l.Algorithm == throttle.GCRA && rng.IntN(2) == 0 {
+		if l.Algorithm == quota.GCRA && rng.IntN(2) == 0 {
 			l.Burst = 1 + rng.IntN(8)
 		}
 		limits = append(limits, l)
@@ -92,7 +92,7 @@ func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint6
 	}
 
 	// take decides d in both, compares, records, and returns the decision.
-	take := func(step int, d *throttle.Demand) (throttle.Decision, bool) {
+	take := func(step int, d *quota.Demand) (quota.Decision, bool) {
 		now := clock.Now().UnixMicro()
 		want, at, wantErr := m.take(d, now)
 		got, err := store.Take(t.Context(), d)
@@ -113,7 +113,7 @@ func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint6
 			if err == nil {
 				fail(step, "want an error (%v), got %+v", wantErr, got)
 			}
-			if errors.Is(wantErr, throttle.ErrCostTooHigh) && !errors.Is(err, throttle.ErrCostTooHigh) {
+			if errors.Is(wantErr, quota.ErrCostTooHigh) && !errors.Is(err, quota.ErrCostTooHigh) {
 				fail(step, "want an error matching ErrCostTooHigh, got %v", err)
 			}
 			return got, false
@@ -159,12 +159,12 @@ func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint6
 	for step := 1; step <= steps; step++ {
 		switch r := rng.IntN(100); {
 		case r < 50: // take, sometimes followed by probes of the retry time
-			d := &throttle.Demand{Scope: scope, Cost: 1}
+			d := &quota.Demand{Scope: scope, Cost: 1}
 			capMin := int64(1 << 30)
 			for _, i := range rng.Perm(len(limits)) {
 				if rng.IntN(10) < 6 {
 					l := limits[i]
-					d.Limits = append(d.Limits, throttle.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]})
+					d.Limits = append(d.Limits, quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]})
 					capMin = min(capMin, capacity(l))
 				}
 			}
@@ -245,7 +245,7 @@ func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint6
 	// Invariants over what stayed granted, bucket by bucket.
 	for _, l := range limits {
 		for _, k := range keys {
-			id := bucketID(scope, throttle.Bucket{Limit: l, Key: k})
+			id := bucketID(scope, quota.Bucket{Limit: l, Key: k})
 			var kept []admission
 			for j, a := range adm[id] {
 				if !cancelled[id][j] {
@@ -264,7 +264,7 @@ func (s *suite) differential(t *testing.T, algs []throttle.Algorithm, seed uint6
 // later grant was itself cancelled. Such cancels are left out.
 func unambiguousCancel(m *model, g *granted, lastGrant map[string]int) bool {
 	for i, b := range g.demand.Limits {
-		if b.Limit.Algorithm != throttle.GCRA {
+		if b.Limit.Algorithm != quota.GCRA {
 			continue
 		}
 		id := bucketID(g.demand.Scope, b)
@@ -277,7 +277,7 @@ func unambiguousCancel(m *model, g *granted, lastGrant map[string]int) bool {
 	return true
 }
 
-func describe(d *throttle.Demand) string {
+func describe(d *quota.Demand) string {
 	s := fmt.Sprintf("take cost %d", d.Cost)
 	for _, b := range d.Limits {
 		s += fmt.Sprintf(" %s/%s", b.Limit.Name, b.Key)
@@ -291,7 +291,7 @@ func describe(d *throttle.Demand) string {
 	return s
 }
 
-func outcomeString(d throttle.Decision, err error) string {
+func outcomeString(d quota.Decision, err error) string {
 	switch {
 	case err != nil:
 		return "error " + err.Error()

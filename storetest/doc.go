@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite for implementations of
-// [throttle.Store]: the precise, executable statement of the semantics
-// documented on [throttle.Store] and [throttle.Algorithm]. The in-process
-// store ([throttle.NewMemoryStore]) and the Redis store (package
+// [quota.Store]: the precise, executable statement of the semantics
+// documented on [quota.Store] and [quota.Algorithm]. The in-process
+// store (package memstore) and the Redis store (package
 // redisstore) both pass it, and so must any third-party Store.
 //
 // # Using the suite
@@ -13,11 +13,11 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Config{
-//			New: func(t *testing.T, now func() time.Time) throttle.Store {
+//			New: func(t *testing.T, now func() time.Time) quota.Store {
 //				return mystore.New(client, mystore.WithClock(now))
 //			},
 //			// For a shared backend: n stores with separate clients.
-//			Instances: func(t *testing.T, now func() time.Time, n int) []throttle.Store {
+//			Instances: func(t *testing.T, now func() time.Time, n int) []quota.Store {
 //				...
 //			},
 //		})
@@ -27,7 +27,7 @@
 // needs a test-only way to take the time from now instead.
 //
 // Every case runs in its own parallel subtest with its own
-// [throttle.Demand.Scope] (derived from the test's name and a per-run
+// [quota.Demand.Scope] (derived from the test's name and a per-run
 // nonce, at most 64 bytes of [A-Za-z0-9._-]), so all cases may share one
 // backend; New may return stores on the same server. No case sleeps:
 // time moves only through the fake clock, which starts at [Start], an
@@ -44,14 +44,14 @@
 //     as binding, shared and independent counters.
 //   - Reservations (MaxWait > 0) at the earliest instant all limits and
 //     pauses allow, and Cancel's refunds.
-//   - Pauses, and errors: [throttle.ErrCostTooHigh], costs below 1.
-//   - For a [throttle.LeaseStore]: [throttle.Concurrency] slots as
+//   - Pauses, and errors: [quota.ErrCostTooHigh], costs below 1.
+//   - For a [quota.LeaseStore]: [quota.Concurrency] slots as
 //     leases (release, renew, expiry, all or nothing with rate limits); a
-//     reservation that holds no slot until [throttle.LeaseStore.Claim]
+//     reservation that holds no slot until [quota.LeaseStore.Claim]
 //     takes its slots, all or none; Cancel of claimed and unclaimed
 //     reservations; exact slot and claim counts under contention; release
 //     wake-ups.
-//   - For a [throttle.Inspector]: the live state of every algorithm and
+//   - For a [quota.Inspector]: the live state of every algorithm and
 //     of pauses, read without charging anything; ResetLimit and
 //     ClearPause.
 //   - Exact admitted counts under contention (64 goroutines; with

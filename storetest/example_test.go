@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/storetest"
 )
 
@@ -14,12 +15,12 @@ import (
 // the clock reaches the retry time it gave.
 func ExampleClock() {
 	clock := storetest.NewClock(storetest.Start)
-	store := throttle.NewMemoryStore(throttle.WithStoreClock(clock.Now))
-	d := &throttle.Demand{
+	store := memstore.New(memstore.WithClock(clock.Now))
+	d := &quota.Demand{
 		Scope: "example",
 		Cost:  1,
-		Limits: []throttle.Bucket{{
-			Limit: throttle.Limit{Name: "calls", Rate: 3, Per: time.Second},
+		Limits: []quota.Bucket{{
+			Limit: quota.Limit{Name: "calls", Rate: 3, Per: time.Second},
 		}},
 	}
 	take := func() {

@@ -5,50 +5,49 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/quotakit/throttle"
 )
 
-// testInspect checks [throttle.Inspector] when the store is one: the
+// testInspect checks [quota.Inspector] when the store is one: the
 // states of every algorithm and of pauses, read without charging, limits
 // and scopes kept apart, and ResetLimit and ClearPause.
 func (s *suite) testInspect(t *testing.T) {
 	t.Parallel()
 	st, clock := s.newStore(t)
-	in, ok := st.(throttle.Inspector)
+	in, ok := st.(quota.Inspector)
 	if !ok {
-		t.Skipf("%T is not a throttle.Inspector", st)
+		t.Skipf("%T is not a quota.Inspector", st)
 	}
 	ctx := context.Background()
 	scope, other := s.scope(t, ""), s.scope(t, "other")
 	const hour = time.Hour
-	limits := []throttle.Limit{
+	limits := []quota.Limit{
 		{Name: "gcra", Rate: 10, Per: hour}, // T = 6m
-		{Name: "fixed", Rate: 10, Per: hour, Algorithm: throttle.FixedWindow},
-		{Name: "window", Rate: 10, Per: hour, Algorithm: throttle.SlidingWindow},
-		{Name: "log", Rate: 10, Per: hour, Algorithm: throttle.SlidingLog},
-		{Name: "slots", Rate: 5, Per: 10 * time.Minute, Algorithm: throttle.Concurrency},
+		{Name: "fixed", Rate: 10, Per: hour, Algorithm: quota.FixedWindow},
+		{Name: "window", Rate: 10, Per: hour, Algorithm: quota.SlidingWindow},
+		{Name: "log", Rate: 10, Per: hour, Algorithm: quota.SlidingLog},
+		{Name: "slots", Rate: 5, Per: 10 * time.Minute, Algorithm: quota.Concurrency},
 	}
 	take := func(scope, key string, cost int) {
 		t.Helper()
-		d := &throttle.Demand{Scope: scope, Cost: cost}
+		d := &quota.Demand{Scope: scope, Cost: cost}
 		for _, l := range limits {
-			d.Limits = append(d.Limits, throttle.Bucket{Limit: l, Key: key})
+			d.Limits = append(d.Limits, quota.Bucket{Limit: l, Key: key})
 		}
 		dec, err := st.Take(ctx, d)
 		require.NoError(t, err)
 		require.True(t, dec.OK, "take %s %s %d", scope, key, cost)
 	}
-	inspect := func() []throttle.LimitState {
+	inspect := func() []quota.LimitState {
 		t.Helper()
 		states, err := in.Inspect(ctx, scope, limits)
 		require.NoError(t, err)
 		return states
 	}
-	state := func(l int, key string, used, remaining int64, reset time.Duration) throttle.LimitState {
-		return throttle.LimitState{Limit: limits[l].Name, Algorithm: limits[l].Algorithm, Key: key, Used: used, Remaining: remaining, Reset: reset}
+	state := func(l int, key string, used, remaining int64, reset time.Duration) quota.LimitState {
+		return quota.LimitState{Limit: limits[l].Name, Algorithm: limits[l].Algorithm, Key: key, Used: used, Remaining: remaining, Reset: reset}
 	}
 
 	empty, err := in.Inspect(ctx, scope, limits)
@@ -63,7 +62,7 @@ func (s *suite) testInspect(t *testing.T) {
 	require.NoError(t, st.Pause(ctx, scope, "k", time.Minute))
 	clock.Advance(6 * time.Minute)
 
-	want := []throttle.LimitState{
+	want := []quota.LimitState{
 		{Reset: 4 * time.Minute}, // the scope-wide pause; "k" has ended
 		state(1, "a", 4, 6, 54*time.Minute),
 		state(1, "b", 2, 8, 54*time.Minute),
@@ -85,14 +84,14 @@ func (s *suite) testInspect(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want[:1], only[:1], "the pause")
 	assert.Equal(t, want[3:5], only[1:], "only the limits asked for")
-	renamed := []throttle.Limit{{Name: "gcra", Rate: 10, Per: hour, Algorithm: throttle.FixedWindow}}
+	renamed := []quota.Limit{{Name: "gcra", Rate: 10, Per: hour, Algorithm: quota.FixedWindow}}
 	other1, err := in.Inspect(ctx, scope, renamed)
 	require.NoError(t, err)
 	assert.Equal(t, want[:1], other1, "a limit of another algorithm does not read the counter")
 
 	// What Inspect reported is what Take sees: 6 fit in the fixed window
 	// of "a", the 7th does not.
-	d := &throttle.Demand{Scope: scope, Cost: 6, Limits: []throttle.Bucket{{Limit: limits[1], Key: "a"}}}
+	d := &quota.Demand{Scope: scope, Cost: 6, Limits: []quota.Bucket{{Limit: limits[1], Key: "a"}}}
 	dec, err := st.Take(ctx, d)
 	require.NoError(t, err)
 	assert.True(t, dec.OK)
@@ -102,7 +101,7 @@ func (s *suite) testInspect(t *testing.T) {
 	assert.False(t, dec.OK)
 
 	require.NoError(t, in.ResetLimit(ctx, scope, limits[1], "a"))
-	dec, err = st.Take(ctx, &throttle.Demand{Scope: scope, Cost: 10, Limits: []throttle.Bucket{{Limit: limits[1], Key: "a"}}})
+	dec, err = st.Take(ctx, &quota.Demand{Scope: scope, Cost: 10, Limits: []quota.Bucket{{Limit: limits[1], Key: "a"}}})
 	require.NoError(t, err)
 	assert.True(t, dec.OK, "the reset counter is full again")
 	require.NoError(t, in.ResetLimit(ctx, scope, limits[4], "a"))
@@ -112,7 +111,7 @@ func (s *suite) testInspect(t *testing.T) {
 	// An hour later only the sliding window remembers the previous hour:
 	// ceil(4 * 54/60) = 4 and ceil(2 * 54/60) = 2.
 	clock.Advance(hour)
-	assert.Equal(t, []throttle.LimitState{
+	assert.Equal(t, []quota.LimitState{
 		state(2, "a", 4, 6, 54*time.Minute),
 		state(2, "b", 2, 8, 54*time.Minute),
 	}, inspect())

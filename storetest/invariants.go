@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -17,13 +17,13 @@ type admission struct {
 // checkAdmissions asserts that the admissions of one bucket never exceed
 // what its limit allows. Sliding windows are only approximate, so they are
 // not checked here (the differential test pins their decisions instead).
-func checkAdmissions(t *testing.T, what string, l throttle.Limit, adm []admission) bool {
+func checkAdmissions(t *testing.T, what string, l quota.Limit, adm []admission) bool {
 	t.Helper()
 	adm = slices.Clone(adm)
 	slices.SortStableFunc(adm, func(a, b admission) int { return int(a.at - b.at) })
 	p, r := per(l), int64(l.Rate)
 	switch l.Algorithm {
-	case throttle.FixedWindow:
+	case quota.FixedWindow:
 		sum := map[int64]int64{}
 		for _, a := range adm {
 			sum[a.at/p] += a.cost
@@ -31,7 +31,7 @@ func checkAdmissions(t *testing.T, what string, l throttle.Limit, adm []admissio
 				return false
 			}
 		}
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		for j, a := range adm {
 			var sum int64
 			for _, b := range adm[:j+1] {
@@ -48,7 +48,7 @@ func checkAdmissions(t *testing.T, what string, l throttle.Limit, adm []admissio
 				return false
 			}
 		}
-	case throttle.GCRA:
+	case quota.GCRA:
 		// Over [a, b], at most B + floor((b-a)/T) units: (sum-B)*T <= b-a.
 		T, B := emission(l), burst(l)
 		for i := range adm {

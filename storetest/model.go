@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 )
 
 // model is the suite's reference store: a direct, unoptimised reading of
-// the semantics documented on throttle.Store and throttle.Algorithm, in
+// the semantics documented on quota.Store and quota.Algorithm, in
 // integer microseconds of its clock. The randomized differential test
 // compares every decision of the store under test with it, and the suite's
 // own tests run every table against it.
@@ -53,32 +53,32 @@ func newModel() *model {
 	}
 }
 
-// view is a throttle.Store over a model, with its own clock.
+// view is a quota.Store over a model, with its own clock.
 type view struct {
 	m   *model
 	now func() time.Time
 }
 
-var _ throttle.Store = view{}
+var _ quota.Store = view{}
 
 func (v view) micros() int64 { return v.now().UnixMicro() }
 
-// Take implements throttle.Store.
-func (v view) Take(_ context.Context, d *throttle.Demand) (throttle.Decision, error) {
+// Take implements quota.Store.
+func (v view) Take(_ context.Context, d *quota.Demand) (quota.Decision, error) {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
 	dec, _, err := v.m.take(d, v.micros())
 	return dec, err
 }
 
-// Cancel implements throttle.Store.
-func (v view) Cancel(_ context.Context, r *throttle.Reservation) error {
+// Cancel implements quota.Store.
+func (v view) Cancel(_ context.Context, r *quota.Reservation) error {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
 	return v.m.cancel(r)
 }
 
-// Pause implements throttle.Store.
+// Pause implements quota.Store.
 func (v view) Pause(_ context.Context, scope, key string, d time.Duration) error {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
@@ -101,13 +101,13 @@ func ceilMicros(d time.Duration) int64 {
 }
 
 // bucketID names the counter of b in scope.
-func bucketID(scope string, b throttle.Bucket) string {
+func bucketID(scope string, b quota.Bucket) string {
 	return scope + "\x00" + b.Limit.Name + "\x00" + b.Key + "\x00" + b.Limit.Algorithm.String()
 }
 
-func per(l throttle.Limit) int64 { return l.Per.Microseconds() }
+func per(l quota.Limit) int64 { return l.Per.Microseconds() }
 
-func burst(l throttle.Limit) int64 {
+func burst(l quota.Limit) int64 {
 	if l.Burst == 0 {
 		return int64(l.Rate)
 	}
@@ -115,29 +115,29 @@ func burst(l throttle.Limit) int64 {
 }
 
 // capacity is the largest cost l can ever admit.
-func capacity(l throttle.Limit) int64 {
-	if l.Algorithm == throttle.GCRA {
+func capacity(l quota.Limit) int64 {
+	if l.Algorithm == quota.GCRA {
 		return burst(l)
 	}
 	return int64(l.Rate)
 }
 
 // emission is GCRA's emission interval T = ceil(P/R).
-func emission(l throttle.Limit) int64 {
+func emission(l quota.Limit) int64 {
 	p, r := per(l), int64(l.Rate)
 	return (p + r - 1) / r
 }
 
 // admits reports whether the limit of bucket id admits cost c at t.
-func (m *model) admits(id string, l throttle.Limit, c, t int64) bool {
+func (m *model) admits(id string, l quota.Limit, c, t int64) bool {
 	p, r := per(l), int64(l.Rate)
 	switch l.Algorithm {
-	case throttle.GCRA:
+	case quota.GCRA:
 		T := emission(l)
 		return max(m.tat[id], t)+c*T-t <= burst(l)*T
-	case throttle.FixedWindow:
+	case quota.FixedWindow:
 		return m.win[id][t/p]+c <= r
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		log := m.log[id]
 		if len(log) > 0 && t < log[len(log)-1].at {
 			return false
@@ -149,12 +149,12 @@ func (m *model) admits(id string, l throttle.Limit, c, t int64) bool {
 			}
 		}
 		return sum+c <= r
-	case throttle.SlidingWindow:
+	case quota.SlidingWindow:
 		k := t / p
 		e := t - k*p
 		w := m.win[id]
 		return w[k-1]*(p-e)+(w[k]+c)*p <= r*p
-	case throttle.Concurrency:
+	case quota.Concurrency:
 		return true // decided at now, apart from t (take)
 	}
 	panic("storetest: unknown algorithm")
@@ -162,22 +162,22 @@ func (m *model) admits(id string, l throttle.Limit, c, t int64) bool {
 
 // earliest returns the earliest instant, not before t, at which the limit
 // of bucket id admits cost c (c is at most the limit's capacity).
-func (m *model) earliest(id string, l throttle.Limit, c, t int64) int64 {
+func (m *model) earliest(id string, l quota.Limit, c, t int64) int64 {
 	p, r := per(l), int64(l.Rate)
 	switch l.Algorithm {
-	case throttle.Concurrency:
+	case quota.Concurrency:
 		return t // decided at now, apart from t (take)
-	case throttle.GCRA:
+	case quota.GCRA:
 		T := emission(l)
 		return max(t, m.tat[id]+c*T-burst(l)*T)
-	case throttle.FixedWindow:
+	case quota.FixedWindow:
 		w := m.win[id]
 		for k := t / p; ; k++ {
 			if w[k]+c <= r {
 				return max(t, k*p)
 			}
 		}
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		log := m.log[id]
 		if len(log) > 0 {
 			t = max(t, log[len(log)-1].at)
@@ -201,7 +201,7 @@ func (m *model) earliest(id string, l throttle.Limit, c, t int64) int64 {
 			}
 		}
 		panic("storetest: sliding log never admits")
-	case throttle.SlidingWindow:
+	case quota.SlidingWindow:
 		w := m.win[id]
 		k := t / p
 		e0 := t - k*p
@@ -225,19 +225,19 @@ func (m *model) earliest(id string, l throttle.Limit, c, t int64) int64 {
 
 // charge charges cost c at t to the limit of bucket id and returns the
 // mark that cancel needs.
-func (m *model) charge(id string, l throttle.Limit, c, t int64, logID string) int64 {
+func (m *model) charge(id string, l quota.Limit, c, t int64, logID string) int64 {
 	switch l.Algorithm {
-	case throttle.GCRA:
+	case quota.GCRA:
 		m.tat[id] = max(m.tat[id], t) + c*emission(l)
 		return m.tat[id]
-	case throttle.FixedWindow, throttle.SlidingWindow:
+	case quota.FixedWindow, quota.SlidingWindow:
 		if m.win[id] == nil {
 			m.win[id] = map[int64]int64{}
 		}
 		k := t / per(l)
 		m.win[id][k] += c
 		return k
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		m.log[id] = append(m.log[id], logEntry{at: t, cost: c, id: logID})
 		return t
 	}
@@ -245,15 +245,15 @@ func (m *model) charge(id string, l throttle.Limit, c, t int64, logID string) in
 }
 
 // refund gives back what charge took, as far as the semantics allow.
-func (m *model) refund(id string, l throttle.Limit, c, mark int64, logID string) {
+func (m *model) refund(id string, l quota.Limit, c, mark int64, logID string) {
 	switch l.Algorithm {
-	case throttle.GCRA:
+	case quota.GCRA:
 		if m.tat[id] == mark { // no later grant on the bucket
 			m.tat[id] = mark - c*emission(l)
 		}
-	case throttle.FixedWindow, throttle.SlidingWindow:
+	case quota.FixedWindow, quota.SlidingWindow:
 		m.win[id][mark] -= c
-	case throttle.SlidingLog:
+	case quota.SlidingLog:
 		m.log[id] = slices.DeleteFunc(m.log[id], func(e logEntry) bool { return e.id == logID })
 	}
 }
@@ -262,7 +262,7 @@ func (m *model) refund(id string, l throttle.Limit, c, mark int64, logID string)
 var errCost = errors.New("storetest model: cost must be at least 1")
 
 // check validates d as the stores do.
-func check(d *throttle.Demand) error {
+func check(d *quota.Demand) error {
 	if d.Cost < 1 {
 		return errCost
 	}
@@ -270,16 +270,16 @@ func check(d *throttle.Demand) error {
 		if b.Limit.Rate <= 0 || b.Limit.Per < time.Microsecond {
 			return fmt.Errorf("storetest model: limit %d invalid", i)
 		}
-		if b.Limit.Algorithm == throttle.Concurrency {
-			if b.Limit.Burst != 0 || b.Limit.Per < throttle.MinLease {
-				return fmt.Errorf("storetest model: limit %d: a burst, or a lease below MinLease: %w", i, throttle.ErrInvalidPolicy)
+		if b.Limit.Algorithm == quota.Concurrency {
+			if b.Limit.Burst != 0 || b.Limit.Per < quota.MinLease {
+				return fmt.Errorf("storetest model: limit %d: a burst, or a lease below MinLease: %w", i, quota.ErrInvalid)
 			}
 		} else if int64(d.Cost) > capacity(b.Limit) {
-			return fmt.Errorf("storetest model: limit %d: %w", i, throttle.ErrCostTooHigh)
+			return fmt.Errorf("storetest model: limit %d: %w", i, quota.ErrCostTooHigh)
 		}
 		for _, o := range d.Limits[:i] {
 			if o.Limit.Name == b.Limit.Name && o.Key == b.Key {
-				return fmt.Errorf("storetest model: limit %d: its counter is charged twice: %w", i, throttle.ErrInvalidPolicy)
+				return fmt.Errorf("storetest model: limit %d: its counter is charged twice: %w", i, quota.ErrInvalid)
 			}
 		}
 	}
@@ -288,7 +288,7 @@ func check(d *throttle.Demand) error {
 
 // instant returns the earliest instant, not before now, at which every
 // limit of d admits it and no listed pause is in force.
-func (m *model) instant(d *throttle.Demand, now int64) int64 {
+func (m *model) instant(d *quota.Demand, now int64) int64 {
 	t := now
 	for _, p := range d.Pauses {
 		t = max(t, m.pauses[d.Scope+"\x00"+p])
@@ -307,7 +307,7 @@ func (m *model) instant(d *throttle.Demand, now int64) int64 {
 
 // binding returns what may be reported as binding a demand refused until
 // t: the limits that do not admit it at t-1µs and the pauses in force then.
-func (m *model) binding(d *throttle.Demand, t int64) (limits []int, pauses []string) {
+func (m *model) binding(d *quota.Demand, t int64) (limits []int, pauses []string) {
 	for i, b := range d.Limits {
 		if !m.admits(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t-1) {
 			limits = append(limits, i)
@@ -322,14 +322,14 @@ func (m *model) binding(d *throttle.Demand, t int64) (limits []int, pauses []str
 }
 
 // take decides d at now and returns the decision and its instant.
-func (m *model) take(d *throttle.Demand, now int64) (throttle.Decision, int64, error) {
+func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) {
 	if err := check(d); err != nil {
-		return throttle.Decision{}, 0, err
+		return quota.Decision{}, 0, err
 	}
 	t := m.instant(d, now)
 	delay := time.Duration(t-now) * time.Microsecond
 	if t > now && delay > max(d.MaxWait, 0) {
-		dec := throttle.Decision{Delay: delay, Limit: -1}
+		dec := quota.Decision{Delay: delay, Limit: -1}
 		limits, pauses := m.binding(d, t)
 		if len(limits) > 0 {
 			dec.Limit = limits[0]
@@ -341,20 +341,20 @@ func (m *model) take(d *throttle.Demand, now int64) (throttle.Decision, int64, e
 	// Concurrency: a slot must be free now; it is taken only when the
 	// demand acts now, else claimed when the reservation comes due.
 	for i, b := range d.Limits {
-		if b.Limit.Algorithm != throttle.Concurrency {
+		if b.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
 		if exp, full := m.full(bucketID(d.Scope, b), b.Limit, now, ""); full {
-			return throttle.Decision{Delay: time.Duration(max(t, exp)-now) * time.Microsecond, Limit: i}, t, nil
+			return quota.Decision{Delay: time.Duration(max(t, exp)-now) * time.Microsecond, Limit: i}, t, nil
 		}
 	}
 	m.seq++
 	dd := *d
 	dd.Limits = slices.Clone(d.Limits)
 	dd.Pauses = slices.Clone(d.Pauses)
-	r := &throttle.Reservation{Demand: &dd, ID: strconv.FormatInt(m.seq, 10), Marks: make([]int64, len(d.Limits))}
+	r := &quota.Reservation{Demand: &dd, ID: strconv.FormatInt(m.seq, 10), Marks: make([]int64, len(d.Limits))}
 	for i, b := range d.Limits {
-		if b.Limit.Algorithm == throttle.Concurrency {
+		if b.Limit.Algorithm == quota.Concurrency {
 			if t > now {
 				r.Unclaimed = true
 			} else {
@@ -364,16 +364,16 @@ func (m *model) take(d *throttle.Demand, now int64) (throttle.Decision, int64, e
 		}
 		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t, r.ID+"/"+strconv.Itoa(i))
 	}
-	return throttle.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
+	return quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
 }
 
-func (m *model) cancel(r *throttle.Reservation) error {
+func (m *model) cancel(r *quota.Reservation) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return errors.New("storetest model: not a reservation of this store")
 	}
 	d := r.Demand
 	for i, b := range d.Limits {
-		if b.Limit.Algorithm == throttle.Concurrency {
+		if b.Limit.Algorithm == quota.Concurrency {
 			m.drop(bucketID(d.Scope, b), r.ID)
 			continue
 		}
@@ -382,9 +382,9 @@ func (m *model) cancel(r *throttle.Reservation) error {
 	return nil
 }
 
-// The model's Concurrency limits: a view is a throttle.LeaseStore.
+// The model's Concurrency limits: a view is a quota.LeaseStore.
 
-var _ throttle.LeaseStore = view{}
+var _ quota.LeaseStore = view{}
 
 // live returns the leases of bucket id whose expiry is after now.
 func (m *model) live(id string, now int64) []lease {
@@ -395,7 +395,7 @@ func (m *model) live(id string, now int64) []lease {
 // full reports whether bucket id has no free slot now for lease id
 // leaseID (a live lease of its own needs none), and if so the instant at
 // which expiries alone free one.
-func (m *model) full(id string, l throttle.Limit, now int64, leaseID string) (int64, bool) {
+func (m *model) full(id string, l quota.Limit, now int64, leaseID string) (int64, bool) {
 	held := m.live(id, now)
 	if leaseID != "" && slices.ContainsFunc(held, func(x lease) bool { return x.id == leaseID }) {
 		return 0, false
@@ -414,7 +414,7 @@ func (m *model) full(id string, l throttle.Limit, now int64, leaseID string) (in
 
 // hold gives lease leaseID of bucket id the expiry now+Per, or keeps a
 // later one it has, and returns it.
-func (m *model) hold(id string, l throttle.Limit, now int64, leaseID string) int64 {
+func (m *model) hold(id string, l quota.Limit, now int64, leaseID string) int64 {
 	exp := now + per(l)
 	for i, x := range m.leases[id] {
 		if x.id == leaseID {
@@ -431,51 +431,51 @@ func (m *model) drop(id, leaseID string) {
 	m.leases[id] = slices.DeleteFunc(m.leases[id], func(x lease) bool { return x.id == leaseID })
 }
 
-// Claim implements throttle.LeaseStore.
-func (v view) Claim(_ context.Context, r *throttle.Reservation) (throttle.Decision, error) {
+// Claim implements quota.LeaseStore.
+func (v view) Claim(_ context.Context, r *quota.Reservation) (quota.Decision, error) {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
-		return throttle.Decision{}, errors.New("storetest model: not a reservation of this store")
+		return quota.Decision{}, errors.New("storetest model: not a reservation of this store")
 	}
 	if !r.Unclaimed {
-		return throttle.Decision{OK: true, Limit: -1, Reservation: r}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	}
 	now, d := v.micros(), r.Demand
 	for i, b := range d.Limits {
-		if b.Limit.Algorithm != throttle.Concurrency {
+		if b.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
 		if exp, full := v.m.full(bucketID(d.Scope, b), b.Limit, now, r.ID); full {
-			return throttle.Decision{Delay: time.Duration(exp-now) * time.Microsecond, Limit: i}, nil
+			return quota.Decision{Delay: time.Duration(exp-now) * time.Microsecond, Limit: i}, nil
 		}
 	}
-	c := &throttle.Reservation{Demand: d, ID: r.ID, Marks: slices.Clone(r.Marks)}
+	c := &quota.Reservation{Demand: d, ID: r.ID, Marks: slices.Clone(r.Marks)}
 	for i, b := range d.Limits {
-		if b.Limit.Algorithm == throttle.Concurrency {
+		if b.Limit.Algorithm == quota.Concurrency {
 			c.Marks[i] = v.m.hold(bucketID(d.Scope, b), b.Limit, now, r.ID)
 		}
 	}
-	return throttle.Decision{OK: true, Limit: -1, Reservation: c}, nil
+	return quota.Decision{OK: true, Limit: -1, Reservation: c}, nil
 }
 
-// Release implements throttle.LeaseStore.
-func (v view) Release(_ context.Context, r *throttle.Reservation) error {
+// Release implements quota.LeaseStore.
+func (v view) Release(_ context.Context, r *quota.Reservation) error {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
 	if r == nil || r.Demand == nil {
 		return errors.New("storetest model: not a reservation of this store")
 	}
 	for _, b := range r.Demand.Limits {
-		if b.Limit.Algorithm == throttle.Concurrency {
+		if b.Limit.Algorithm == quota.Concurrency {
 			v.m.drop(bucketID(r.Demand.Scope, b), r.ID)
 		}
 	}
 	return nil
 }
 
-// Renew implements throttle.LeaseStore.
-func (v view) Renew(_ context.Context, r *throttle.Reservation) error {
+// Renew implements quota.LeaseStore.
+func (v view) Renew(_ context.Context, r *quota.Reservation) error {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
 	if r == nil || r.Demand == nil {
@@ -484,21 +484,21 @@ func (v view) Renew(_ context.Context, r *throttle.Reservation) error {
 	now := v.micros()
 	var lost error
 	for _, b := range r.Demand.Limits {
-		if b.Limit.Algorithm != throttle.Concurrency {
+		if b.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
 		id := bucketID(r.Demand.Scope, b)
 		if slices.ContainsFunc(v.m.live(id, now), func(x lease) bool { return x.id == r.ID }) {
 			v.m.hold(id, b.Limit, now, r.ID)
 		} else if lost == nil {
-			lost = fmt.Errorf("storetest model: renew: limit %s: %w", b.Limit.Name, throttle.ErrLeaseLost)
+			lost = fmt.Errorf("storetest model: renew: limit %s: %w", b.Limit.Name, quota.ErrLeaseLost)
 		}
 	}
 	return lost
 }
 
-// WatchRelease implements throttle.LeaseStore; the model sends no
+// WatchRelease implements quota.LeaseStore; the model sends no
 // wake-ups.
-func (v view) WatchRelease(context.Context, string, throttle.Bucket) (<-chan struct{}, func(), error) {
+func (v view) WatchRelease(context.Context, string, quota.Bucket) (<-chan struct{}, func(), error) {
 	return nil, func() {}, nil
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"go.uber.org/goleak"
 )
 
@@ -17,12 +17,12 @@ func TestMain(m *testing.M) {
 // the tables.
 func TestRunModel(t *testing.T) {
 	Run(t, Config{
-		New: func(_ *testing.T, now func() time.Time) throttle.Store {
+		New: func(_ *testing.T, now func() time.Time) quota.Store {
 			return view{m: newModel(), now: now}
 		},
-		Instances: func(_ *testing.T, now func() time.Time, n int) []throttle.Store {
+		Instances: func(_ *testing.T, now func() time.Time, n int) []quota.Store {
 			m := newModel()
-			stores := make([]throttle.Store, n)
+			stores := make([]quota.Store, n)
 			for i := range stores {
 				stores[i] = view{m: m, now: now}
 			}

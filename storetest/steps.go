@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -23,7 +23,7 @@ const (
 // store whose clock starts at Start.
 type stepCase struct {
 	name    string
-	buckets []throttle.Bucket
+	buckets []quota.Bucket
 	steps   []step
 }
 
@@ -34,10 +34,10 @@ const (
 	opTake    op = iota // Take a demand
 	opCancel            // Cancel the reservation of an earlier step
 	opPause             // Pause a key
-	opSync              // Sync a bucket (the store must be a throttle.Syncer)
-	opRelease           // Release the slots of an earlier step (throttle.LeaseStore)
-	opRenew             // Renew the leases of an earlier step (throttle.LeaseStore)
-	opClaim             // Claim the slots of an earlier step's reservation (throttle.LeaseStore)
+	opSync              // Sync a bucket (the store must be a quota.Syncer)
+	opRelease           // Release the slots of an earlier step (quota.LeaseStore)
+	opRenew             // Renew the leases of an earlier step (quota.LeaseStore)
+	opClaim             // Claim the slots of an earlier step's reservation (quota.LeaseStore)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -83,8 +83,8 @@ type step struct {
 }
 
 // demand builds the step's demand.
-func (st step) demand(buckets []throttle.Bucket, scope string) *throttle.Demand {
-	d := &throttle.Demand{Scope: scope, Cost: st.cost, MaxWait: st.maxWait, Pauses: st.pauses}
+func (st step) demand(buckets []quota.Bucket, scope string) *quota.Demand {
+	d := &quota.Demand{Scope: scope, Cost: st.cost, MaxWait: st.maxWait, Pauses: st.pauses}
 	switch st.cost {
 	case 0:
 		d.Cost = 1
@@ -174,8 +174,8 @@ func (s *suite) runCases(t *testing.T, cases []stepCase) {
 }
 
 // runSteps runs the steps of sc and stops at the first step that fails.
-func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, scope func(v string) string) {
-	decs := make([]throttle.Decision, len(sc.steps))
+func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope func(v string) string) {
+	decs := make([]quota.Decision, len(sc.steps))
 	for i, st := range sc.steps {
 		n := i + 1
 		clock.Advance(st.advance)
@@ -195,8 +195,8 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 			}
 		case opRelease, opRenew:
 			r := decs[st.cancel-1].Reservation
-			ls, ok := store.(throttle.LeaseStore)
-			if !assert.True(t, ok, "step %d: %v: the store is not a throttle.LeaseStore", n, st) ||
+			ls, ok := store.(quota.LeaseStore)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.LeaseStore", n, st) ||
 				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
 				return
 			}
@@ -216,8 +216,8 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 			if len(st.use) > 0 {
 				b = sc.buckets[st.use[0]]
 			}
-			syncer, ok := store.(throttle.Syncer)
-			if !assert.True(t, ok, "step %d: %v: the store is not a throttle.Syncer", n, st) {
+			syncer, ok := store.(quota.Syncer)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.Syncer", n, st) {
 				return
 			}
 			if !assert.NoError(t, syncer.Sync(t.Context(), sp, b, st.remaining, st.d), "step %d: %v", n, st) {
@@ -225,8 +225,8 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 			}
 		case opClaim:
 			r := decs[st.cancel-1].Reservation
-			ls, ok := store.(throttle.LeaseStore)
-			if !assert.True(t, ok, "step %d: %v: the store is not a throttle.LeaseStore", n, st) ||
+			ls, ok := store.(quota.LeaseStore)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.LeaseStore", n, st) ||
 				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
 				return
 			}
@@ -266,7 +266,7 @@ func runSteps(t *testing.T, store throttle.Store, clock *Clock, sc stepCase, sco
 // checkDecision checks dec, the decision of step n on a demand of limits
 // limits, against st, and that a granted decision's slots are unclaimed
 // exactly when unclaimed.
-func checkDecision(t *testing.T, n int, st step, dec throttle.Decision, limits int, unclaimed bool) bool {
+func checkDecision(t *testing.T, n int, st step, dec quota.Decision, limits int, unclaimed bool) bool {
 	t.Helper()
 	got := outcome{OK: dec.OK, Delay: dec.Delay, Limit: dec.Limit, Pause: dec.Pause}
 	if !assert.Equal(t, st.want(), got, "step %d: %v: decision (want vs got)", n, st) {
@@ -283,9 +283,9 @@ func checkDecision(t *testing.T, n int, st step, dec throttle.Decision, limits i
 }
 
 // hasConcurrency reports whether d has a Concurrency limit.
-func hasConcurrency(d *throttle.Demand) bool {
+func hasConcurrency(d *quota.Demand) bool {
 	for _, b := range d.Limits {
-		if b.Limit.Algorithm == throttle.Concurrency {
+		if b.Limit.Algorithm == quota.Concurrency {
 			return true
 		}
 	}
@@ -294,31 +294,31 @@ func hasConcurrency(d *throttle.Demand) bool {
 
 // Limit constructors for the tables.
 
-func gcra(name string, rate int, per time.Duration, burst int) throttle.Limit {
-	return throttle.Limit{Name: name, Rate: rate, Per: per, Burst: burst, Algorithm: throttle.GCRA}
+func gcra(name string, rate int, per time.Duration, burst int) quota.Limit {
+	return quota.Limit{Name: name, Rate: rate, Per: per, Burst: burst, Algorithm: quota.GCRA}
 }
 
-func fixed(name string, rate int, per time.Duration) throttle.Limit {
-	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.FixedWindow}
+func fixed(name string, rate int, per time.Duration) quota.Limit {
+	return quota.Limit{Name: name, Rate: rate, Per: per, Algorithm: quota.FixedWindow}
 }
 
-func slidingLog(name string, rate int, per time.Duration) throttle.Limit {
-	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.SlidingLog}
+func slidingLog(name string, rate int, per time.Duration) quota.Limit {
+	return quota.Limit{Name: name, Rate: rate, Per: per, Algorithm: quota.SlidingLog}
 }
 
-func conc(name string, slots int, lease time.Duration) throttle.Limit {
-	return throttle.Limit{Name: name, Rate: slots, Per: lease, Algorithm: throttle.Concurrency}
+func conc(name string, slots int, lease time.Duration) quota.Limit {
+	return quota.Limit{Name: name, Rate: slots, Per: lease, Algorithm: quota.Concurrency}
 }
 
-func slidingWin(name string, rate int, per time.Duration) throttle.Limit {
-	return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.SlidingWindow}
+func slidingWin(name string, rate int, per time.Duration) quota.Limit {
+	return quota.Limit{Name: name, Rate: rate, Per: per, Algorithm: quota.SlidingWindow}
 }
 
 // on returns the buckets of limits, each with key "k".
-func on(limits ...throttle.Limit) []throttle.Bucket {
-	bs := make([]throttle.Bucket, len(limits))
+func on(limits ...quota.Limit) []quota.Bucket {
+	bs := make([]quota.Bucket, len(limits))
 	for i, l := range limits {
-		bs[i] = throttle.Bucket{Limit: l, Key: "k"}
+		bs[i] = quota.Bucket{Limit: l, Key: "k"}
 	}
 	return bs
 }

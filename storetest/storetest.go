@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,13 +16,13 @@ type Config struct {
 	// New returns a fresh Store for one test whose clock is now. A store's
 	// clock is whole microseconds: it uses now().UnixMicro(). New must not
 	// be nil; it may register cleanup with t.Cleanup.
-	New func(t *testing.T, now func() time.Time) throttle.Store
+	New func(t *testing.T, now func() time.Time) quota.Store
 
 	// Instances, if non-nil, returns n Stores that share one backend
 	// through separate clients (separate instances of a service), all
 	// using now. It is used by the multi-instance contention cases, which
 	// are skipped when it is nil.
-	Instances func(t *testing.T, now func() time.Time, n int) []throttle.Store
+	Instances func(t *testing.T, now func() time.Time, n int) []quota.Store
 }
 
 // Start is the instant at which every test's [Clock] starts: a whole
@@ -66,7 +66,7 @@ type suite struct {
 
 // newStore returns a fresh store for t and the clock it runs on, which
 // reads Start.
-func (s *suite) newStore(t *testing.T) (throttle.Store, *Clock) {
+func (s *suite) newStore(t *testing.T) (quota.Store, *Clock) {
 	clock := NewClock(Start)
 	st := s.c.New(t, clock.Now)
 	require.NotNil(t, st, "storetest: Config.New returned nil")

@@ -3,19 +3,19 @@ package storetest
 import (
 	"testing"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quota"
 )
 
-// testSync runs the Sync cases when the stores are [throttle.Syncer]s.
+// testSync runs the Sync cases when the stores are [quota.Syncer]s.
 func (s *suite) testSync(t *testing.T) {
 	st, _ := s.newStore(t)
-	if _, ok := st.(throttle.Syncer); !ok {
-		t.Skipf("%T is not a throttle.Syncer", st)
+	if _, ok := st.(quota.Syncer); !ok {
+		t.Skipf("%T is not a quota.Syncer", st)
 	}
 	s.runCases(t, syncCases())
 }
 
-// syncCases pin [throttle.Syncer.Sync]: it lowers what a bucket admits to
+// syncCases pin [quota.Syncer.Sync]: it lowers what a bucket admits to
 // the vendor's remaining quota, never raises it.
 func syncCases() []stepCase {
 	return []stepCase{{
@@ -108,7 +108,7 @@ func syncCases() []stepCase {
 		},
 	}, {
 		name:    "sync touches only its bucket",
-		buckets: []throttle.Bucket{{Limit: gcra("g", 60, minute, 0), Key: "a"}, {Limit: gcra("g", 60, minute, 0), Key: "b"}},
+		buckets: []quota.Bucket{{Limit: gcra("g", 60, minute, 0), Key: "a"}, {Limit: gcra("g", 60, minute, 0), Key: "b"}},
 		steps: []step{
 			{op: opSync, use: []int{0}, remaining: 0, d: 30 * sec},
 			{use: []int{1}, cost: 60, ok: true},

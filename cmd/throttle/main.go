@@ -32,6 +32,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/policyfile"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 )
 
@@ -227,7 +228,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		}
 		for _, l := range r.Limits {
 			if l.Name == *given["limit"] {
-				if err := s.ResetLimit(ctx, scopeOf(r), l, *given["key"]); err != nil {
+				if err := s.ResetLimit(ctx, scopeOf(r), l.Quota(), *given["key"]); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "reset %s/%s key %q\n", r.Name, l.Name, *given["key"])
@@ -266,16 +267,18 @@ func scopeOf(r throttle.Rule) string {
 }
 
 // state prints every scope's counters and pauses, as any
-// [throttle.Inspector] reports them.
-func state(ctx context.Context, s throttle.Inspector, p throttle.Policy, out io.Writer) error {
+// [quota.Inspector] reports them.
+func state(ctx context.Context, s quota.Inspector, p throttle.Policy, out io.Writer) error {
 	var scopes []string
-	limits := map[string][]throttle.Limit{}
+	limits := map[string][]quota.Limit{}
 	for _, r := range p.Rules {
 		sc := scopeOf(r)
 		if _, ok := limits[sc]; !ok {
 			scopes = append(scopes, sc)
 		}
-		limits[sc] = append(limits[sc], r.Limits...)
+		for _, l := range r.Limits {
+			limits[sc] = append(limits[sc], l.Quota())
+		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, sc := range scopes {

@@ -34,8 +34,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/presets/githubquota"
 	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 )
 
@@ -237,9 +239,9 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // newStore returns the Redis store of url, or without url one in-process
 // store for all instances.
-func newStore(ctx context.Context, url string) (throttle.Store, string, func(), error) {
+func newStore(ctx context.Context, url string) (quota.Store, string, func(), error) {
 	if url == "" {
-		return throttle.NewMemoryStore(), "in-process, shared by the instances", func() {}, nil
+		return memstore.New(), "in-process, shared by the instances", func() {}, nil
 	}
 	o, err := redis.ParseURL(url)
 	if err != nil {

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -167,7 +167,7 @@ func runFleet(t *testing.T, fault fleetFault) {
 	for _, r := range fleetRules {
 		for _, l := range r.Limits {
 			b := bound{l: l, down: fault.down}
-			if l.Algorithm == throttle.Concurrency {
+			if l.Algorithm == quota.Concurrency {
 				v := verdict{got: int(f.vendor.maxInFlight.Load()), limit: b.units(1), where: "in flight at once"}
 				t.Logf("%s: %s/%s (%v): %v", fault.name, r.Name, l.Name, l.Algorithm, v)
 				assert.True(t, v.ok(), "%s/%s: %v", r.Name, l.Name, v)

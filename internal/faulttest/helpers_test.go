@@ -18,6 +18,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/redis/go-redis/v9"
@@ -224,7 +225,7 @@ func policy(quota int, mode throttle.FailureMode) throttle.Policy {
 	}
 }
 
-func newTransport(t *testing.T, s throttle.Store, p throttle.Policy, rec *recorder, opts ...throttle.Option) *throttle.Transport {
+func newTransport(t *testing.T, s quota.Store, p throttle.Policy, rec *recorder, opts ...throttle.Option) *throttle.Transport {
 	opts = append([]throttle.Option{throttle.WithStore(s), throttle.WithHooks(rec.hooks())}, opts...)
 	tr, err := throttle.NewTransport(nil, p, opts...)
 	require.NoError(t, err)
@@ -436,11 +437,11 @@ func assertLatency(t *testing.T, name string, rs results) {
 // countingStore counts the calls that reach a store and the most in
 // progress at once. It only observes: every call goes to the real store.
 type countingStore struct {
-	throttle.Store
+	quota.Store
 	calls, inFlight, maxInFlight atomic.Int64
 }
 
-func (c *countingStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (c *countingStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	c.calls.Add(1)
 	n := c.inFlight.Add(1)
 	for {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/stretchr/testify/assert"
@@ -140,7 +141,7 @@ type claimCounter struct {
 	claims, refused, refusedCost *atomic.Int64
 }
 
-func (c claimCounter) Claim(ctx context.Context, r *throttle.Reservation) (throttle.Decision, error) {
+func (c claimCounter) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
 	dec, err := c.Store.Claim(ctx, r)
 	c.claims.Add(1)
 	if err == nil && !dec.OK {
@@ -210,7 +211,7 @@ func TestInFlightQuotaShareHoldingSlots(t *testing.T) {
 // when they are not free (the semantics before Claim).
 type claimAtOnce struct{ claimCounter }
 
-func (c claimAtOnce) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (c claimAtOnce) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	dec, err := c.Store.Take(ctx, d)
 	if err != nil || !dec.OK || !dec.Reservation.Unclaimed {
 		return dec, err
@@ -222,7 +223,7 @@ func (c claimAtOnce) Take(ctx context.Context, d *throttle.Demand) (throttle.Dec
 	}
 	_ = c.Store.Cancel(ctx, dec.Reservation)
 	if err != nil {
-		return throttle.Decision{}, err
+		return quota.Decision{}, err
 	}
 	return cdec, nil
 }
@@ -245,7 +246,7 @@ func runQuotaShare(t *testing.T, holdWhileWaiting bool) (float64, map[string]int
 		require.NoError(t, err)
 		base := &http.Transport{MaxIdleConnsPerHost: ghGoroutines}
 		t.Cleanup(base.CloseIdleConnections)
-		var store throttle.Store = claimCounter{Store: s, claims: &claims, refused: &refused, refusedCost: &refusedCost}
+		var store quota.Store = claimCounter{Store: s, claims: &claims, refused: &refused, refusedCost: &refusedCost}
 		if holdWhileWaiting {
 			store = claimAtOnce{store.(claimCounter)}
 		}

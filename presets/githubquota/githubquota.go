@@ -63,11 +63,12 @@ package githubquota
 
 import (
 	"bytes"
-	"github.com/quotakit/throttle/quotaheader"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/quotakit/throttle/quotaheader"
 
 	"github.com/quotakit/throttle"
 )
@@ -173,7 +174,7 @@ type Options struct {
 
 	// MaxInFlight is how many requests of one token may be in flight at
 	// once. Zero means GitHub's 100; negative, no such limit (for a store
-	// that does not implement [throttle.LeaseStore]).
+	// that does not implement [quota.LeaseStore]).
 	MaxInFlight int
 }
 

@@ -14,8 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/presets/githubquota"
 	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -47,19 +49,19 @@ func (c *clock) Add(d time.Duration) {
 
 // keyStore records every key a MemoryStore is asked about.
 type keyStore struct {
-	*throttle.MemoryStore
+	*memstore.Store
 	mu   sync.Mutex
 	keys []string
 }
 
-func (s *keyStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *keyStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	s.mu.Lock()
 	for _, b := range d.Limits {
 		s.keys = append(s.keys, b.Key)
 	}
 	s.keys = append(s.keys, d.Pauses...)
 	s.mu.Unlock()
-	return s.MemoryStore.Take(ctx, d)
+	return s.Store.Take(ctx, d)
 }
 
 type fixture struct {
@@ -86,7 +88,7 @@ func (f *fixture) newClient(po githubquota.Options) (*http.Client, *keyStore) {
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
-	store := &keyStore{MemoryStore: throttle.NewMemoryStore(throttle.WithStoreClock(f.clock.Now))}
+	store := &keyStore{Store: memstore.New(memstore.WithClock(f.clock.Now))}
 	tr, err := throttle.NewTransport(nil, githubquota.Policy(po), throttle.WithStore(store), throttle.WithClock(f.clock.Now))
 	require.NoError(f.t, err)
 	c := &http.Client{Transport: tr}

@@ -16,8 +16,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/presets/slackquota"
 	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -31,19 +33,19 @@ const (
 // keyStore is a MemoryStore that records every key it is asked about, to
 // check that no token reaches a store.
 type keyStore struct {
-	*throttle.MemoryStore
+	*memstore.Store
 	mu   sync.Mutex
 	keys []string
 }
 
-func (s *keyStore) Take(ctx context.Context, d *throttle.Demand) (throttle.Decision, error) {
+func (s *keyStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	s.mu.Lock()
 	for _, b := range d.Limits {
 		s.keys = append(s.keys, b.Key)
 	}
 	s.keys = append(s.keys, d.Pauses...)
 	s.mu.Unlock()
-	return s.MemoryStore.Take(ctx, d)
+	return s.Store.Take(ctx, d)
 }
 
 type fixture struct {
@@ -60,7 +62,7 @@ func newFixture(t *testing.T, po slackquota.Options, fo fakeslack.Options) *fixt
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
-	store := &keyStore{MemoryStore: throttle.NewMemoryStore()}
+	store := &keyStore{Store: memstore.New()}
 	tr, err := throttle.NewTransport(nil, slackquota.Policy(po), throttle.WithStore(store))
 	require.NoError(t, err)
 	c := &http.Client{Transport: tr}

@@ -1,28 +1,30 @@
-package throttle
+package memstore
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/quotakit/throttle/quota"
 )
 
-// This file holds the in-process store's [Inspector] methods.
+// This file holds the in-process store's [quota.Inspector] methods.
 
-var _ Inspector = (*MemoryStore)(nil)
+var _ quota.Inspector = (*Store)(nil)
 
-// Inspect implements [Inspector.Inspect]. It holds the store's lock while
+// Inspect implements [quota.Inspector.Inspect]. It holds the store's lock while
 // it walks the store's counters, so decisions wait for it: it is meant for
 // an operator's occasional look, not for every request.
-func (s *MemoryStore) Inspect(ctx context.Context, scope string, limits []Limit) ([]LimitState, error) {
+func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit) ([]quota.LimitState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("throttle: memory store: inspect: %w", err)
 	}
 	type algName struct {
-		alg  Algorithm
+		alg  quota.Algorithm
 		name string
 	}
-	byName := make(map[algName]Limit, len(limits))
+	byName := make(map[algName]quota.Limit, len(limits))
 	for _, l := range limits {
 		byName[algName{l.Algorithm, l.Name}] = l
 	}
@@ -30,10 +32,10 @@ func (s *MemoryStore) Inspect(ctx context.Context, scope string, limits []Limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UnixMicro()
-	var out []LimitState
+	var out []quota.LimitState
 	for id, end := range s.pauses {
 		if id.scope == scope && end > now {
-			out = append(out, LimitState{Key: id.key, Reset: micros(end - now)})
+			out = append(out, quota.LimitState{Key: id.key, Reset: micros(end - now)})
 		}
 	}
 	for id, b := range s.buckets {
@@ -49,7 +51,7 @@ func (s *MemoryStore) Inspect(ctx context.Context, scope string, limits []Limit)
 			out = append(out, st)
 		}
 	}
-	slices.SortFunc(out, func(a, b LimitState) int {
+	slices.SortFunc(out, func(a, b quota.LimitState) int {
 		if c := strings.Compare(a.Limit, b.Limit); c != 0 {
 			return c
 		}
@@ -60,10 +62,10 @@ func (s *MemoryStore) Inspect(ctx context.Context, scope string, limits []Limit)
 
 // state computes Used, Remaining and Reset of b at now without changing
 // b: the same arithmetic as the Redis store's inspection.
-func (b *memBucket) state(p params, now int64) LimitState {
-	var st LimitState
+func (b *memBucket) state(p params, now int64) quota.LimitState {
+	var st quota.LimitState
 	switch p.alg {
-	case GCRA:
+	case quota.GCRA:
 		T := ceilDiv(p.p, p.r)
 		if b.tat > now {
 			st.Used = min(ceilDiv(b.tat-now, T), p.b)
@@ -71,13 +73,13 @@ func (b *memBucket) state(p params, now int64) LimitState {
 		}
 		st.Remaining = p.b - st.Used
 		return st
-	case FixedWindow:
+	case quota.FixedWindow:
 		k := floorDiv(now, p.p)
 		st.Used = b.count(k)
 		if st.Used > 0 {
 			st.Reset = micros((k+1)*p.p - now)
 		}
-	case SlidingWindow:
+	case quota.SlidingWindow:
 		k := floorDiv(now, p.p)
 		cur, prev, e := b.count(k), b.count(k-1), now-k*p.p
 		st.Used = cur + ceilDiv(prev*(p.p-e), p.p)
@@ -87,7 +89,7 @@ func (b *memBucket) state(p params, now int64) LimitState {
 		case prev > 0:
 			st.Reset = micros((k+1)*p.p - now)
 		}
-	case SlidingLog:
+	case quota.SlidingLog:
 		var last int64
 		for _, e := range b.log {
 			if e.at > now-p.p {
@@ -98,7 +100,7 @@ func (b *memBucket) state(p params, now int64) LimitState {
 		if st.Used > 0 {
 			st.Reset = micros(last + p.p - now)
 		}
-	case Concurrency:
+	case quota.Concurrency:
 		var last int64
 		for _, l := range b.leases {
 			if l.expire > now {
@@ -114,9 +116,9 @@ func (b *memBucket) state(p params, now int64) LimitState {
 	return st
 }
 
-// ResetLimit implements [Inspector.ResetLimit]. Callers waiting for a
+// ResetLimit implements [quota.Inspector.ResetLimit]. Callers waiting for a
 // slot of a Concurrency limit are woken.
-func (s *MemoryStore) ResetLimit(ctx context.Context, scope string, l Limit, key string) error {
+func (s *Store) ResetLimit(ctx context.Context, scope string, l quota.Limit, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("throttle: memory store: reset: %w", err)
 	}
@@ -136,8 +138,8 @@ func (s *MemoryStore) ResetLimit(ctx context.Context, scope string, l Limit, key
 	return nil
 }
 
-// ClearPause implements [Inspector.ClearPause].
-func (s *MemoryStore) ClearPause(ctx context.Context, scope, key string) error {
+// ClearPause implements [quota.Inspector.ClearPause].
+func (s *Store) ClearPause(ctx context.Context, scope, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("throttle: memory store: clear pause: %w", err)
 	}

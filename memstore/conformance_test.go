@@ -1,10 +1,11 @@
-package throttle_test
+package memstore_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/storetest"
 )
 
@@ -12,8 +13,8 @@ import (
 // in-process store. It has no Instances: a MemoryStore is per process.
 func TestMemoryStoreConformance(t *testing.T) {
 	storetest.Run(t, storetest.Config{
-		New: func(_ *testing.T, now func() time.Time) throttle.Store {
-			return throttle.NewMemoryStore(throttle.WithStoreClock(now))
+		New: func(_ *testing.T, now func() time.Time) quota.Store {
+			return memstore.New(memstore.WithClock(now))
 		},
 	})
 }

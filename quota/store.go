@@ -1,14 +1,17 @@
-package throttle
+package quota
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
 // A Store keeps the state of limits and pauses and makes every decision
-// about them. [Transport] asks its Store once per matched request.
+// about them. The throttle Transport asks its Store once per matched
+// request.
 //
-// The in-process store ([NewMemoryStore]) is the default; the redisstore
+// The in-process store (package memstore) is the default; the redisstore
 // package provides a Store shared by every instance of a service through
 // Redis. Both pass the same conformance suite (package storetest), which is
 // the precise statement of the semantics below.
@@ -100,13 +103,13 @@ type Store interface {
 // the cost it is charged, and how long it may wait.
 type Demand struct {
 	// Scope groups the counters and pauses of a decision. The Redis store
-	// keeps all keys of one scope in one Cluster slot. Transport sets it to
-	// the matched rule's scope ([Rule.Scope]).
+	// keeps all keys of one scope in one Cluster slot. The Transport sets it
+	// to the matched rule's scope (throttle.Rule.Scope).
 	Scope string
 
 	// Limits are decided together: all admit, or none is charged. Each
 	// counter (limit name and key) may appear once; stores reject a
-	// demand that names one twice with a [PolicyError].
+	// demand that names one twice ([Demand.Validate]).
 	Limits []Bucket
 
 	// Pauses lists the pause keys of Scope that hold this demand back; a
@@ -121,20 +124,36 @@ type Demand struct {
 	// Zero means the demand is granted only if it can act now; a negative
 	// value is treated as zero.
 	MaxWait time.Duration
-
-	held *Reservation // Transport: the granted reservation whose slots the request holds
 }
 
-// SameCounter returns the index of a bucket before d.Limits[i] that
-// shares its counter (same limit name and key), or -1 if there is none.
-// Stores reject such demands: one demand charges each counter once.
-func (d *Demand) SameCounter(i int) int {
-	for j := range i {
-		if d.Limits[j].Limit.Name == d.Limits[i].Limit.Name && d.Limits[j].Key == d.Limits[i].Key {
-			return j
+// Validate checks what every store requires of a demand before it decides
+// it: a cost of at least 1, valid limits, no counter (limit name and key)
+// named twice, and a cost that every limit can admit at once. A problem
+// with a field is a [*FieldError] (matching [ErrInvalid]); a cost above a
+// limit's capacity wraps [ErrCostTooHigh].
+func (d *Demand) Validate() error {
+	if d == nil {
+		return &FieldError{Field: "Demand", Err: errors.New("must not be nil")}
+	}
+	if d.Cost < 1 {
+		return &FieldError{Field: "Cost", Err: fmt.Errorf("must be at least 1, got %d", d.Cost)}
+	}
+	for i := range d.Limits {
+		l := d.Limits[i].Limit
+		if field, err := l.check(); err != nil {
+			return &FieldError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
+		}
+		for j := range i {
+			if d.Limits[j].Limit.Name == l.Name && d.Limits[j].Key == d.Limits[i].Key {
+				return &FieldError{Field: fmt.Sprintf("Limits[%d]", i),
+					Err: fmt.Errorf("same counter as Limits[%d] (limit %s, same key): a demand charges each counter once", j, l.Name)}
+			}
+		}
+		if c := l.Capacity(); d.Cost > c {
+			return fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, l.Name, c, d.Cost)
 		}
 	}
-	return -1
+	return nil
 }
 
 // A Bucket is one limit resolved for one request: the limit's parameters
@@ -142,10 +161,9 @@ func (d *Demand) SameCounter(i int) int {
 // limit name and key share one counter.
 type Bucket struct {
 	// Limit gives the name and parameters (Rate, Per, Burst, Algorithm).
-	// Limit.Key is not used by stores.
 	Limit Limit
 
-	// Key identifies the counter within the limit. Transport passes keys
+	// Key identifies the counter within the limit. The Transport passes keys
 	// already escaped: they contain only the bytes [A-Za-z0-9._~%:@+=-] and
 	// are at most 128 bytes long.
 	Key string
@@ -210,12 +228,12 @@ type Reservation struct {
 // A LeaseStore is a [Store] that implements [Concurrency] limits: it holds
 // each granted slot as a lease with an id (the reservation's ID) and an
 // expiry, and lets the holder claim (for a reservation), renew and release
-// it. [NewTransport] requires one when a rule has a Concurrency limit. Both
+// it. The Transport requires one when a rule has a Concurrency limit. Both
 // stores of this module are LeaseStores.
 //
 // A request that must wait for its rate quota holds no slot while it
 // waits: Take charges the rate limits for the reserved instant and leaves
-// the slots unclaimed, and [Transport] claims them when the instant comes,
+// the slots unclaimed, and the Transport claims them when the instant comes,
 // just before it sends. A request is therefore never sent without both its
 // rate charge having come due and its slots held.
 //
@@ -234,8 +252,11 @@ type LeaseStore interface {
 	// release with a later call (redisstore does, so that an in-flight
 	// limit costs one round trip per request): it must then free them
 	// promptly, and a Take or Claim of the same scope that the same store
-	// value sends after Release returned must see them free. An error
-	// means the slots may stay held until their leases expire.
+	// value sends after Release returned must see them free. Such a
+	// store also offers Flush(ctx) error, which sends what is held back
+	// (before a shutdown, or before another store value must see it; the
+	// conformance suite calls it). An error means the slots may stay held
+	// until their leases expire.
 	Release(ctx context.Context, r *Reservation) error
 
 	// Claim takes the Concurrency slots of r, an unclaimed reservation
@@ -275,13 +296,14 @@ type LeaseStore interface {
 	WatchRelease(ctx context.Context, scope string, b Bucket) (wake <-chan struct{}, stop func(), err error)
 }
 
-// A RuleChecker is a [Store] that can decide only some rules as written
-// (redisstore's MULTI/EXEC mode: fixed windows only, and no waiting).
-// [NewTransport] asks it about every rule and fails with the first
-// problem, so a mismatch shows at start-up rather than as refusals.
-type RuleChecker interface {
-	// CheckRule returns nil if the store can decide the requests of r as
-	// r says, or a [*PolicyError] naming the field it cannot honour (its
-	// Rule may be left empty).
-	CheckRule(r Rule) error
+// A LimitChecker is a [Store] that can decide only some demands as written
+// (redisstore's MULTI/EXEC store: fixed windows only, and no waiting). The
+// Transport asks it about every rule when it is built and fails with the
+// first problem, so a mismatch shows at start-up rather than as refusals.
+type LimitChecker interface {
+	// CheckLimits returns nil if the store can decide demands on limits, waiting
+	// up to their MaxWait if mayWait, or a [*FieldError] naming the field
+	// it cannot honour ("Limits[1].Algorithm", or "Wait" when it cannot
+	// wait).
+	CheckLimits(limits []Limit, mayWait bool) error
 }

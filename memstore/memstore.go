@@ -1,4 +1,8 @@
-package throttle
+// Package memstore is the in-process store: the default of
+// throttle.NewTransport, exact and safe for concurrent use. Its counters
+// are private to the process; package redisstore shares them across a
+// fleet.
+package memstore
 
 import (
 	"context"
@@ -6,18 +10,20 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/quotakit/throttle/quota"
 )
 
-// MemoryStore is the in-process [Store]: exact, safe for concurrent use,
-// and the default of [NewTransport] when no store is given. It implements
-// every [Algorithm] with the same semantics as the Redis store, but its
-// counters are private to the process: two instances of a service with a
-// MemoryStore each get the whole quota.
+// Store is the in-process [quota.Store]: exact, safe for concurrent use,
+// and the default of throttle.NewTransport when no store is given. It
+// implements every [quota.Algorithm] with the same semantics as the Redis
+// store, but its counters are private to the process: two instances of a
+// service with a memstore each get the whole quota.
 //
 // Memory is bounded by the active keys: a key whose state no longer
 // matters (its window has passed, its GCRA time is behind the clock) is
 // dropped by a sweep that runs as decisions are made.
-type MemoryStore struct {
+type Store struct {
 	now func() time.Time
 
 	mu      sync.Mutex
@@ -29,24 +35,24 @@ type MemoryStore struct {
 	watch   map[bucketID]*waitList
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ quota.Store = (*Store)(nil)
 
-// A MemoryStoreOption configures a [MemoryStore].
-type MemoryStoreOption func(*MemoryStore)
+// An Option configures a [Store].
+type Option func(*Store)
 
-// WithStoreClock makes the store read the time from now instead of
+// WithClock makes the store read the time from now instead of
 // [time.Now], for tests. A nil now leaves the default.
-func WithStoreClock(now func() time.Time) MemoryStoreOption {
-	return func(s *MemoryStore) {
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) {
 		if now != nil {
 			s.now = now
 		}
 	}
 }
 
-// NewMemoryStore returns an empty in-process store.
-func NewMemoryStore(opts ...MemoryStoreOption) *MemoryStore {
-	s := &MemoryStore{
+// New returns an empty in-process store.
+func New(opts ...Option) *Store {
+	s := &Store{
 		now:     time.Now,
 		buckets: make(map[bucketID]*memBucket),
 		pauses:  make(map[pauseID]int64),
@@ -65,7 +71,7 @@ type pauseID struct{ scope, key string }
 // memBucket is the state of one counter. Which fields are used depends on
 // the algorithm.
 type memBucket struct {
-	alg     Algorithm
+	alg     quota.Algorithm
 	tat     int64      // GCRA: theoretical arrival time, µs
 	windows []window   // FixedWindow, SlidingWindow: counts by window, ascending
 	log     []logEntry // SlidingLog: admitted demands, ascending by time
@@ -85,15 +91,15 @@ type logEntry struct {
 
 // params are a limit's numbers in store units.
 type params struct {
-	alg  Algorithm
+	alg  quota.Algorithm
 	p    int64 // period, µs
 	r    int64 // rate
 	b    int64 // GCRA burst
 	cost int64
 }
 
-func newParams(l Limit, cost int) params {
-	return params{alg: l.Algorithm, p: l.Per.Microseconds(), r: int64(l.Rate), b: int64(l.burst()), cost: int64(cost)}
+func newParams(l quota.Limit, cost int) params {
+	return params{alg: l.Algorithm, p: l.Per.Microseconds(), r: int64(l.Rate), b: int64(l.BurstOrRate()), cost: int64(cost)}
 }
 
 // minSweep is the smallest number of entries at which sweeps run; between
@@ -104,15 +110,15 @@ const (
 	maxFixpoint = 1000
 )
 
-// Take implements [Store.Take].
-func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
+// Take implements [quota.Store.Take].
+func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("throttle: memory store: %w", err)
+		return quota.Decision{}, fmt.Errorf("throttle: memory store: %w", err)
 	}
 	var psBuf [4]params
 	ps, err := checkDemand(d, psBuf[:0])
 	if err != nil {
-		return Decision{}, err
+		return quota.Decision{}, err
 	}
 	maxWait := max(d.MaxWait, 0).Microseconds()
 
@@ -143,7 +149,7 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 	binding := -1
 	for iter := 0; ; iter++ {
 		if iter == maxFixpoint {
-			return Decision{}, fmt.Errorf("throttle: memory store: no common instant for %d limits after %d rounds", len(d.Limits), iter)
+			return quota.Decision{}, fmt.Errorf("throttle: memory store: no common instant for %d limits after %d rounds", len(d.Limits), iter)
 		}
 		next, raiser := t, -1
 		for i, b := range bs {
@@ -158,7 +164,7 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 	}
 
 	if t-now > maxWait {
-		dec := Decision{Delay: micros(t - now), Limit: binding}
+		dec := quota.Decision{Delay: micros(t - now), Limit: binding}
 		if binding < 0 && pause >= 0 {
 			dec.Pause = d.Pauses[pause]
 		}
@@ -170,7 +176,7 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 
 	r := newReservation(d)
 	for i, l := range d.Limits {
-		if l.Limit.Algorithm == Concurrency {
+		if l.Limit.Algorithm == quota.Concurrency {
 			if r.ID == "" {
 				r.ID = s.nextLeaseID()
 			}
@@ -184,25 +190,25 @@ func (s *MemoryStore) Take(ctx context.Context, d *Demand) (Decision, error) {
 			b = &memBucket{alg: l.Limit.Algorithm}
 			s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}] = b
 		}
-		if l.Limit.Algorithm == Concurrency {
+		if l.Limit.Algorithm == quota.Concurrency {
 			r.Marks[i] = b.hold(ps[i], now, r.ID)
 			continue
 		}
 		r.Marks[i] = b.commit(ps[i], t)
 	}
 	s.ops++
-	return Decision{OK: true, Delay: micros(t - now), Limit: -1, Reservation: r}, nil
+	return quota.Decision{OK: true, Delay: micros(t - now), Limit: -1, Reservation: r}, nil
 }
 
 // reservation is a Reservation with room for the marks of a few limits,
 // so a decision allocates once.
 type reservation struct {
-	Reservation
+	quota.Reservation
 	marks [4]int64
 }
 
-func newReservation(d *Demand) *Reservation {
-	rv := &reservation{Reservation: Reservation{Demand: d}}
+func newReservation(d *quota.Demand) *quota.Reservation {
+	rv := &reservation{Reservation: quota.Reservation{Demand: d}}
 	if n := len(d.Limits); n <= len(rv.marks) {
 		rv.Marks = rv.marks[:n]
 	} else {
@@ -211,8 +217,8 @@ func newReservation(d *Demand) *Reservation {
 	return &rv.Reservation
 }
 
-// Cancel implements [Store.Cancel].
-func (s *MemoryStore) Cancel(ctx context.Context, r *Reservation) error {
+// Cancel implements [quota.Store.Cancel].
+func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return fmt.Errorf("throttle: memory store: cancel: malformed reservation")
 	}
@@ -226,7 +232,7 @@ func (s *MemoryStore) Cancel(ctx context.Context, r *Reservation) error {
 			continue
 		}
 		p := newParams(l.Limit, d.Cost)
-		if p.alg == Concurrency {
+		if p.alg == quota.Concurrency {
 			s.drop(bucketID{d.Scope, l.Limit.Name, l.Key}, b, r.ID)
 			continue
 		}
@@ -236,8 +242,8 @@ func (s *MemoryStore) Cancel(ctx context.Context, r *Reservation) error {
 	return nil
 }
 
-// Pause implements [Store.Pause].
-func (s *MemoryStore) Pause(ctx context.Context, scope, key string, d time.Duration) error {
+// Pause implements [quota.Store.Pause].
+func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
@@ -251,17 +257,9 @@ func (s *MemoryStore) Pause(ctx context.Context, scope, key string, d time.Durat
 	return nil
 }
 
-// Len returns the number of counters and pauses the store holds, including
-// expired ones not yet swept.
-func (s *MemoryStore) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.buckets) + len(s.pauses)
-}
-
 // maybeSweep drops expired state when enough decisions have passed or the
 // maps have doubled since the last sweep. Amortized O(1) per decision.
-func (s *MemoryStore) maybeSweep(now int64) {
+func (s *Store) maybeSweep(now int64) {
 	n := len(s.buckets) + len(s.pauses)
 	if n < s.sweepAt && s.ops < sweepPeriod {
 		return
@@ -282,23 +280,11 @@ func (s *MemoryStore) maybeSweep(now int64) {
 
 // checkDemand rejects a demand no limit could ever grant and converts its
 // limits to store units.
-func checkDemand(d *Demand, ps []params) ([]params, error) {
-	if d == nil {
-		return nil, fmt.Errorf("throttle: nil demand")
+func checkDemand(d *quota.Demand, ps []params) ([]params, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
 	}
-	if d.Cost < 1 {
-		return nil, fmt.Errorf("throttle: demand cost must be at least 1, got %d", d.Cost)
-	}
-	for i, b := range d.Limits {
-		if field, err := b.Limit.validate(); err != nil {
-			return nil, &PolicyError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
-		}
-		if c := b.Limit.capacity(); d.Cost > c {
-			return nil, fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, b.Limit.Name, c, d.Cost)
-		}
-		if j := d.SameCounter(i); j >= 0 {
-			return nil, &PolicyError{Field: fmt.Sprintf("Limits[%d]", i), Err: fmt.Errorf("same counter as Limits[%d] (limit %s, same key): a demand charges each counter once", j, b.Limit.Name)}
-		}
+	for _, b := range d.Limits {
 		ps = append(ps, newParams(b.Limit, d.Cost))
 	}
 	return ps, nil
@@ -311,16 +297,16 @@ func (b *memBucket) earliest(p params, t int64) int64 {
 		return t
 	}
 	switch p.alg {
-	case GCRA:
+	case quota.GCRA:
 		T := ceilDiv(p.p, p.r)
 		return max(t, b.tat+p.cost*T-p.b*T)
-	case FixedWindow:
+	case quota.FixedWindow:
 		for k := floorDiv(t, p.p); ; k++ {
 			if b.count(k)+p.cost <= p.r {
 				return max(t, k*p.p)
 			}
 		}
-	case SlidingLog:
+	case quota.SlidingLog:
 		t = max(t, b.lastAt())
 		i, _ := slices.BinarySearchFunc(b.log, t-p.p+1, func(e logEntry, at int64) int { return cmpInt(e.at, at) })
 		var sum int64
@@ -332,7 +318,7 @@ func (b *memBucket) earliest(p params, t int64) int64 {
 			sum -= b.log[i].cost
 		}
 		return t
-	case SlidingWindow:
+	case quota.SlidingWindow:
 		for k := floorDiv(t, p.p); ; k++ {
 			start := k * p.p
 			room := p.r - b.count(k) - p.cost
@@ -356,20 +342,20 @@ func (b *memBucket) earliest(p params, t int64) int64 {
 // the mark that refund needs.
 func (b *memBucket) commit(p params, t int64) int64 {
 	switch p.alg {
-	case GCRA:
+	case quota.GCRA:
 		b.tat = max(b.tat, t) + p.cost*ceilDiv(p.p, p.r)
 		b.expire = b.tat
 		return b.tat
-	case FixedWindow, SlidingWindow:
+	case quota.FixedWindow, quota.SlidingWindow:
 		k := floorDiv(t, p.p)
 		b.add(k, p.cost)
 		end := (k + 1) * p.p
-		if p.alg == SlidingWindow {
+		if p.alg == quota.SlidingWindow {
 			end += p.p // counted as the previous window by the next one
 		}
 		b.expire = max(b.expire, end)
 		return k
-	case SlidingLog:
+	case quota.SlidingLog:
 		b.log = append(b.log, logEntry{at: t, cost: p.cost})
 		b.expire = max(b.expire, t+p.p)
 		return t
@@ -380,13 +366,13 @@ func (b *memBucket) commit(p params, t int64) int64 {
 // refund gives back a charge recorded by commit, as far as that is safe.
 func (b *memBucket) refund(p params, mark int64) {
 	switch p.alg {
-	case GCRA:
+	case quota.GCRA:
 		if b.tat == mark { // no later grant sits on the time this one skipped
 			b.tat -= p.cost * ceilDiv(p.p, p.r)
 		}
-	case FixedWindow, SlidingWindow:
+	case quota.FixedWindow, quota.SlidingWindow:
 		b.add(mark, -p.cost)
-	case SlidingLog:
+	case quota.SlidingLog:
 		for i := len(b.log) - 1; i >= 0; i-- {
 			if b.log[i].at == mark && b.log[i].cost == p.cost {
 				b.log = slices.Delete(b.log, i, i+1)
@@ -399,9 +385,9 @@ func (b *memBucket) refund(p params, mark int64) {
 // prune forgets state that can no longer affect a decision at or after now.
 func (b *memBucket) prune(p params, now int64) {
 	switch p.alg {
-	case FixedWindow, SlidingWindow:
+	case quota.FixedWindow, quota.SlidingWindow:
 		keep := floorDiv(now, p.p)
-		if p.alg == SlidingWindow {
+		if p.alg == quota.SlidingWindow {
 			keep--
 		}
 		i := 0
@@ -409,7 +395,7 @@ func (b *memBucket) prune(p params, now int64) {
 			i++
 		}
 		b.windows = b.windows[i:]
-	case SlidingLog:
+	case quota.SlidingLog:
 		i := 0
 		for i < len(b.log) && b.log[i].at <= now-p.p {
 			i++
@@ -417,7 +403,7 @@ func (b *memBucket) prune(p params, now int64) {
 		if i > 0 {
 			b.log = slices.Delete(b.log, 0, i)
 		}
-	case Concurrency:
+	case quota.Concurrency:
 		b.leases = slices.DeleteFunc(b.leases, func(l lease) bool { return l.expire <= now })
 	}
 }

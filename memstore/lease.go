@@ -1,16 +1,18 @@
-package throttle
+package memstore
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/quotakit/throttle/quota"
 )
 
 // This file holds the in-process store's Concurrency limits: leases,
 // their release and renewal, and the wake-ups of waiters.
 
-var _ LeaseStore = (*MemoryStore)(nil)
+var _ quota.LeaseStore = (*Store)(nil)
 
 // lease is one slot of a Concurrency bucket.
 type lease struct {
@@ -19,7 +21,7 @@ type lease struct {
 }
 
 // nextLeaseID returns a lease id unique in the store. s.mu is held.
-func (s *MemoryStore) nextLeaseID() string {
+func (s *Store) nextLeaseID() string {
 	s.leaseN++
 	return "m" + strconv.FormatUint(s.leaseN, 36)
 }
@@ -27,9 +29,9 @@ func (s *MemoryStore) nextLeaseID() string {
 // slotsFull reports whether a Concurrency limit of the demand has no free
 // slot now (bs are pruned to now), and if so the refusal: the delay until
 // max(t, the instant expiries alone free a slot).
-func slotsFull(ps []params, bs []*memBucket, now, t int64) (Decision, bool) {
+func slotsFull(ps []params, bs []*memBucket, now, t int64) (quota.Decision, bool) {
 	for i, p := range ps {
-		if p.alg != Concurrency || bs[i] == nil {
+		if p.alg != quota.Concurrency || bs[i] == nil {
 			continue
 		}
 		held := bs[i].leases
@@ -39,10 +41,10 @@ func slotsFull(ps []params, bs []*memBucket, now, t int64) (Decision, bool) {
 				exp[j] = l.expire
 			}
 			slices.Sort(exp)
-			return Decision{Delay: micros(max(t, exp[n-p.r]) - now), Limit: i}, true
+			return quota.Decision{Delay: micros(max(t, exp[n-p.r]) - now), Limit: i}, true
 		}
 	}
-	return Decision{}, false
+	return quota.Decision{}, false
 }
 
 // hold adds a lease id on one slot from now and returns its expiry. If b
@@ -60,16 +62,16 @@ func (b *memBucket) hold(p params, now int64, id string) int64 {
 	return exp
 }
 
-// Claim implements [LeaseStore.Claim].
-func (s *MemoryStore) Claim(ctx context.Context, r *Reservation) (Decision, error) {
+// Claim implements [quota.LeaseStore.Claim].
+func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("throttle: memory store: claim: %w", err)
+		return quota.Decision{}, fmt.Errorf("throttle: memory store: claim: %w", err)
 	}
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) || r.ID == "" {
-		return Decision{}, fmt.Errorf("throttle: memory store: claim: malformed reservation")
+		return quota.Decision{}, fmt.Errorf("throttle: memory store: claim: malformed reservation")
 	}
 	if !r.Unclaimed {
-		return Decision{OK: true, Limit: -1, Reservation: r}, nil
+		return quota.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	}
 	d := r.Demand
 	s.mu.Lock()
@@ -78,12 +80,12 @@ func (s *MemoryStore) Claim(ctx context.Context, r *Reservation) (Decision, erro
 	ps := make([]params, len(d.Limits))
 	bs := make([]*memBucket, len(d.Limits))
 	for i, l := range d.Limits {
-		if l.Limit.Algorithm != Concurrency {
+		if l.Limit.Algorithm != quota.Concurrency {
 			continue // slotsFull skips it
 		}
 		ps[i] = newParams(l.Limit, 1)
 		b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]
-		if b == nil || b.alg != Concurrency {
+		if b == nil || b.alg != quota.Concurrency {
 			continue
 		}
 		b.prune(ps[i], now)
@@ -98,24 +100,24 @@ func (s *MemoryStore) Claim(ctx context.Context, r *Reservation) (Decision, erro
 	copy(c.Marks, r.Marks)
 	c.ID = r.ID
 	for i, l := range d.Limits {
-		if l.Limit.Algorithm != Concurrency {
+		if l.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
 		bid := bucketID{d.Scope, l.Limit.Name, l.Key}
 		b := s.buckets[bid]
-		if b == nil || b.alg != Concurrency {
-			b = &memBucket{alg: Concurrency}
+		if b == nil || b.alg != quota.Concurrency {
+			b = &memBucket{alg: quota.Concurrency}
 			s.buckets[bid] = b
 		}
 		c.Marks[i] = b.hold(ps[i], now, r.ID)
 	}
 	s.ops++
-	return Decision{OK: true, Limit: -1, Reservation: c}, nil
+	return quota.Decision{OK: true, Limit: -1, Reservation: c}, nil
 }
 
 // drop removes lease id from b, if b holds it, and wakes a waiter of the
 // bucket. s.mu is held.
-func (s *MemoryStore) drop(bid bucketID, b *memBucket, id string) {
+func (s *Store) drop(bid bucketID, b *memBucket, id string) {
 	i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == id })
 	if i < 0 {
 		return
@@ -128,17 +130,17 @@ func (s *MemoryStore) drop(bid bucketID, b *memBucket, id string) {
 
 // leaseBuckets calls f for every Concurrency limit of r with its bucket,
 // nil if it has none. s.mu is held.
-func (s *MemoryStore) leaseBuckets(r *Reservation, f func(bid bucketID, b *memBucket, p params)) error {
+func (s *Store) leaseBuckets(r *quota.Reservation, f func(bid bucketID, b *memBucket, p params)) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return fmt.Errorf("throttle: memory store: malformed reservation")
 	}
 	for _, l := range r.Demand.Limits {
-		if l.Limit.Algorithm != Concurrency {
+		if l.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
 		bid := bucketID{r.Demand.Scope, l.Limit.Name, l.Key}
 		b := s.buckets[bid]
-		if b != nil && b.alg != Concurrency {
+		if b != nil && b.alg != quota.Concurrency {
 			b = nil
 		}
 		f(bid, b, newParams(l.Limit, 1))
@@ -146,8 +148,8 @@ func (s *MemoryStore) leaseBuckets(r *Reservation, f func(bid bucketID, b *memBu
 	return nil
 }
 
-// Release implements [LeaseStore.Release].
-func (s *MemoryStore) Release(ctx context.Context, r *Reservation) error {
+// Release implements [quota.LeaseStore.Release].
+func (s *Store) Release(ctx context.Context, r *quota.Reservation) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.leaseBuckets(r, func(bid bucketID, b *memBucket, _ params) {
@@ -157,8 +159,8 @@ func (s *MemoryStore) Release(ctx context.Context, r *Reservation) error {
 	})
 }
 
-// Renew implements [LeaseStore.Renew].
-func (s *MemoryStore) Renew(ctx context.Context, r *Reservation) error {
+// Renew implements [quota.LeaseStore.Renew].
+func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("throttle: memory store: renew: %w", err)
 	}
@@ -184,14 +186,14 @@ func (s *MemoryStore) Renew(ctx context.Context, r *Reservation) error {
 		return err
 	}
 	if lost != "" {
-		return fmt.Errorf("throttle: memory store: renew: limit %s: %w", lost, ErrLeaseLost)
+		return fmt.Errorf("throttle: memory store: renew: limit %s: %w", lost, quota.ErrLeaseLost)
 	}
 	return nil
 }
 
-// WatchRelease implements [LeaseStore.WatchRelease]. Wake-ups come from
+// WatchRelease implements [quota.LeaseStore.WatchRelease]. Wake-ups come from
 // Release and Cancel in this process; none is ever lost.
-func (s *MemoryStore) WatchRelease(ctx context.Context, scope string, b Bucket) (<-chan struct{}, func(), error) {
+func (s *Store) WatchRelease(ctx context.Context, scope string, b quota.Bucket) (<-chan struct{}, func(), error) {
 	bid := bucketID{scope, b.Limit.Name, b.Key}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,4 +1,4 @@
-package throttle
+package quota
 
 import (
 	"context"
@@ -37,10 +37,10 @@ func (s LimitState) Pause() bool { return s.Limit == "" }
 
 // An Inspector is a [Store] that can show and edit its live state, for
 // operators (the cmd/throttle command). Both stores of this module are
-// Inspectors. It is optional: [Transport] never uses it.
+// Inspectors. It is optional: the Transport never uses it.
 //
 // Scopes, limit names and keys are those of [Demand] and [Bucket]: a
-// rule's scope is [Rule.Scope] or its name, and keys are escaped as the
+// rule's scope is throttle.Rule.Scope or its name, and keys are escaped as the
 // transport escapes them.
 type Inspector interface {
 	Store
