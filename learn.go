@@ -55,7 +55,7 @@ type Learning struct {
 
 	// Limited classifies a response as "slow down". Nil means the
 	// vendor profile's (see [Profile]; GitHub's counts a 403 with no
-	// quota left), else [DefaultLimited].
+	// quota left), else [quotaheader.DefaultLimited].
 	Limited func(resp *http.Response, fb quotaheader.Feedback) bool
 
 	// ResetFormat says how the vendor writes its *-Reset headers. Zero
@@ -137,7 +137,7 @@ func (t *Transport) learnConfig(r *rule, host string) learnConfig {
 		}
 	}
 	if c.limited == nil {
-		c.limited = DefaultLimited
+		c.limited = quotaheader.DefaultLimited
 	}
 	if c.defaultPause <= 0 {
 		c.defaultPause = defaultPause

@@ -18,6 +18,7 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -376,7 +377,7 @@ func TestProfileIsPickedByHost(t *testing.T) {
 		assert.Equal(t, 40*time.Second, le.RetryAfter)
 
 		_, err = throttle.NewTransport(vendor, learningPolicy(waiters.FailFast(), throttle.Learning{}, throttle.Retry{}),
-			throttle.WithProfiles(throttle.Profile{Name: "bad", Hosts: []string{"a b"}}))
+			throttle.WithProfiles(quotaheader.Profile{Name: "bad", Hosts: []string{"a b"}}))
 		assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
 	})
 }

@@ -414,8 +414,8 @@ func releaseResponse(resp *http.Response) {
 		return
 	}
 	var body io.Closer = resp.Body
-	if pb, ok := body.(*peekedBody); ok {
-		body = pb.c
+	if pb, ok := body.(interface{ Underlying() io.Closer }); ok {
+		body = pb.Underlying() // peeked at by a Limited function
 	}
 	switch b := body.(type) {
 	case *leaseBody:

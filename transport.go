@@ -33,7 +33,7 @@ type Transport struct {
 	hooks   Hooks
 	learned learner
 
-	profileList []Profile // as given to WithProfiles
+	profileList []quotaheader.Profile // as given to WithProfiles
 	profiles    []profile
 	failure     failover
 	logger      *slog.Logger // store state changes; nil: none
@@ -68,7 +68,7 @@ func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport,
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{base: base, policy: cp, now: time.Now, profileList: DefaultProfiles}
+	t := &Transport{base: base, policy: cp, now: time.Now, profileList: quotaheader.DefaultProfiles}
 	for _, o := range opts {
 		o(t)
 	}

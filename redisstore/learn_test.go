@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quotaheader"
 	"github.com/quotakit/throttle/waiters"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -156,7 +157,7 @@ func TestFleetPausesUntilGitHubReset(t *testing.T) {
 	})
 	// The vendor is on loopback, so give it GitHub's profile by its host.
 	host := strings.TrimPrefix(v.URL, "http://")
-	gh := throttle.GitHubProfile
+	gh := quotaheader.GitHub
 	gh.Hosts = []string{host}
 	prefix := redistest.Prefix(t)
 	ts := make([]*throttle.Transport, 8)

@@ -188,7 +188,7 @@ func (p Policy) now() time.Time {
 // slowDown reports whether resp asks the client to slow down: a 429, a 503
 // with Retry-After, or any answer after which the transport paused the
 // request's rule (a GitHub 403 for a spent quota, say; see
-// [throttle.Profile]).
+// [quotaheader.Profile]).
 func (p Policy) slowDown(resp *http.Response) bool {
 	if resp.StatusCode == http.StatusTooManyRequests ||
 		resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/quotaheader"
 	"github.com/quotakit/throttle/retryable"
 	"github.com/quotakit/throttle/waiters"
 )
@@ -309,7 +310,7 @@ func TestGitHubSpentQuotaIsRetriedAfterTheReset(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
-	gh := throttle.GitHubProfile
+	gh := quotaheader.GitHub
 	gh.Hosts = []string{strings.TrimPrefix(v.URL, "http://")}
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)

@@ -232,7 +232,7 @@ func Rules(o Options) []throttle.Rule {
 	limits := func(ls ...throttle.Limit) []throttle.Limit { return append(ls, everyRequest...) }
 	learn := func(sync, resource, pauseBy string) throttle.Learning {
 		return throttle.Learning{
-			Limited:      throttle.GitHubLimited,
+			Limited:      quotaheader.GitHubLimited,
 			ResetFormat:  quotaheader.ResetEpochSeconds,
 			DefaultPause: SecondaryPause,
 			MaxPause:     hour, // a reset is at most an hour away
