@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotakit/throttle/internal/pattern"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
@@ -175,8 +176,8 @@ type rule struct {
 	Rule
 	id    string // Name, for messages
 	scope string
-	host  *hostPattern
-	path  *pathPattern
+	host  *pattern.Host
+	path  *pattern.Path
 	wait  Waiter
 
 	syncIdx  int // index in Limits of Learn.Sync, or -1
@@ -249,7 +250,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			bad(id, "Scope", "%q must use only letters, digits and ._- (at most 64 bytes)", r.Scope)
 		}
 		if r.Host != "" {
-			h, err := parseHostPattern(r.Host)
+			h, err := pattern.ParseHost(r.Host)
 			if err != nil {
 				bad(id, "Host", "%v", err)
 			} else {
@@ -257,7 +258,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			}
 		}
 		if r.Path != "" {
-			pp, err := parsePathPattern(r.Path)
+			pp, err := pattern.ParsePath(r.Path)
 			if err != nil {
 				bad(id, "Path", "%v", err)
 			} else {
@@ -376,13 +377,13 @@ func (cp *compiledPolicy) match(req *http.Request) (*rule, *http.Request) {
 		if r.Method != "" && r.Method != method {
 			continue
 		}
-		if r.host != nil && !r.host.match(host) {
+		if r.host != nil && !r.host.Match(host) {
 			continue
 		}
 		var names, values []string
 		if r.path != nil {
 			var ok bool
-			if names, values, ok = r.path.match(req.URL); !ok {
+			if names, values, ok = r.path.Match(req.URL); !ok {
 				continue
 			}
 		}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"fmt"
 
+	"github.com/quotakit/throttle/internal/pattern"
 	"github.com/quotakit/throttle/quotaheader"
 )
 
@@ -18,7 +19,7 @@ func WithProfiles(ps ...quotaheader.Profile) Option {
 // profile is a Profile with its host patterns parsed.
 type profile struct {
 	quotaheader.Profile
-	hosts []hostPattern
+	hosts []pattern.Host
 }
 
 // compileProfiles parses the host patterns of ps.
@@ -27,7 +28,7 @@ func compileProfiles(ps []quotaheader.Profile) ([]profile, error) {
 	for _, p := range ps {
 		cp := profile{Profile: p}
 		for _, h := range p.Hosts {
-			hp, err := parseHostPattern(h)
+			hp, err := pattern.ParseHost(h)
 			if err != nil {
 				return nil, fmt.Errorf("%w: profile %s: %v", ErrInvalidPolicy, p.Name, err)
 			}
@@ -42,7 +43,7 @@ func compileProfiles(ps []quotaheader.Profile) ([]profile, error) {
 func profileFor(ps []profile, host string) *quotaheader.Profile {
 	for i := range ps {
 		for _, h := range ps[i].hosts {
-			if h.match(host) {
+			if h.Match(host) {
 				return &ps[i].Profile
 			}
 		}

@@ -1,4 +1,4 @@
-package throttle
+package pattern
 
 import (
 	"net/http"
@@ -54,7 +54,7 @@ func TestParsePathPatternErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := parsePathPattern(tt.pattern)
+			p, err := ParsePath(tt.pattern)
 			require.Error(t, err)
 			assert.Nil(t, p)
 			assert.Contains(t, err.Error(), tt.want)
@@ -193,13 +193,13 @@ func TestPathPatternMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := parsePathPattern(tt.pattern)
+			p, err := ParsePath(tt.pattern)
 			require.NoError(t, err)
-			assert.Equal(t, tt.names, p.wildcards())
+			assert.Equal(t, tt.names, p.Wildcards())
 			assert.Equal(t, tt.pattern, p.String())
 			for _, m := range tt.matches {
 				u := requestURL(t, m.path)
-				names, values, ok := p.match(u)
+				names, values, ok := p.Match(u)
 				assert.Equal(t, m.ok, ok, "path %q", m.path)
 				if m.ok && len(tt.names) > 0 {
 					assert.Equal(t, tt.names, names, "path %q", m.path)
@@ -232,41 +232,41 @@ func requestURL(t *testing.T, path string) *url.URL {
 }
 
 func TestPathPatternMatchEdges(t *testing.T) {
-	p, err := parsePathPattern("/a/{x}")
+	p, err := ParsePath("/a/{x}")
 	require.NoError(t, err)
 
 	t.Run("nil URL", func(t *testing.T) {
-		_, _, ok := p.match(nil)
+		_, _, ok := p.Match(nil)
 		assert.False(t, ok)
 	})
 	t.Run("opaque URL", func(t *testing.T) {
 		u, err := url.Parse("mailto:a/x")
 		require.NoError(t, err)
-		_, _, ok := p.match(u)
+		_, _, ok := p.Match(u)
 		assert.False(t, ok)
 	})
 	t.Run("nil pattern matches all", func(t *testing.T) {
-		var np *pathPattern
-		names, values, ok := np.match(&url.URL{Path: "/anything"})
+		var np *Path
+		names, values, ok := np.Match(&url.URL{Path: "/anything"})
 		assert.True(t, ok)
 		assert.Nil(t, names)
 		assert.Nil(t, values)
-		assert.Nil(t, np.wildcards())
+		assert.Nil(t, np.Wildcards())
 	})
 	t.Run("Path with a slash that RawPath escapes", func(t *testing.T) {
 		u := &url.URL{Path: "/a/b/c", RawPath: "/a/b%2Fc"}
-		_, values, ok := p.match(u)
+		_, values, ok := p.Match(u)
 		require.True(t, ok)
 		assert.Equal(t, []string{"b/c"}, values)
 	})
 	t.Run("Path with a slash, no RawPath", func(t *testing.T) {
-		_, _, ok := p.match(&url.URL{Path: "/a/b/c"})
+		_, _, ok := p.Match(&url.URL{Path: "/a/b/c"})
 		assert.False(t, ok)
 	})
 	t.Run("wildcards is a copy", func(t *testing.T) {
-		w := p.wildcards()
+		w := p.Wildcards()
 		w[0] = "changed"
-		assert.Equal(t, []string{"x"}, p.wildcards())
+		assert.Equal(t, []string{"x"}, p.Wildcards())
 	})
 	t.Run("many wildcards", func(t *testing.T) {
 		var pat, path strings.Builder
@@ -276,18 +276,18 @@ func TestPathPatternMatchEdges(t *testing.T) {
 			path.WriteString("/" + string(rune('A'+i)))
 			want = append(want, string(rune('A'+i)))
 		}
-		q, err := parsePathPattern(pat.String())
+		q, err := ParsePath(pat.String())
 		require.NoError(t, err)
-		names, values, ok := q.match(&url.URL{Path: path.String()})
+		names, values, ok := q.Match(&url.URL{Path: path.String()})
 		require.True(t, ok)
 		assert.Len(t, names, 12)
 		assert.Equal(t, want, values)
 	})
 	t.Run("values work with SetPathValue", func(t *testing.T) {
-		q, err := parsePathPattern("/repos/{owner}/{repo}/issues")
+		q, err := ParsePath("/repos/{owner}/{repo}/issues")
 		require.NoError(t, err)
 		r := httptest.NewRequest(http.MethodGet, "https://api.github.com/repos/golang/go/issues", nil)
-		names, values, ok := q.match(r.URL)
+		names, values, ok := q.Match(r.URL)
 		require.True(t, ok)
 		for i := range names {
 			r.SetPathValue(names[i], values[i])
@@ -369,9 +369,9 @@ func TestParseHostPatternErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := parseHostPattern(tt.pattern)
+			h, err := ParseHost(tt.pattern)
 			require.Error(t, err)
-			assert.Equal(t, hostPattern{}, h)
+			assert.Equal(t, Host{}, h)
 			assert.Contains(t, err.Error(), tt.want)
 			assert.Contains(t, err.Error(), "pattern "+strconv.Quote(tt.pattern)+": ")
 		})
@@ -506,11 +506,11 @@ func TestHostPatternMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := parseHostPattern(tt.pattern)
+			h, err := ParseHost(tt.pattern)
 			require.NoError(t, err)
 			assert.Equal(t, tt.pattern, h.String())
 			for host, want := range tt.hosts {
-				assert.Equal(t, want, h.match(host), "host %q", host)
+				assert.Equal(t, want, h.Match(host), "host %q", host)
 			}
 		})
 	}
@@ -535,19 +535,19 @@ func TestHostPatternMatchesParsedURLs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := parseHostPattern(tt.pattern)
+			h, err := ParseHost(tt.pattern)
 			require.NoError(t, err)
 			u, err := url.Parse(tt.rawURL)
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, h.match(u.Host))
+			assert.Equal(t, tt.want, h.Match(u.Host))
 		})
 	}
 }
 
 func TestHostPatternZeroValue(t *testing.T) {
-	var h hostPattern
-	assert.False(t, h.match("example.com"))
-	assert.True(t, h.match(""))
+	var h Host
+	assert.False(t, h.Match("example.com"))
+	assert.True(t, h.Match(""))
 }
 
 // FuzzPathPattern checks that parsing and matching never panic, that a
@@ -575,20 +575,20 @@ func FuzzPathPattern(f *testing.F) {
 	}
 	f.Add("//", "/0/")
 	f.Fuzz(func(t *testing.T, pattern, path string) {
-		p, err := parsePathPattern(pattern)
+		p, err := ParsePath(pattern)
 		if err != nil {
 			if p != nil {
-				t.Fatalf("parsePathPattern(%q) returned a pattern and an error", pattern)
+				t.Fatalf("ParsePath(%q) returned a pattern and an error", pattern)
 			}
 			return
 		}
-		wild := p.wildcards()
+		wild := p.Wildcards()
 		urls := []*url.URL{{Path: path}}
 		if u, err := url.Parse(path); err == nil {
 			urls = append(urls, u)
 		}
 		for _, u := range urls {
-			names, values, ok := p.match(u)
+			names, values, ok := p.Match(u)
 			if !ok {
 				if names != nil || values != nil {
 					t.Fatalf("no match of %q on %q, but names %q values %q", pattern, path, names, values)
@@ -613,7 +613,7 @@ func FuzzPathPattern(f *testing.F) {
 			if got == nil {
 				return // ServeMux refuses the pattern
 			}
-			names, values, ok := p.match(&url.URL{Path: path})
+			names, values, ok := p.Match(&url.URL{Path: path})
 			if ok != *got {
 				t.Fatalf("pattern %q, path %q: match %v, ServeMux %v", pattern, path, ok, *got)
 			}
@@ -654,7 +654,7 @@ func servemuxComparable(path string) bool {
 // sets. It returns nil if ServeMux refuses the pattern.
 func servemuxMatch(pattern, path string) (matched *bool, values map[string]string) {
 	mux := http.NewServeMux()
-	names := mustParsePath(pattern).wildcards()
+	names := mustParsePath(pattern).Wildcards()
 	var hit bool
 	if !func() (registered bool) {
 		defer func() {
@@ -678,8 +678,8 @@ func servemuxMatch(pattern, path string) (matched *bool, values map[string]strin
 	return &hit, values
 }
 
-func mustParsePath(s string) *pathPattern {
-	p, err := parsePathPattern(s)
+func mustParsePath(s string) *Path {
+	p, err := ParsePath(s)
 	if err != nil {
 		panic(err)
 	}
@@ -701,7 +701,7 @@ func TestPathPatternAgreesWithServeMux(t *testing.T) {
 		for _, path := range paths {
 			got, want := servemuxMatch(pat, path)
 			require.NotNil(t, got, "ServeMux refused %q", pat)
-			names, values, ok := p.match(&url.URL{Path: path})
+			names, values, ok := p.Match(&url.URL{Path: path})
 			if !assert.Equal(t, *got, ok, "pattern %q, path %q", pat, path) || !ok {
 				continue
 			}
@@ -735,7 +735,7 @@ func BenchmarkPathPatternMatch(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, _, ok := p.match(u); !ok {
+		if _, _, ok := p.Match(u); !ok {
 			b.Fatal("no match")
 		}
 	}
@@ -745,11 +745,11 @@ func BenchmarkPathPatternMatch(b *testing.B) {
 
 // BenchmarkHostPatternMatch measures match of a wildcard host pattern.
 func BenchmarkHostPatternMatch(b *testing.B) {
-	h, err := parseHostPattern("*.example.com:443")
+	h, err := ParseHost("*.example.com:443")
 	require.NoError(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
-		if !h.match("API.example.com:443") {
+		if !h.Match("API.example.com:443") {
 			b.Fatal("no match")
 		}
 	}

@@ -1,4 +1,11 @@
-package throttle
+// Package pattern holds the two request patterns of a throttle rule: the
+// path pattern, in the syntax of net/http.ServeMux (path part only), and
+// the host pattern. Both are parsed once when a policy is validated and
+// matched on every request, so matching avoids allocations: a path match
+// allocates only the slice of wildcard values it returns (and the decoded
+// value of a segment that holds percent escapes), a host match allocates
+// nothing.
+package pattern
 
 import (
 	"fmt"
@@ -9,13 +16,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
-
-// This file holds the two request patterns of a rule: the path pattern, in
-// the syntax of net/http.ServeMux (path part only), and the host pattern.
-// Both are parsed once when a policy is validated and matched on every
-// request, so matching avoids allocations: a path match allocates only the
-// slice of wildcard values it returns (and the decoded value of a segment
-// that holds percent escapes), a host match allocates nothing.
 
 // pathEnd says what a path pattern allows after its last segment.
 type pathEnd uint8
@@ -34,7 +34,7 @@ type pathSegment struct {
 	wild bool
 }
 
-// pathPattern is a parsed path pattern in the syntax of net/http.ServeMux
+// Path is a parsed path pattern in the syntax of net/http.ServeMux
 // (Go 1.22 and later), path part only: no method, no host.
 //
 //   - "/a/b" matches only the path "/a/b";
@@ -49,18 +49,18 @@ type pathSegment struct {
 // is not cleaned: "/a/../b" does not match "/b". A pattern's literal
 // segments are percent-decoded too, so "/a%20b" matches "/a b".
 //
-// A pathPattern is immutable and safe for concurrent use.
-type pathPattern struct {
+// A Path is immutable and safe for concurrent use.
+type Path struct {
 	str   string
 	segs  []pathSegment // the segments before the end
 	end   pathEnd
 	names []string // wildcard names in pattern order, the multi one last
 }
 
-// parsePathPattern parses s; see [pathPattern] for the syntax. The error
+// ParsePath parses s; see [Path] for the syntax. The error
 // says what is wrong and quotes s.
-func parsePathPattern(s string) (*pathPattern, error) {
-	bad := func(format string, args ...any) (*pathPattern, error) {
+func ParsePath(s string) (*Path, error) {
+	bad := func(format string, args ...any) (*Path, error) {
 		return nil, fmt.Errorf("pattern %q: %s", s, fmt.Sprintf(format, args...))
 	}
 	if s == "" {
@@ -91,7 +91,7 @@ func parsePathPattern(s string) (*pathPattern, error) {
 		}
 	}
 
-	p := &pathPattern{str: s, end: endExact}
+	p := &Path{str: s, end: endExact}
 	rest := s
 	for len(rest) > 0 {
 		// rest starts with "/".
@@ -164,11 +164,11 @@ func isIdentifier(s string) bool {
 }
 
 // String returns the pattern as it was written.
-func (p *pathPattern) String() string { return p.str }
+func (p *Path) String() string { return p.str }
 
-// wildcards returns the wildcard names of p in pattern order, for checking
-// the names given to [KeyFromPath]. The caller may keep and modify it.
-func (p *pathPattern) wildcards() []string {
+// Wildcards returns the wildcard names of p in pattern order, for checking
+// the names given to throttle.KeyFromPath. The caller may keep and modify it.
+func (p *Path) Wildcards() []string {
 	if p == nil {
 		return nil
 	}
@@ -179,7 +179,7 @@ func (p *pathPattern) wildcards() []string {
 // allocating before it knows the path matches.
 const maxStackWildcards = 8
 
-// match reports whether the path of u matches p and, if so, the wildcard
+// Match reports whether the path of u matches p and, if so, the wildcard
 // names and their values, in pattern order, for
 // [net/http.Request.SetPathValue]. The names slice belongs to p: the caller
 // must not modify its elements. A nil p matches every path and has no
@@ -187,7 +187,7 @@ const maxStackWildcards = 8
 //
 // A URL with an empty path matches as "/" (an HTTP client sends "/" for it).
 // A URL whose path does not start with "/" matches nothing.
-func (p *pathPattern) match(u *url.URL) (names, values []string, ok bool) {
+func (p *Path) Match(u *url.URL) (names, values []string, ok bool) {
 	if p == nil {
 		return nil, nil, true
 	}
@@ -341,7 +341,7 @@ func unhex(c byte) byte {
 	}
 }
 
-// hostPattern is a parsed host pattern. Host names compare without regard
+// Host is a parsed host pattern. Host names compare without regard
 // to case and a trailing dot on the request's host is ignored.
 //
 //   - "api.github.com" matches that name;
@@ -354,9 +354,9 @@ func unhex(c byte) byte {
 //     not known here: "example.com:443" does not match the host
 //     "example.com".
 //
-// A hostPattern is a value that is safe for concurrent use. Its zero value
+// A Host is a value that is safe for concurrent use. Its zero value
 // matches nothing but an empty host.
-type hostPattern struct {
+type Host struct {
 	str      string
 	name     string     // lower case, no trailing dot; the suffix with its leading "." when wildcard
 	addr     netip.Addr // the address when ipv6
@@ -365,11 +365,11 @@ type hostPattern struct {
 	ipv6     bool
 }
 
-// parseHostPattern parses s; see [hostPattern] for the syntax. The error
+// ParseHost parses s; see [Host] for the syntax. The error
 // says what is wrong and quotes s.
-func parseHostPattern(s string) (hostPattern, error) {
-	bad := func(format string, args ...any) (hostPattern, error) {
-		return hostPattern{}, fmt.Errorf("pattern %q: %s", s, fmt.Sprintf(format, args...))
+func ParseHost(s string) (Host, error) {
+	bad := func(format string, args ...any) (Host, error) {
+		return Host{}, fmt.Errorf("pattern %q: %s", s, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case s == "":
@@ -388,7 +388,7 @@ func parseHostPattern(s string) (hostPattern, error) {
 		}
 	}
 
-	h := hostPattern{str: s}
+	h := Host{str: s}
 	name, port := s, ""
 	hasPort := false
 	if s[0] == '[' {
@@ -484,12 +484,12 @@ func parsePort(port string) (string, error) {
 }
 
 // String returns the pattern as it was written.
-func (h hostPattern) String() string { return h.str }
+func (h Host) String() string { return h.str }
 
-// match reports whether host, a [url.URL.Host] (possibly with a port,
+// Match reports whether host, a [url.URL.Host] (possibly with a port,
 // possibly an IPv6 literal such as "[::1]:8080"), matches h. It does not
 // allocate.
-func (h hostPattern) match(host string) bool {
+func (h Host) Match(host string) bool {
 	name, port, ipv6, ok := splitRequestHost(host)
 	if !ok || ipv6 != h.ipv6 {
 		return false
