@@ -131,7 +131,7 @@
 //     gives this instance its share of every limit, the quota divided by
 //     [Policy.Instances] ([LocalShare]), so the fleet stays near the quota
 //     in total;
-//   - [FailOpen] sends without a decision, counted ([Transport.FailedOpen])
+//   - [FailOpen] sends without a decision, reported (DecisionEvent.Fallback)
 //     and reported (DecisionEvent.Fallback);
 //   - [FailClosed] refuses with [ErrStoreUnavailable].
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quotakit/throttle/memstore"
@@ -131,7 +130,6 @@ type failover struct {
 	once     sync.Once
 	breaker  *breaker
 	local    *memstore.Store
-	opened   atomic.Int64 // requests sent by FailOpen
 }
 
 // failover returns the transport's failover state, set up on first use.
@@ -196,7 +194,6 @@ func (t *Transport) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 	ev.Fallback = r.failMode
 	switch r.failMode {
 	case FailOpen:
-		f.opened.Add(1)
 		return quota.Decision{OK: true, Limit: -1}, nil
 	case FailClosed:
 		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: %w", r.id, ErrStoreUnavailable, err)
@@ -248,11 +245,4 @@ func (t *Transport) guard(ctx context.Context, call func(context.Context) error)
 		return call(ctx)
 	}
 	return t.failover().breaker.call(ctx, call, nil)
-}
-
-// FailedOpen returns how many requests this transport has sent without a
-// decision because the store was unavailable and their rule fails open
-// ([FailOpen]).
-func (t *Transport) FailedOpen() int64 {
-	return t.failure.opened.Load()
 }

@@ -128,8 +128,14 @@ func TestBreakerMaxInFlight(t *testing.T) {
 		Name: "r", Host: "127.0.0.1", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailOpen,
 		Limits: []throttle.Limit{{Name: "l", Rate: 10, Per: time.Hour}},
 	}}}
+	var failedOpen atomic.Int64
 	tr, err := throttle.NewTransport(nil, p, throttle.WithStore(s),
-		throttle.WithBreaker(throttle.Breaker{CallTimeout: 100 * time.Millisecond, MaxInFlight: 4}))
+		throttle.WithBreaker(throttle.Breaker{CallTimeout: 100 * time.Millisecond, MaxInFlight: 4}),
+		throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+			if ev.Fallback == throttle.FailOpen {
+				failedOpen.Add(1)
+			}
+		}}))
 	require.NoError(t, err)
 	c := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
@@ -142,7 +148,7 @@ func TestBreakerMaxInFlight(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, int64(20), tr.FailedOpen(), "every request got its failure mode")
+	assert.Equal(t, int64(20), failedOpen.Load(), "every request got its failure mode")
 	assert.LessOrEqual(t, s.maxInFlight.Load(), int64(4), "never more than MaxInFlight calls at once")
 	assert.Less(t, s.takes.Load(), int64(20), "requests that waited for a call slot when the breaker opened did not call")
 	tr.CloseIdleConnections()

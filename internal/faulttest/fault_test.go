@@ -27,7 +27,7 @@ var modes = []throttle.FailureMode{throttle.FailLocal, throttle.FailOpen, thrott
 // a rule of quota: FailLocal sends this instance's share and refuses the
 // rest with a *LimitError; FailOpen sends all, counted; FailClosed sends
 // none and fails with ErrStoreUnavailable.
-func checkMode(t *testing.T, mode throttle.FailureMode, tr *throttle.Transport, rs results, quota int) {
+func checkMode(t *testing.T, mode throttle.FailureMode, rec *recorder, rs results, quota int) {
 	t.Helper()
 	n := len(rs)
 	switch mode {
@@ -38,7 +38,7 @@ func checkMode(t *testing.T, mode throttle.FailureMode, tr *throttle.Transport, 
 		assert.Zero(t, rs.count(throttle.ErrStoreUnavailable))
 	case throttle.FailOpen:
 		assert.Equal(t, n, rs.sent(), "fail open sends everything")
-		assert.Equal(t, int64(n), tr.FailedOpen(), "and counts it")
+		assert.Equal(t, n, rec.fallbacksOf(throttle.FailOpen), "and reports each as failed open")
 	case throttle.FailClosed:
 		assert.Zero(t, rs.sent(), "fail closed sends nothing")
 		assert.Equal(t, n, rs.count(throttle.ErrStoreUnavailable))
@@ -67,7 +67,7 @@ func TestFaultUnreachableAtConstruction(t *testing.T) {
 			rec := &recorder{}
 			tr := newTransport(t, newStore(t, newClient(t, freeAddr(t))), policy(quota, mode), rec)
 			rs := fire(t, tr, v, "/", 2*quota, 4)
-			checkMode(t, mode, tr, rs, quota)
+			checkMode(t, mode, rec, rs, quota)
 			assertLatency(t, "unreachable/"+mode.String(), rs)
 			assertOnce(t, rec, false)
 			assert.Equal(t, int64(rs.sent()), v.got.Load())
@@ -198,7 +198,7 @@ func outage(t *testing.T, name string, start, end func(*redistest.Server, *fault
 			srv, px, v, rec, tr := proxied(t, quota, mode, opts...)
 			start(srv, px)
 			rs := fire(t, tr, v, "/", 30, 3)
-			checkMode(t, mode, tr, rs, quota)
+			checkMode(t, mode, rec, rs, quota)
 			assertLatency(t, name+"/"+mode.String(), rs)
 
 			end(srv, px)

@@ -199,6 +199,13 @@ func (r *recorder) upAfter(since time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// fallbacksOf is how many decisions got failure mode m.
+func (r *recorder) fallbacksOf(m throttle.FailureMode) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fallbacks[m]
+}
+
 func (r *recorder) fallbackCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
