@@ -141,30 +141,6 @@ type StoreEvent struct {
 	Outage time.Duration
 }
 
-// WithLogger makes the transport log to l:
-//
-//   - every change of the store's state (see [StoreEvent]), once per
-//     change, never per request: Error when the store's error wraps
-//     [ErrStoreConfig] (a configuration mistake, which waiting does not
-//     mend), Warn when the store starts failing or the breaker opens, Info
-//     when it answers again, with the count of failed calls, the outage's
-//     length and the store's error;
-//   - every pause learned from a vendor's answer, at Info (Warn when the
-//     store could not record it), with the rule, status and pause;
-//   - requests refused, given up or failed, at Debug only, with the rule,
-//     limit, outcome and retry time.
-//
-// Records never hold a key, a header or a URL, since those may carry
-// secrets. The hooks ([Hooks]) receive the same events.
-//
-// Without WithLogger (or with a nil l), the changes of the store's state,
-// and only those, go to [slog.Default], so that a store that fails or is
-// misconfigured is never silent. To silence them, pass a logger whose
-// handler discards, such as slog.New(slog.DiscardHandler).
-func WithLogger(l *slog.Logger) Option {
-	return func(t *Transport) { t.logger = l }
-}
-
 // reportStore hands a change of the store's state to the hook and the
 // logger (slog.Default when the transport has none).
 func (t *Transport) reportStore(ev StoreEvent) {

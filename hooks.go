@@ -141,3 +141,58 @@ type DecisionEvent struct {
 func WithHooks(h Hooks) Option {
 	return func(t *Transport) { t.hooks = h }
 }
+
+// A LeaseEventKind says what happened to the lease of a request's slot.
+type LeaseEventKind int
+
+const (
+	// LeaseRenewed: the lease was extended while the request was in flight.
+	LeaseRenewed LeaseEventKind = iota
+
+	// LeaseRenewFailed: renewing failed with a store error; the transport
+	// tries again a third of the lease time later.
+	LeaseRenewFailed
+
+	// LeaseLost: renewing found the lease gone (it expired before it was
+	// renewed, a slow store, say), so another request may hold the slot
+	// while this one is still in flight. Renewals stop.
+	LeaseLost
+
+	// LeaseAbandoned: the caller neither read nor closed the response body
+	// for a whole lease time. Renewals stop, and the slot is reclaimed when
+	// the lease expires, at most one lease time later. Close the body to
+	// avoid this.
+	LeaseAbandoned
+
+	// LeaseReleaseFailed: releasing failed with a store error; the slot is
+	// reclaimed when its lease expires.
+	LeaseReleaseFailed
+)
+
+// String returns the kind's name in lower case.
+func (k LeaseEventKind) String() string {
+	switch k {
+	case LeaseRenewed:
+		return "renewed"
+	case LeaseRenewFailed:
+		return "renew-failed"
+	case LeaseLost:
+		return "lost"
+	case LeaseAbandoned:
+		return "abandoned"
+	case LeaseReleaseFailed:
+		return "release-failed"
+	}
+	return "unknown"
+}
+
+// A LeaseEvent describes something that happened to the lease of a
+// request's [Concurrency] slot after it was granted; see [Hooks.OnLease].
+type LeaseEvent struct {
+	// Rule is the name of the rule whose Concurrency limit granted the slot.
+	Rule string
+	// Kind is what happened.
+	Kind LeaseEventKind
+	// Err is the store's error, if any.
+	Err error
+}

@@ -1,0 +1,333 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/quotakit/throttle/quota"
+)
+
+// admit decides req under rule r and waits for its slot, within at most
+// budget when budget is not negative. The event's Err is nil when the
+// request may be sent. The event goes to the OnDecision hook. The demand
+// is what was decided, nil if the decision failed before one was built.
+func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *demand) {
+	ev := DecisionEvent{Rule: r.id, Shadow: r.Shadow}
+	if r.Shadow {
+		budget = 0 // decided as if it could not wait; never sleeps
+	}
+	d := &demand{Demand: quota.Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]quota.Bucket, len(r.Limits)), Cost: 1}}
+	if err := t.decide(r, req, budget, d, &ev); err != nil {
+		ev.Err = err
+		if ev.Outcome == Allowed || ev.Outcome == Waited {
+			ev.Outcome = Failed
+		}
+	}
+	if t.hooks.OnDecision != nil {
+		ev.Context = req.Context()
+		t.hooks.OnDecision(ev)
+	}
+	t.logDecision(req.Context(), ev)
+	if r.Shadow {
+		ev.Err = nil // recorded, not enforced
+	}
+	return ev, d
+}
+
+// decide does the work of admit: it fills in d and decides it, and fills
+// in ev as it learns.
+func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *demand, ev *DecisionEvent) error {
+	ctx := req.Context()
+	for i, l := range r.Limits {
+		key := ""
+		if l.Key != nil {
+			k, err := l.Key(req)
+			if err != nil {
+				return errKeyFunc(r.id, l.Name, err)
+			}
+			key = escapeKey(k)
+		}
+		d.Limits[i] = quota.Bucket{Limit: r.limits[i], Key: key}
+	}
+	pk := r.pauseKey(d)
+	if pk != "" {
+		d.Pauses = append(d.Pauses, pk)
+	}
+	if r.Cost != nil {
+		d.Cost = r.Cost(req)
+		if d.Cost < 1 {
+			return fmt.Errorf("throttle: rule %s: cost must be at least 1, got %d", r.id, d.Cost)
+		}
+		for _, l := range r.limits {
+			if c := l.Capacity(); d.Cost > c {
+				return fmt.Errorf("throttle: rule %s: %w: limit %s admits at most %d at once, request costs %d", r.id, ErrCostTooHigh, l.Name, c, d.Cost)
+			}
+		}
+	}
+	w, _ := ctx.Value(waiterKey{}).(Waiter)
+	if w == nil {
+		w = r.wait
+	}
+	d.MaxWait = max(w.MaxWait(ctx), 0)
+	if budget >= 0 {
+		d.MaxWait = min(d.MaxWait, budget)
+	}
+	now := t.now()
+	if deadline, ok := ctx.Deadline(); ok {
+		d.MaxWait = min(d.MaxWait, max(deadline.Sub(now), 0))
+	}
+	if r.queue != nil && d.MaxWait > 0 {
+		return t.queued(ctx, r, d, pk, ev) // queue.go: Rule.MaxQueue
+	}
+	return t.obtain(ctx, r, d, pk, now, ev)
+}
+
+// obtain decides d, the demand of a request under rule r whose pause key
+// is pk, as of now, and waits as long as d.MaxWait allows: for a pause
+// this instance learned, a slot, or the reservation's instant.
+func (t *Transport) obtain(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
+	// A pause this instance learned holds even if the store lost it.
+	if until, ok := t.learned.localPause(r.pauseID(pk), now); ok {
+		wait := until.Sub(now)
+		if wait > d.MaxWait {
+			ev.Outcome, ev.Wait = Refused, wait
+			return &LimitError{Rule: r.id, Pause: pauseName(pk), RetryAfter: wait}
+		}
+		ev.Outcome, ev.Wait = Waited, wait
+		if slept, err := t.sleep(ctx, wait, nil); err != nil {
+			ev.Outcome, ev.Wait = GaveUp, slept
+			return &LimitError{Rule: r.id, Err: err}
+		}
+		d.MaxWait -= wait
+	}
+
+	dec, err := t.takeSlot(ctx, r, d, ev) // lease.go: t.take, and waits for a released slot where the waiter allows
+	if err != nil {
+		return err
+	}
+	if !dec.OK {
+		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
+		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
+			le.Limit = r.Limits[dec.Limit].Name
+		}
+		ev.Outcome, ev.Limit, ev.Wait = Refused, le.Limit, ev.Wait+dec.Delay
+		return le
+	}
+	if dec.Delay <= 0 {
+		return nil
+	}
+	waited := ev.Wait
+	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
+	if slept, err := t.sleep(ctx, dec.Delay, dec.Reservation); err != nil {
+		ev.Outcome, ev.Wait = GaveUp, waited+slept
+		return &LimitError{Rule: r.id, Err: err}
+	}
+	return nil
+}
+
+// sleep waits d on a timer. If ctx ends first, it gives r back to the
+// store (when r is not nil) and returns how long it slept and the
+// context's error.
+func (t *Transport) sleep(ctx context.Context, d time.Duration, r *quota.Reservation) (time.Duration, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	start := t.now()
+	select {
+	case <-timer.C:
+		return d, nil
+	case <-ctx.Done():
+	}
+	slept, err := t.now().Sub(start), ctx.Err()
+	if r != nil {
+		// Give the slot back; the caller's context is over, so use a short
+		// one of our own that keeps its values.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		defer cancel()
+		if cerr := t.cancel(cctx, r); cerr != nil {
+			err = fmt.Errorf("%w (and returning the reservation failed: %v)", err, cerr)
+		}
+	}
+	return slept, err
+}
+
+// demand is what one request asks of the store, with what the request
+// holds while it is in flight.
+type demand struct {
+	quota.Demand
+	held *quota.Reservation // the granted reservation whose slots the request holds
+}
+
+// hasLeases reports whether d has a Concurrency limit.
+func hasLeases(d *demand) bool {
+	for i := range d.Limits {
+		if d.Limits[i].Limit.Algorithm == Concurrency {
+			return true
+		}
+	}
+	return false
+}
+
+// Slot waits poll the store at least this often while no release wakes
+// them, in case a wake-up was lost; the interval grows, with jitter, up to
+// slotPollMax.
+const (
+	slotPollFirst = 250 * time.Millisecond
+	slotPollMax   = 5 * time.Second
+)
+
+// takeSlot decides d with [Transport.take] (the store, through the
+// breaker and the rule's failure mode). When a Concurrency limit refuses
+// it and the waiter allows a wait, it waits for a release of that limit's
+// slot (or the refusal's Delay, or a poll interval, whichever is first)
+// and asks again, within d.MaxWait. A reservation whose slots are
+// unclaimed (a request that must wait for its rate quota holds no slot
+// while it waits) it waits out and then claims, just before the request
+// is sent (claimDue); if a slot is not free then, the reservation is
+// given back and the request waits for a release as above. It records the
+// reservation whose slots the request holds in d for [Transport.hold]. A
+// granted decision it returns with slots holds them. An error is ready
+// for the caller: t.take's, or a *LimitError if ctx ended while waiting;
+// ev says how long it waited.
+func (t *Transport) takeSlot(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
+	dec, err := t.take(ctx, r, d, ev)
+	wait := err == nil && !dec.OK && slotBound(d, dec)
+	for err == nil {
+		if wait {
+			if d.MaxWait <= 0 {
+				break
+			}
+			// A refusal waitSlot returns is final: the budget is spent,
+			// or something other than a slot binds.
+			dec, err = t.waitSlot(ctx, r, d, dec, ev)
+			wait = false
+			continue
+		}
+		if !dec.OK || dec.Reservation == nil || !dec.Reservation.Unclaimed {
+			break
+		}
+		dec, err = t.claimDue(ctx, r, d, dec, ev)
+		wait = err == nil && !dec.OK && slotBound(d, dec)
+	}
+	if err == nil && dec.OK && dec.Reservation != nil && hasLeases(d) {
+		d.held = dec.Reservation
+	}
+	return dec, err
+}
+
+// slotBound reports whether a Concurrency limit bound the refusal dec.
+func slotBound(d *demand, dec quota.Decision) bool {
+	return dec.Limit >= 0 && dec.Limit < len(d.Limits) && d.Limits[dec.Limit].Limit.Algorithm == Concurrency
+}
+
+// waitSlot is the waiting part of take: dec is a refusal bound by a
+// Concurrency limit.
+func (t *Transport) waitSlot(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
+	ls, ok := t.store.(quota.LeaseStore)
+	if !ok {
+		return dec, nil
+	}
+	start, budget := t.now(), d.MaxWait
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval:     slotPollFirst,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         slotPollMax,
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	bo.Reset()
+	var (
+		wake    <-chan struct{}
+		stop    = func() {}
+		watched = -1
+	)
+	defer func() { stop() }()
+	for {
+		if dec.Limit != watched {
+			// Arm the watch before asking again, so a release between the
+			// refusal and the wait is not missed.
+			stop()
+			var err error
+			if wake, stop, err = ls.WatchRelease(ctx, d.Scope, d.Limits[dec.Limit]); err != nil {
+				wake, stop = nil, func() {} // poll instead
+			}
+			watched = dec.Limit
+		} else {
+			wait := min(dec.Delay, bo.NextBackOff(), budget-t.now().Sub(start))
+			timer := time.NewTimer(max(wait, 0))
+			select {
+			case <-wake:
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				waited := t.now().Sub(start)
+				ev.Outcome, ev.Wait, ev.Limit = GaveUp, ev.Wait+waited, d.Limits[dec.Limit].Limit.Name
+				return quota.Decision{}, &LimitError{Rule: r.id, Limit: ev.Limit, Err: ctx.Err()}
+			}
+			timer.Stop()
+		}
+		left := budget - t.now().Sub(start)
+		if left <= 0 {
+			ev.Wait += t.now().Sub(start)
+			return dec, nil
+		}
+		d.MaxWait = left
+		var err error
+		if dec, err = t.take(ctx, r, d, ev); err != nil || dec.OK || !slotBound(d, dec) {
+			waited := t.now().Sub(start)
+			if err == nil && dec.OK {
+				ev.Outcome = Waited
+			}
+			ev.Wait += waited
+			return dec, err
+		}
+	}
+}
+
+// claimDue waits until dec, a granted reservation whose slots are
+// unclaimed, comes due, and claims them. It returns the claim's grant
+// (Delay 0: send now), or, when a slot is not free then, the claim's
+// refusal with the reservation given back and d.MaxWait reduced by the
+// time spent, so that the caller waits for a release within what is
+// left. A request never sends late on its old rate charge: an instant
+// charged in a window need not be covered by the window of a later one.
+// When the store cannot claim, the reservation is given back and d is
+// decided again by t.take, which applies the rule's failure mode.
+func (t *Transport) claimDue(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
+	res := dec.Reservation
+	start, waited := t.now(), ev.Wait
+	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
+	if dec.Delay > 0 {
+		if slept, err := t.sleep(ctx, dec.Delay, res); err != nil {
+			ev.Outcome, ev.Wait = GaveUp, waited+slept
+			return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
+		}
+	}
+	calls, _ := t.leaseCalls(res)
+	cdec, err := calls.claim(ctx)
+	if err == nil && cdec.OK {
+		cdec.Delay = 0
+		return cdec, nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	_ = t.cancel(cctx, res) // on failure, the charge runs out by itself
+	cancel()
+	spent := t.now().Sub(start)
+	ev.Wait = waited + spent
+	d.MaxWait = max(d.MaxWait-spent, 0)
+	switch {
+	case err == nil:
+		return cdec, nil
+	case ctx.Err() != nil:
+		ev.Outcome = GaveUp
+		return quota.Decision{}, &LimitError{Rule: r.id, Err: ctx.Err()}
+	case !storeFault(ctx, err):
+		ev.StoreErr = err
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: store: claim: %w", r.id, err)
+	}
+	ev.StoreErr = err
+	return t.take(ctx, r, d, ev)
+}

@@ -1,0 +1,124 @@
+package throttle
+
+import (
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/quotakit/throttle/quotaheader"
+)
+
+// Retry makes a [Rule] resend a request that was answered "slow down"
+// (see [Learning.Limited]). Each resend goes through the limiter again: it
+// is charged like any request and waits out the pause that the answer
+// caused, within the rule's waiter budget and MaxWait. The previous
+// response's body is drained (up to 64 KiB) and closed before the resend.
+// A request whose body cannot be replayed (no GetBody) is not resent; nor
+// is one the limiter will not admit in time: the caller then gets the
+// "slow down" response itself.
+type Retry struct {
+	// Max is the most resends per request. Zero disables retries.
+	Max int
+	// MaxWait caps the time spent waiting for resends, in all. Zero means
+	// [DefaultMaxPause].
+	MaxWait time.Duration
+	// Decide, if set, is asked before each resend, with the answer and the
+	// attempt, and resends only when it returns true (octokit's
+	// onRateLimit and onSecondaryRateLimit): give up on a long pause, or
+	// on a secondary limit, or log the attempt. It runs on the request's
+	// goroutine and must not read or close the response's body. Nil
+	// resends up to Max times.
+	Decide func(RetryEvent) bool
+}
+
+// A RetryEvent is what [Retry.Decide] sees before a resend.
+type RetryEvent struct {
+	// Rule is the name of the rule that matched the request.
+	Rule string
+	// Request is the request that was answered "slow down"; do not modify
+	// it.
+	Request *http.Request
+	// Response is that answer, its body unread: its status and headers
+	// (Retry-After, X-RateLimit-*, RateLimit) say which limit it was.
+	Response *http.Response
+	// Feedback is what the transport read from the answer's headers.
+	Feedback quotaheader.Feedback
+	// Attempt is the resend this would be: 1 for the first.
+	Attempt int
+	// Wait is how long the pause the answer caused still holds the rule
+	// back, as this transport learned it: about how long the resend would
+	// wait before it is sent. Zero when there is none.
+	Wait time.Duration
+}
+
+// retry resends req, which got the "slow down" answer resp, up to the
+// rule's Retry.Max times, each time through the limiter.
+func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*http.Response, error) {
+	ctx := req.Context()
+	budget := r.Retry.MaxWait
+	if budget <= 0 {
+		budget = DefaultMaxPause
+	}
+	deadline := t.now().Add(budget)
+	for attempt := 0; attempt < r.Retry.Max; attempt++ {
+		if r.Retry.Decide != nil && !r.Retry.Decide(t.retryEvent(r, req, resp, attempt+1)) {
+			return resp, nil
+		}
+		next := req.Clone(ctx)
+		if req.Body != nil && req.Body != http.NoBody {
+			if req.GetBody == nil {
+				return resp, nil // the body cannot be replayed
+			}
+			body, err := req.GetBody()
+			if err != nil {
+				return resp, nil
+			}
+			next.Body = body
+		}
+		// Admit the resend before letting go of the answer in hand: if the
+		// limiter refuses it, the caller gets that answer unchanged. Its
+		// Concurrency slots go first, or the resend would wait for them.
+		releaseResponse(resp)
+		ev, d := t.admit(r, next, max(deadline.Sub(t.now()), 0))
+		if ev.Err != nil {
+			closeBody(next)
+			return resp, nil
+		}
+		drainAndClose(resp.Body)
+		h := t.hold(r, d)
+		var err error
+		resp, err = t.baseRT().RoundTrip(next)
+		resp, err = h.bind(resp, err)
+		if err != nil {
+			return nil, err
+		}
+		if !t.learn(ctx, r, d, next, resp) {
+			break
+		}
+	}
+	return resp, nil
+}
+
+// retryEvent describes resend attempt of req, answered resp, for
+// Retry.Decide.
+func (t *Transport) retryEvent(r *rule, req *http.Request, resp *http.Response, attempt int) RetryEvent {
+	now := t.now()
+	c := t.learnConfig(r, req.URL.Host)
+	ev := RetryEvent{
+		Rule: r.id, Request: req, Response: resp, Attempt: attempt,
+		Feedback: quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause}),
+	}
+	if until, ok := t.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now); ok {
+		ev.Wait = until.Sub(now)
+	}
+	return ev
+}
+
+// maxDrain bounds how much of a response body is read before it is
+// closed, so its connection can be reused.
+const maxDrain = 64 << 10
+
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	_ = body.Close()
+}

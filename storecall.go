@@ -1,0 +1,224 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
+)
+
+// localMark is the Reservation.ID of a reservation made by the local
+// fallback store, so that Cancel goes back to it. The in-process store
+// does not use IDs otherwise.
+const localMark = "throttle:local-fallback"
+
+// failover is the part of a Transport that deals with a failing store: the
+// breaker in front of it and the local store that stands in for it. It is
+// set up on first use.
+type failover struct {
+	settings Breaker
+	once     sync.Once
+	breaker  *breaker
+	local    *memstore.Store
+}
+
+// failover returns the transport's failover state, set up on first use.
+func (t *Transport) failover() *failover {
+	f := &t.failure
+	f.once.Do(func() {
+		f.breaker = newBreaker(f.settings, t.now, t.reportStore)
+		f.local = memstore.New(memstore.WithClock(t.now))
+	})
+	return f
+}
+
+// inProcess reports whether the transport's store is the in-process one,
+// which cannot be unavailable; its calls skip the breaker.
+func (t *Transport) inProcess() bool {
+	_, ok := t.store.(*memstore.Store)
+	return ok
+}
+
+// take asks the store to decide d, the demand of a request under rule r,
+// through the breaker, and applies r's failure mode when the store cannot
+// answer. Errors it returns are ready for the caller.
+func (t *Transport) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
+	if t.hooks.OnDecision != nil {
+		start := time.Now()
+		defer func() { ev.StoreTime += time.Since(start) }()
+	}
+	if t.inProcess() {
+		dec, err := t.store.Take(ctx, &d.Demand)
+		if err != nil {
+			ev.StoreErr = err
+			return dec, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
+		}
+		return dec, nil
+	}
+	f := t.failover()
+	var dec quota.Decision
+	// The store reads a snapshot of d: a call the breaker stopped waiting
+	// for may still run while the request goes on and changes d (its
+	// MaxWait, when it waits for a slot).
+	sd := d.Demand
+	err := f.breaker.call(ctx, func(ctx context.Context) error {
+		var err error
+		dec, err = t.store.Take(ctx, &sd)
+		return err
+	}, func() {
+		// The request moved on without this decision: give back what it
+		// charged, so an abandoned call costs the fleet no quota.
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+			defer cancel()
+			_ = t.store.Cancel(cctx, dec.Reservation)
+		}
+	})
+	if err == nil {
+		return dec, nil
+	}
+	ev.StoreErr = err
+	if !storeFault(ctx, err) {
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
+	}
+	ev.Fallback = r.failMode
+	switch r.failMode {
+	case FailOpen:
+		return quota.Decision{OK: true, Limit: -1}, nil
+	case FailClosed:
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: %w", r.id, ErrStoreUnavailable, err)
+	}
+	ld := d.Demand
+	ld.Limits = make([]quota.Bucket, len(d.Limits))
+	for i, b := range d.Limits {
+		ld.Limits[i] = quota.Bucket{Limit: r.local[i], Key: b.Key}
+	}
+	// Not dec: an abandoned store call may still write it.
+	ldec, lerr := f.local.Take(ctx, &ld)
+	if lerr != nil {
+		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: local fallback: %w (store: %w)", r.id, ErrStoreUnavailable, lerr, err)
+	}
+	if ldec.Reservation != nil {
+		// The mark, then the local store's own id (a Concurrency lease's).
+		ldec.Reservation.ID = localMark + ldec.Reservation.ID
+	}
+	return ldec, nil
+}
+
+// storeFault reports whether err, from a store call made with ctx, means
+// the store could not answer, as opposed to the caller's context ending or
+// a demand no store can grant, or a lease that expired (an answer).
+func storeFault(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(err, ErrCostTooHigh) && !errors.Is(err, ErrInvalidPolicy) && !errors.Is(err, quota.ErrLeaseLost)
+}
+
+// cancel gives r back to the store that granted it: the local fallback
+// store, or the shared store through the breaker.
+func (t *Transport) cancel(ctx context.Context, r *quota.Reservation) error {
+	if lr, ok := localReservation(r); ok { // lease.go
+		return t.failover().local.Cancel(ctx, lr)
+	}
+	return t.guard(ctx, func(ctx context.Context) error { return t.store.Cancel(ctx, r) })
+}
+
+// pause records a pause in the store, through the breaker. The learner's
+// local copy holds whether or not it succeeds.
+func (t *Transport) pause(ctx context.Context, scope, key string, d time.Duration) error {
+	return t.guard(ctx, func(ctx context.Context) error { return t.store.Pause(ctx, scope, key, d) })
+}
+
+// guard runs call, a store call made with ctx other than Take, through the
+// breaker: it is not made while the breaker is open, and its outcome
+// counts like a Take's.
+func (t *Transport) guard(ctx context.Context, call func(context.Context) error) error {
+	if t.inProcess() {
+		return call(ctx)
+	}
+	return t.failover().breaker.call(ctx, call, nil)
+}
+
+// localReservation returns, for a reservation of the local fallback
+// store (see [FailLocal]), a copy carrying the local store's own id.
+func localReservation(r *quota.Reservation) (*quota.Reservation, bool) {
+	id, ok := strings.CutPrefix(r.ID, localMark)
+	if !ok {
+		return nil, false
+	}
+	lr := *r
+	lr.ID = id
+	return &lr, true
+}
+
+// leaseCalls routes the lease calls of r to the store that granted it: the
+// local fallback store, or the shared one through the breaker.
+type leaseCalls struct {
+	t     *Transport
+	local *memstore.Store // nil: the shared store
+	ls    quota.LeaseStore
+	r     *quota.Reservation
+}
+
+func (t *Transport) leaseCalls(r *quota.Reservation) (leaseCalls, bool) {
+	if lr, ok := localReservation(r); ok {
+		return leaseCalls{t: t, local: t.failover().local, r: lr}, true
+	}
+	ls, ok := t.store.(quota.LeaseStore)
+	return leaseCalls{t: t, ls: ls, r: r}, ok
+}
+
+// claim takes the slots of c.r, an unclaimed reservation. A claim that
+// the breaker abandoned (see [Breaker].CallTimeout) and that succeeds
+// after all is released at once: its request has moved on.
+func (c leaseCalls) claim(ctx context.Context) (quota.Decision, error) {
+	if c.local != nil {
+		dec, err := c.local.Claim(ctx, c.r)
+		if dec.Reservation != nil {
+			lr := *dec.Reservation
+			lr.ID = localMark + lr.ID
+			dec.Reservation = &lr
+		}
+		return dec, err
+	}
+	if c.t.inProcess() {
+		return c.ls.Claim(ctx, c.r)
+	}
+	var dec quota.Decision
+	err := c.t.failover().breaker.call(ctx, func(ctx context.Context) error {
+		var err error
+		dec, err = c.ls.Claim(ctx, c.r)
+		return err
+	}, func() {
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
+			defer cancel()
+			_ = c.ls.Release(cctx, dec.Reservation)
+		}
+	})
+	if err != nil {
+		return quota.Decision{}, err
+	}
+	return dec, nil
+}
+
+// release frees the slots of c.r. It goes to the store directly, not
+// through the breaker: a release decides nothing, and a store may answer
+// it at once without a round trip (redisstore queues releases to ride on
+// later calls), which must not count as the store answering.
+func (c leaseCalls) release(ctx context.Context) error {
+	if c.local != nil {
+		return c.local.Release(ctx, c.r)
+	}
+	return c.ls.Release(ctx, c.r)
+}
+
+func (c leaseCalls) renew(ctx context.Context) error {
+	if c.local != nil {
+		return c.local.Renew(ctx, c.r)
+	}
+	return c.t.guard(ctx, func(ctx context.Context) error { return c.ls.Renew(ctx, c.r) })
+}
