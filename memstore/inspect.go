@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -35,7 +36,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 	var out []quota.LimitState
 	for id, end := range s.pauses {
 		if id.scope == scope && end > now {
-			out = append(out, quota.LimitState{Key: id.key, Reset: micros(end - now)})
+			out = append(out, quota.LimitState{Key: id.key, Reset: quotamath.Micros(end - now)})
 		}
 	}
 	for id, b := range s.buckets {
@@ -61,59 +62,21 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 }
 
 // state computes Used, Remaining and Reset of b at now without changing
-// b: the same arithmetic as the Redis store's inspection.
+// b, as the Redis store's inspection does (package quotamath).
 func (b *memBucket) state(p params, now int64) quota.LimitState {
-	var st quota.LimitState
 	switch p.alg {
 	case quota.GCRA:
-		T := ceilDiv(p.p, p.r)
-		if b.tat > now {
-			st.Used = min(ceilDiv(b.tat-now, T), p.b)
-			st.Reset = micros(b.tat - now)
-		}
-		st.Remaining = p.b - st.Used
-		return st
+		return p.GCRAState(b.tat, now)
 	case quota.FixedWindow:
-		k := floorDiv(now, p.p)
-		st.Used = b.count(k)
-		if st.Used > 0 {
-			st.Reset = micros((k+1)*p.p - now)
-		}
+		return p.FixedWindowState(now, b.count)
 	case quota.SlidingWindow:
-		k := floorDiv(now, p.p)
-		cur, prev, e := b.count(k), b.count(k-1), now-k*p.p
-		st.Used = cur + ceilDiv(prev*(p.p-e), p.p)
-		switch {
-		case cur > 0:
-			st.Reset = micros((k+2)*p.p - now)
-		case prev > 0:
-			st.Reset = micros((k+1)*p.p - now)
-		}
+		return p.SlidingWindowState(now, b.count)
 	case quota.SlidingLog:
-		var last int64
-		for _, e := range b.log {
-			if e.at > now-p.p {
-				st.Used += e.cost
-				last = max(last, e.at)
-			}
-		}
-		if st.Used > 0 {
-			st.Reset = micros(last + p.p - now)
-		}
+		return p.SlidingLogState(b.log, now)
 	case quota.Concurrency:
-		var last int64
-		for _, l := range b.leases {
-			if l.expire > now {
-				st.Used++
-				last = max(last, l.expire)
-			}
-		}
-		if st.Used > 0 {
-			st.Reset = micros(last - now)
-		}
+		return p.ConcurrencyState(b.expiries(), now)
 	}
-	st.Remaining = max(p.r-st.Used, 0)
-	return st
+	return quota.LimitState{}
 }
 
 // ResetLimit implements [quota.Inspector.ResetLimit]. Callers waiting for a

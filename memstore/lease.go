@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -31,27 +32,30 @@ func (s *Store) nextLeaseID() string {
 // max(t, the instant expiries alone free a slot).
 func slotsFull(ps []params, bs []*memBucket, now, t int64) (quota.Decision, bool) {
 	for i, p := range ps {
-		if p.alg != quota.Concurrency || bs[i] == nil {
-			continue
+		if p.alg != quota.Concurrency || bs[i] == nil || int64(len(bs[i].leases)) < p.Rate {
+			continue // a free slot: nothing to sort
 		}
-		held := bs[i].leases
-		if n := int64(len(held)); n >= p.r {
-			exp := make([]int64, len(held))
-			for j, l := range held {
-				exp[j] = l.expire
-			}
-			slices.Sort(exp)
-			return quota.Decision{Delay: micros(max(t, exp[n-p.r]) - now), Limit: i}, true
+		if at, full := p.SlotFreeAt(bs[i].expiries()); full {
+			return quota.Decision{Delay: quotamath.Micros(max(t, at) - now), Limit: i}, true
 		}
 	}
 	return quota.Decision{}, false
+}
+
+// expiries returns the expiries of b's leases, in a new slice.
+func (b *memBucket) expiries() []int64 {
+	exp := make([]int64, len(b.leases))
+	for i, l := range b.leases {
+		exp[i] = l.expire
+	}
+	return exp
 }
 
 // hold adds a lease id on one slot from now and returns its expiry. If b
 // already holds a live lease id (a second Claim), it is extended instead,
 // never shortened.
 func (b *memBucket) hold(p params, now int64, id string) int64 {
-	exp := now + p.p
+	exp := now + p.Per
 	if i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == id }); i >= 0 {
 		exp = max(exp, b.leases[i].expire)
 		b.leases[i].expire = exp
@@ -172,7 +176,7 @@ func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 		if b != nil {
 			b.prune(p, now)
 			if i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == r.ID }); i >= 0 {
-				exp := max(b.leases[i].expire, now+p.p)
+				exp := max(b.leases[i].expire, now+p.Per)
 				b.leases[i].expire = exp
 				b.expire = max(b.expire, exp)
 				return

@@ -5,12 +5,14 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -72,11 +74,11 @@ type pauseID struct{ scope, key string }
 // the algorithm.
 type memBucket struct {
 	alg     quota.Algorithm
-	tat     int64      // GCRA: theoretical arrival time, µs
-	windows []window   // FixedWindow, SlidingWindow: counts by window, ascending
-	log     []logEntry // SlidingLog: admitted demands, ascending by time
-	leases  []lease    // Concurrency: slots held
-	expire  int64      // µs after which the state equals a fresh bucket
+	tat     int64                // GCRA: theoretical arrival time, µs
+	windows []window             // FixedWindow, SlidingWindow: counts by window, ascending
+	log     []quotamath.LogEntry // SlidingLog: admitted demands, ascending by time
+	leases  []lease              // Concurrency: slots held
+	expire  int64                // µs after which the state equals a fresh bucket
 }
 
 type window struct {
@@ -84,22 +86,15 @@ type window struct {
 	count int64
 }
 
-type logEntry struct {
-	at   int64 // µs
-	cost int64
-}
-
-// params are a limit's numbers in store units.
+// params are a limit's numbers in store units, and the cost of a demand.
 type params struct {
+	quotamath.Limit
 	alg  quota.Algorithm
-	p    int64 // period, µs
-	r    int64 // rate
-	b    int64 // GCRA burst
 	cost int64
 }
 
 func newParams(l quota.Limit, cost int) params {
-	return params{alg: l.Algorithm, p: l.Per.Microseconds(), r: int64(l.Rate), b: int64(l.BurstOrRate()), cost: int64(cost)}
+	return params{Limit: quotamath.Of(l), alg: l.Algorithm, cost: int64(cost)}
 }
 
 // minSweep is the smallest number of entries at which sweeps run; between
@@ -164,7 +159,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	}
 
 	if t-now > maxWait {
-		dec := quota.Decision{Delay: micros(t - now), Limit: binding}
+		dec := quota.Decision{Delay: quotamath.Micros(t - now), Limit: binding}
 		if binding < 0 && pause >= 0 {
 			dec.Pause = d.Pauses[pause]
 		}
@@ -197,7 +192,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		r.Marks[i] = b.commit(ps[i], t)
 	}
 	s.ops++
-	return quota.Decision{OK: true, Delay: micros(t - now), Limit: -1, Reservation: r}, nil
+	return quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}, nil
 }
 
 // reservation is a Reservation with room for the marks of a few limits,
@@ -249,7 +244,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	until := s.now().UnixMicro() + ceilMicros(d)
+	until := s.now().UnixMicro() + quotamath.CeilMicros(d)
 	id := pauseID{scope, key}
 	if until > s.pauses[id] {
 		s.pauses[id] = until
@@ -298,42 +293,13 @@ func (b *memBucket) earliest(p params, t int64) int64 {
 	}
 	switch p.alg {
 	case quota.GCRA:
-		T := ceilDiv(p.p, p.r)
-		return max(t, b.tat+p.cost*T-p.b*T)
+		return p.GCRAEarliest(b.tat, t, p.cost)
 	case quota.FixedWindow:
-		for k := floorDiv(t, p.p); ; k++ {
-			if b.count(k)+p.cost <= p.r {
-				return max(t, k*p.p)
-			}
-		}
+		return p.FixedWindowEarliest(t, p.cost, b.count)
 	case quota.SlidingLog:
-		t = max(t, b.lastAt())
-		i, _ := slices.BinarySearchFunc(b.log, t-p.p+1, func(e logEntry, at int64) int { return cmpInt(e.at, at) })
-		var sum int64
-		for _, e := range b.log[i:] {
-			sum += e.cost
-		}
-		for ; sum+p.cost > p.r; i++ {
-			t = max(t, b.log[i].at+p.p)
-			sum -= b.log[i].cost
-		}
-		return t
+		return p.SlidingLogEarliest(b.log, t, p.cost)
 	case quota.SlidingWindow:
-		for k := floorDiv(t, p.p); ; k++ {
-			start := k * p.p
-			room := p.r - b.count(k) - p.cost
-			if room < 0 {
-				continue
-			}
-			e := max(t-start, 0)
-			if prev := b.count(k - 1); prev > 0 {
-				// prev*(P-e) <= room*P  <=>  e >= P - floor(room*P/prev)
-				e = max(e, p.p-room*p.p/prev)
-			}
-			if e < p.p {
-				return start + e
-			}
-		}
+		return p.SlidingWindowEarliest(t, p.cost, b.count)
 	}
 	return t
 }
@@ -343,24 +309,30 @@ func (b *memBucket) earliest(p params, t int64) int64 {
 func (b *memBucket) commit(p params, t int64) int64 {
 	switch p.alg {
 	case quota.GCRA:
-		b.tat = max(b.tat, t) + p.cost*ceilDiv(p.p, p.r)
+		b.tat = p.GCRACharge(b.tat, t, p.cost)
 		b.expire = b.tat
 		return b.tat
 	case quota.FixedWindow, quota.SlidingWindow:
-		k := floorDiv(t, p.p)
+		k := p.Window(t)
 		b.add(k, p.cost)
-		end := (k + 1) * p.p
-		if p.alg == quota.SlidingWindow {
-			end += p.p // counted as the previous window by the next one
-		}
-		b.expire = max(b.expire, end)
+		b.expireWindow(p, k)
 		return k
 	case quota.SlidingLog:
-		b.log = append(b.log, logEntry{at: t, cost: p.cost})
-		b.expire = max(b.expire, t+p.p)
+		b.log = append(b.log, quotamath.LogEntry{At: t, Cost: p.cost})
+		b.expire = max(b.expire, t+p.Per)
 		return t
 	}
 	return 0
+}
+
+// expireWindow keeps b until window k no longer counts: its end, or for
+// SlidingWindow the end of the next window, which weighs k as its previous.
+func (b *memBucket) expireWindow(p params, k int64) {
+	end := (k + 1) * p.Per
+	if p.alg == quota.SlidingWindow {
+		end += p.Per
+	}
+	b.expire = max(b.expire, end)
 }
 
 // refund gives back a charge recorded by commit, as far as that is safe.
@@ -368,13 +340,13 @@ func (b *memBucket) refund(p params, mark int64) {
 	switch p.alg {
 	case quota.GCRA:
 		if b.tat == mark { // no later grant sits on the time this one skipped
-			b.tat -= p.cost * ceilDiv(p.p, p.r)
+			b.tat = p.GCRARefund(b.tat, p.cost)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
 		b.add(mark, -p.cost)
 	case quota.SlidingLog:
 		for i := len(b.log) - 1; i >= 0; i-- {
-			if b.log[i].at == mark && b.log[i].cost == p.cost {
+			if b.log[i] == (quotamath.LogEntry{At: mark, Cost: p.cost}) {
 				b.log = slices.Delete(b.log, i, i+1)
 				break
 			}
@@ -386,7 +358,7 @@ func (b *memBucket) refund(p params, mark int64) {
 func (b *memBucket) prune(p params, now int64) {
 	switch p.alg {
 	case quota.FixedWindow, quota.SlidingWindow:
-		keep := floorDiv(now, p.p)
+		keep := p.Window(now)
 		if p.alg == quota.SlidingWindow {
 			keep--
 		}
@@ -397,7 +369,7 @@ func (b *memBucket) prune(p params, now int64) {
 		b.windows = b.windows[i:]
 	case quota.SlidingLog:
 		i := 0
-		for i < len(b.log) && b.log[i].at <= now-p.p {
+		for i < len(b.log) && b.log[i].At <= now-p.Per {
 			i++
 		}
 		if i > 0 {
@@ -420,7 +392,7 @@ func (b *memBucket) count(k int64) int64 {
 // add adds n to window k's count, keeping windows sorted and dropping
 // windows whose count falls to zero.
 func (b *memBucket) add(k, n int64) {
-	i, found := slices.BinarySearchFunc(b.windows, k, func(w window, k int64) int { return cmpInt(w.idx, k) })
+	i, found := slices.BinarySearchFunc(b.windows, k, func(w window, k int64) int { return cmp.Compare(w.idx, k) })
 	switch {
 	case found:
 		b.windows[i].count += n
@@ -430,44 +402,4 @@ func (b *memBucket) add(k, n int64) {
 	case n > 0:
 		b.windows = slices.Insert(b.windows, i, window{idx: k, count: n})
 	}
-}
-
-func (b *memBucket) lastAt() int64 {
-	if len(b.log) == 0 {
-		return 0
-	}
-	return b.log[len(b.log)-1].at
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
-// floorDiv divides rounding toward negative infinity, so windows stay
-// aligned for instants before the epoch too.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
-
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-// ceilMicros converts d to whole microseconds, rounding up.
-func ceilMicros(d time.Duration) int64 {
-	us := d / time.Microsecond
-	if d%time.Microsecond > 0 {
-		us++
-	}
-	return int64(us)
 }

@@ -3,9 +3,9 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -24,7 +24,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 	}
 	p := newParams(b.Limit, 1)
 	left := max(int64(remaining), 0)
-	if left >= p.r && p.alg != quota.GCRA || p.alg == quota.GCRA && left >= p.b {
+	if left >= p.Rate && p.alg != quota.GCRA || p.alg == quota.GCRA && left >= p.Burst {
 		return nil
 	}
 	s.mu.Lock()
@@ -37,7 +37,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		s.buckets[id] = mb
 	}
 	mb.prune(p, now)
-	mb.lower(p, now, ceilMicros(within), left)
+	mb.lower(p, now, quotamath.CeilMicros(within), left)
 	s.ops++
 	return nil
 }
@@ -46,32 +46,20 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 func (b *memBucket) lower(p params, now, within, left int64) {
 	switch p.alg {
 	case quota.GCRA:
-		tat := now + within + (p.b-left)*ceilDiv(p.p, p.r)
-		if tat > b.tat {
+		if tat := p.GCRASync(now, within, left); tat > b.tat {
 			b.tat = tat
 			b.expire = max(b.expire, tat)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		k := floorDiv(now, p.p)
-		if c := b.count(k); c < p.r-left {
-			b.add(k, p.r-left-c)
+		k := p.Window(now)
+		if c := b.count(k); c < p.Rate-left {
+			b.add(k, p.Rate-left-c)
 		}
-		end := (k + 1) * p.p
-		if p.alg == quota.SlidingWindow {
-			end += p.p
-		}
-		b.expire = max(b.expire, end)
+		b.expireWindow(p, k)
 	case quota.SlidingLog:
-		var sum int64
-		for _, e := range b.log {
-			if e.at > now-p.p && e.at <= now {
-				sum += e.cost
-			}
-		}
-		if fill := p.r - left - sum; fill > 0 {
-			i, _ := slices.BinarySearchFunc(b.log, now+1, func(e logEntry, at int64) int { return cmpInt(e.at, at) })
-			b.log = slices.Insert(b.log, i, logEntry{at: now, cost: fill})
-			b.expire = max(b.expire, now+p.p)
+		if fill := p.Rate - left - quotamath.LogCost(b.log, now-p.Per, now); fill > 0 {
+			b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: now, Cost: fill})
+			b.expire = max(b.expire, now+p.Per)
 		}
 	}
 }
