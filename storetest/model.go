@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -18,16 +19,23 @@ import (
 // compares every decision of the store under test with it, and the suite's
 // own tests run every table against it.
 //
+// Each algorithm's arithmetic is package quotamath's, as in the
+// in-process store; the model adds the rest of the semantics (all limits
+// or none, pauses, the binding limit, reservations, cancels, leases). The
+// Redis store's Lua scripts are a copy of their own, so the differential
+// test against Redis still compares two readings of the arithmetic, and
+// the hand-computed tables check this one.
+//
 // Several views (model.view) may share one model, like several instances
 // of a service sharing one backend.
 type model struct {
 	mu     sync.Mutex
-	tat    map[string]int64           // GCRA: theoretical arrival time per bucket
-	win    map[string]map[int64]int64 // FixedWindow, SlidingWindow: count per window index
-	log    map[string][]logEntry      // SlidingLog: entries in order of instant
-	pauses map[string]int64           // end of the pause per scope and pause key
-	leases map[string][]lease         // Concurrency: slots held, by lease id
-	seq    int64                      // source of sliding-log entry ids
+	tat    map[string]int64                // GCRA: theoretical arrival time per bucket
+	win    map[string]map[int64]int64      // FixedWindow, SlidingWindow: count per window index
+	log    map[string][]quotamath.LogEntry // SlidingLog: entries in order of instant
+	pauses map[string]int64                // end of the pause per scope and pause key
+	leases map[string][]lease              // Concurrency: slots held, by lease id
+	seq    int64                           // source of reservation ids
 }
 
 // lease is one held slot of a Concurrency limit; it is free at and after
@@ -37,17 +45,11 @@ type lease struct {
 	exp int64
 }
 
-// logEntry is one admitted demand in a sliding log.
-type logEntry struct {
-	at, cost int64
-	id       string
-}
-
 func newModel() *model {
 	return &model{
 		tat:    map[string]int64{},
 		win:    map[string]map[int64]int64{},
-		log:    map[string][]logEntry{},
+		log:    map[string][]quotamath.LogEntry{},
 		pauses: map[string]int64{},
 		leases: map[string][]lease{},
 	}
@@ -90,14 +92,9 @@ func (m *model) pause(scope, key string, d time.Duration, now int64) {
 	if d <= 0 {
 		return
 	}
-	until := now + ceilMicros(d)
+	until := now + quotamath.CeilMicros(d)
 	k := scope + "\x00" + key
 	m.pauses[k] = max(m.pauses[k], until)
-}
-
-// ceilMicros is d in whole microseconds, rounded up.
-func ceilMicros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
 // bucketID names the counter of b in scope.
@@ -107,22 +104,15 @@ func bucketID(scope string, b quota.Bucket) string {
 
 func per(l quota.Limit) int64 { return l.Per.Microseconds() }
 
-func burst(l quota.Limit) int64 {
-	if l.Burst == 0 {
-		return int64(l.Rate)
-	}
-	return int64(l.Burst)
-}
+func burst(l quota.Limit) int64 { return int64(l.BurstOrRate()) }
 
 // capacity is the largest cost l can ever admit.
-func capacity(l quota.Limit) int64 {
-	if l.Algorithm == quota.GCRA {
-		return burst(l)
-	}
-	return int64(l.Rate)
-}
+func capacity(l quota.Limit) int64 { return int64(l.Capacity()) }
 
-// emission is GCRA's emission interval T = ceil(P/R).
+// emission is GCRA's emission interval T = ceil(P/R), written here apart
+// from package quotamath on purpose: checkAdmissions bounds what a GCRA
+// limit admitted with it, and a bound that called the arithmetic it
+// checks could not fail when that arithmetic is wrong.
 func emission(l quota.Limit) int64 {
 	p, r := per(l), int64(l.Rate)
 	return (p + r - 1) / r
@@ -130,30 +120,17 @@ func emission(l quota.Limit) int64 {
 
 // admits reports whether the limit of bucket id admits cost c at t.
 func (m *model) admits(id string, l quota.Limit, c, t int64) bool {
-	p, r := per(l), int64(l.Rate)
+	q, w := quotamath.Of(l), m.win[id]
+	count := func(k int64) int64 { return w[k] }
 	switch l.Algorithm {
 	case quota.GCRA:
-		T := emission(l)
-		return max(m.tat[id], t)+c*T-t <= burst(l)*T
+		return q.GCRAAdmits(m.tat[id], t, c)
 	case quota.FixedWindow:
-		return m.win[id][t/p]+c <= r
+		return q.FixedWindowAdmits(t, c, count)
 	case quota.SlidingLog:
-		log := m.log[id]
-		if len(log) > 0 && t < log[len(log)-1].at {
-			return false
-		}
-		var sum int64
-		for _, e := range log {
-			if e.at > t-p {
-				sum += e.cost
-			}
-		}
-		return sum+c <= r
+		return q.SlidingLogAdmits(m.log[id], t, c)
 	case quota.SlidingWindow:
-		k := t / p
-		e := t - k*p
-		w := m.win[id]
-		return w[k-1]*(p-e)+(w[k]+c)*p <= r*p
+		return q.SlidingWindowAdmits(t, c, count)
 	case quota.Concurrency:
 		return true // decided at now, apart from t (take)
 	}
@@ -163,125 +140,67 @@ func (m *model) admits(id string, l quota.Limit, c, t int64) bool {
 // earliest returns the earliest instant, not before t, at which the limit
 // of bucket id admits cost c (c is at most the limit's capacity).
 func (m *model) earliest(id string, l quota.Limit, c, t int64) int64 {
-	p, r := per(l), int64(l.Rate)
+	q, w := quotamath.Of(l), m.win[id]
+	count := func(k int64) int64 { return w[k] }
 	switch l.Algorithm {
 	case quota.Concurrency:
 		return t // decided at now, apart from t (take)
 	case quota.GCRA:
-		T := emission(l)
-		return max(t, m.tat[id]+c*T-burst(l)*T)
+		return q.GCRAEarliest(m.tat[id], t, c)
 	case quota.FixedWindow:
-		w := m.win[id]
-		for k := t / p; ; k++ {
-			if w[k]+c <= r {
-				return max(t, k*p)
-			}
-		}
+		return q.FixedWindowEarliest(t, c, count)
 	case quota.SlidingLog:
-		log := m.log[id]
-		if len(log) > 0 {
-			t = max(t, log[len(log)-1].at)
-		}
-		var sum int64
-		for _, e := range log {
-			if e.at > t-p {
-				sum += e.cost
-			}
-		}
-		if sum+c <= r {
-			return t
-		}
-		for _, e := range log {
-			if e.at <= t-p {
-				continue
-			}
-			sum -= e.cost
-			if sum+c <= r {
-				return e.at + p
-			}
-		}
-		panic("storetest: sliding log never admits")
+		return q.SlidingLogEarliest(m.log[id], t, c)
 	case quota.SlidingWindow:
-		w := m.win[id]
-		k := t / p
-		e0 := t - k*p
-		for ; ; k, e0 = k+1, 0 {
-			prev, cur := w[k-1], w[k]
-			if cur+c > r {
-				continue
-			}
-			var e int64 // least e with prev*(p-e) <= (r-cur-c)*p
-			if prev > 0 {
-				e = p - (r-cur-c)*p/prev
-			}
-			e = max(e, e0)
-			if e < p {
-				return k*p + e
-			}
-		}
+		return q.SlidingWindowEarliest(t, c, count)
 	}
 	panic("storetest: unknown algorithm")
 }
 
 // charge charges cost c at t to the limit of bucket id and returns the
 // mark that cancel needs.
-func (m *model) charge(id string, l quota.Limit, c, t int64, logID string) int64 {
+func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
+	q := quotamath.Of(l)
 	switch l.Algorithm {
 	case quota.GCRA:
-		m.tat[id] = max(m.tat[id], t) + c*emission(l)
+		m.tat[id] = q.GCRACharge(m.tat[id], t, c)
 		return m.tat[id]
 	case quota.FixedWindow, quota.SlidingWindow:
 		if m.win[id] == nil {
 			m.win[id] = map[int64]int64{}
 		}
-		k := t / per(l)
+		k := q.Window(t)
 		m.win[id][k] += c
 		return k
 	case quota.SlidingLog:
-		m.log[id] = append(m.log[id], logEntry{at: t, cost: c, id: logID})
+		m.log[id] = append(m.log[id], quotamath.LogEntry{At: t, Cost: c})
 		return t
 	}
 	panic("storetest: unknown algorithm")
 }
 
-// refund gives back what charge took, as far as the semantics allow.
-func (m *model) refund(id string, l quota.Limit, c, mark int64, logID string) {
+// refund gives back what charge took, as far as the semantics allow. A
+// sliding-log charge is one entry of its instant and cost; entries alike
+// in both count alike, so removing any one of them is removing this one.
+func (m *model) refund(id string, l quota.Limit, c, mark int64) {
 	switch l.Algorithm {
 	case quota.GCRA:
 		if m.tat[id] == mark { // no later grant on the bucket
-			m.tat[id] = mark - c*emission(l)
+			m.tat[id] = quotamath.Of(l).GCRARefund(mark, c)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
 		m.win[id][mark] -= c
 	case quota.SlidingLog:
-		m.log[id] = slices.DeleteFunc(m.log[id], func(e logEntry) bool { return e.id == logID })
+		if i := slices.Index(m.log[id], quotamath.LogEntry{At: mark, Cost: c}); i >= 0 {
+			m.log[id] = slices.Delete(m.log[id], i, i+1)
+		}
 	}
 }
 
-// errCost is returned for a demand whose cost is below 1.
-var errCost = errors.New("storetest model: cost must be at least 1")
-
-// check validates d as the stores do.
+// check validates d as the stores do: with [quota.Demand.Validate].
 func check(d *quota.Demand) error {
-	if d.Cost < 1 {
-		return errCost
-	}
-	for i, b := range d.Limits {
-		if b.Limit.Rate <= 0 || b.Limit.Per < time.Microsecond {
-			return fmt.Errorf("storetest model: limit %d invalid", i)
-		}
-		if b.Limit.Algorithm == quota.Concurrency {
-			if b.Limit.Burst != 0 || b.Limit.Per < quota.MinLease {
-				return fmt.Errorf("storetest model: limit %d: a burst, or a lease below MinLease: %w", i, quota.ErrInvalid)
-			}
-		} else if int64(d.Cost) > capacity(b.Limit) {
-			return fmt.Errorf("storetest model: limit %d: %w", i, quota.ErrCostTooHigh)
-		}
-		for _, o := range d.Limits[:i] {
-			if o.Limit.Name == b.Limit.Name && o.Key == b.Key {
-				return fmt.Errorf("storetest model: limit %d: its counter is charged twice: %w", i, quota.ErrInvalid)
-			}
-		}
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("storetest model: %w", err)
 	}
 	return nil
 }
@@ -362,7 +281,7 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 			}
 			continue
 		}
-		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t, r.ID+"/"+strconv.Itoa(i))
+		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t)
 	}
 	return quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
 }
@@ -377,7 +296,7 @@ func (m *model) cancel(r *quota.Reservation) error {
 			m.drop(bucketID(d.Scope, b), r.ID)
 			continue
 		}
-		m.refund(bucketID(d.Scope, b), b.Limit, int64(d.Cost), r.Marks[i], r.ID+"/"+strconv.Itoa(i))
+		m.refund(bucketID(d.Scope, b), b.Limit, int64(d.Cost), r.Marks[i])
 	}
 	return nil
 }
@@ -400,16 +319,11 @@ func (m *model) full(id string, l quota.Limit, now int64, leaseID string) (int64
 	if leaseID != "" && slices.ContainsFunc(held, func(x lease) bool { return x.id == leaseID }) {
 		return 0, false
 	}
-	n := len(held)
-	if n < l.Rate {
-		return 0, false
-	}
-	exp := make([]int64, n)
+	exp := make([]int64, len(held))
 	for i, x := range held {
 		exp[i] = x.exp
 	}
-	slices.Sort(exp)
-	return exp[n-l.Rate], true
+	return quotamath.Of(l).SlotFreeAt(exp)
 }
 
 // hold gives lease leaseID of bucket id the expiry now+Per, or keeps a
