@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
@@ -54,7 +54,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 				return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 			}
 			if end > now {
-				out = append(out, State{Key: key, Reset: micros(end - now)})
+				out = append(out, State{Key: key, Reset: quotamath.Micros(end - now)})
 			}
 			continue
 		}
@@ -103,79 +103,60 @@ func (s *Store) clockMicros(ctx context.Context) (int64, error) {
 	return tm.UnixMicro(), nil
 }
 
-// inspectLimit reads one limit key.
+// inspectLimit reads one limit key; the state is package quotamath's,
+// as the in-process store's.
 func (s *Store) inspectLimit(ctx context.Context, name string, l quota.Limit, key string, now int64) (State, error) {
-	st := State{Limit: l.Name, Algorithm: l.Algorithm, Key: key}
-	per, rate := l.Per.Microseconds(), int64(l.Rate)
+	st, err := s.limitState(ctx, name, l, now)
+	st.Limit, st.Algorithm, st.Key = l.Name, l.Algorithm, key
+	return st, err
+}
+
+func (s *Store) limitState(ctx context.Context, name string, l quota.Limit, now int64) (State, error) {
+	q := quotamath.Of(l)
 	switch l.Algorithm {
 	case quota.GCRA:
 		tat, err := s.client.Get(ctx, name).Int64()
 		if err != nil {
-			return st, err
+			return State{}, err
 		}
-		b := int64(l.BurstOrRate())
-		t := (per + rate - 1) / rate
-		if tat > now {
-			st.Used = min((tat-now+t-1)/t, b)
-			st.Reset = micros(tat - now)
-		}
-		st.Remaining = b - st.Used
+		return q.GCRAState(tat, now), nil
 	case quota.FixedWindow, quota.SlidingWindow:
 		h, err := s.client.HGetAll(ctx, name).Result()
 		if err != nil {
-			return st, err
+			return State{}, err
 		}
-		k := now / per
-		cur := hashInt(h, k)
+		count := func(k int64) int64 { return hashInt(h, k) }
 		if l.Algorithm == quota.FixedWindow {
-			st.Used = cur
-			if cur > 0 {
-				st.Reset = micros((k+1)*per - now)
-			}
-		} else {
-			prev, e := hashInt(h, k-1), now%per
-			st.Used = cur + (prev*(per-e)+per-1)/per // the weighted count, rounded up
-			switch {
-			case cur > 0:
-				st.Reset = micros((k+2)*per - now)
-			case prev > 0:
-				st.Reset = micros((k+1)*per - now)
-			}
+			return q.FixedWindowState(now, count), nil
 		}
-		st.Remaining = max(rate-st.Used, 0)
+		return q.SlidingWindowState(now, count), nil
 	case quota.SlidingLog:
-		// Members "instant:cost:id" in order of instant (take.lua); the
-		// entries after now-Per are a suffix.
+		// Members "instant:cost:id" in order of instant (take.lua).
 		ms, err := s.client.ZRange(ctx, name, 0, -1).Result()
 		if err != nil {
-			return st, err
+			return State{}, err
 		}
-		for i := len(ms) - 1; i >= 0; i-- {
-			at, cost, ok := logEntry(ms[i])
+		log := make([]quotamath.LogEntry, len(ms))
+		for i, m := range ms {
+			at, cost, ok := logEntry(m)
 			if !ok {
-				return st, fmt.Errorf("sliding log %s: malformed member %q", name, ms[i])
+				return State{}, fmt.Errorf("sliding log %s: malformed member %q", name, m)
 			}
-			if at <= now-per {
-				break
-			}
-			if st.Used == 0 {
-				st.Reset = micros(at + per - now)
-			}
-			st.Used += cost
+			log[i] = quotamath.LogEntry{At: at, Cost: cost}
 		}
-		st.Remaining = max(rate-st.Used, 0)
+		return q.SlidingLogState(log, now), nil
 	case quota.Concurrency:
 		zs, err := s.client.ZRangeByScoreWithScores(ctx, name, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"}).Result()
 		if err != nil {
-			return st, err
+			return State{}, err
 		}
-		for _, z := range zs { // unexpired leases
-			st.Used++
-			st.Reset = max(st.Reset, micros(int64(z.Score)-now))
+		exp := make([]int64, len(zs)) // unexpired leases
+		for i, z := range zs {
+			exp[i] = int64(z.Score)
 		}
-		st.Remaining = max(rate-st.Used, 0)
+		return q.ConcurrencyState(exp, now), nil
 	}
-	return st, nil
+	return State{}, nil
 }
 
 // logEntry reads the instant and cost of a sliding-log member,
@@ -192,8 +173,6 @@ func hashInt(h map[string]string, k int64) int64 {
 	n, _ := strconv.ParseInt(h[strconv.FormatInt(k, 10)], 10, 64)
 	return n
 }
-
-func micros(us int64) time.Duration { return time.Duration(max(us, 0)) * time.Microsecond }
 
 // scopeKeys lists the keys of a scope, on whichever node holds its slot.
 func (s *Store) scopeKeys(ctx context.Context, ks keys) ([]string, error) {
