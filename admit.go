@@ -14,23 +14,33 @@ import (
 // budget when budget is not negative. The event's Err is nil when the
 // request may be sent. The event goes to the OnDecision hook. The demand
 // is what was decided, nil if the decision failed before one was built.
-func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *demand) {
+func (lim *Limiter) admit(r *rule, req *http.Request, budget time.Duration) (DecisionEvent, *demand) {
+	return lim.admitDemand(r, req, budget, lim.newDemand(r))
+}
+
+// newDemand returns an empty demand of rule r, to be filled in by decide.
+func (lim *Limiter) newDemand(r *rule) *demand {
+	return &demand{Demand: quota.Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]quota.Bucket, len(r.Limits)), Cost: 1}}
+}
+
+// admitDemand is admit with d, a demand from newDemand that may carry the
+// caller's cost and reserve mode.
+func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration, d *demand) (DecisionEvent, *demand) {
 	ev := DecisionEvent{Rule: r.id, Shadow: r.Shadow}
 	if r.Shadow {
 		budget = 0 // decided as if it could not wait; never sleeps
 	}
-	d := &demand{Demand: quota.Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]quota.Bucket, len(r.Limits)), Cost: 1}}
-	if err := t.decide(r, req, budget, d, &ev); err != nil {
+	if err := lim.decide(r, req, budget, d, &ev); err != nil {
 		ev.Err = err
 		if ev.Outcome == Allowed || ev.Outcome == Waited {
 			ev.Outcome = Failed
 		}
 	}
-	if t.hooks.OnDecision != nil {
+	if lim.hooks.OnDecision != nil {
 		ev.Context = req.Context()
-		t.hooks.OnDecision(ev)
+		lim.hooks.OnDecision(ev)
 	}
-	t.logDecision(req.Context(), ev)
+	lim.logDecision(req.Context(), ev)
 	if r.Shadow {
 		ev.Err = nil // recorded, not enforced
 	}
@@ -39,7 +49,7 @@ func (t *Transport) admit(r *rule, req *http.Request, budget time.Duration) (Dec
 
 // decide does the work of admit: it fills in d and decides it, and fills
 // in ev as it learns.
-func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *demand, ev *DecisionEvent) error {
+func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *demand, ev *DecisionEvent) error {
 	ctx := req.Context()
 	for i, l := range r.Limits {
 		key := ""
@@ -56,10 +66,15 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 	if pk != "" {
 		d.Pauses = append(d.Pauses, pk)
 	}
-	if r.Cost != nil {
+	switch {
+	case d.cost != 0:
+		d.Cost = d.cost
+	case r.Cost != nil:
 		d.Cost = r.Cost(req)
+	}
+	if d.Cost != 1 {
 		if d.Cost < 1 {
-			return fmt.Errorf("throttle: rule %s: cost must be at least 1, got %d", r.id, d.Cost)
+			return fmt.Errorf("throttle: rule %s: %w: cost must be at least 1, got %d", r.id, ErrInvalidPolicy, d.Cost)
 		}
 		for _, l := range r.limits {
 			if c := l.Capacity(); d.Cost > c {
@@ -75,36 +90,41 @@ func (t *Transport) decide(r *rule, req *http.Request, budget time.Duration, d *
 	if budget >= 0 {
 		d.MaxWait = min(d.MaxWait, budget)
 	}
-	now := t.now()
+	now := lim.now()
 	if deadline, ok := ctx.Deadline(); ok {
 		d.MaxWait = min(d.MaxWait, max(deadline.Sub(now), 0))
 	}
-	if r.queue != nil && d.MaxWait > 0 {
-		return t.queued(ctx, r, d, pk, ev) // queue.go: Rule.MaxQueue
+	if r.queue != nil && d.MaxWait > 0 && !d.reserve {
+		return lim.queued(ctx, r, d, pk, ev) // queue.go: Rule.MaxQueue
 	}
-	return t.obtain(ctx, r, d, pk, now, ev)
+	return lim.obtain(ctx, r, d, pk, now, ev)
 }
 
 // obtain decides d, the demand of a request under rule r whose pause key
 // is pk, as of now, and waits as long as d.MaxWait allows: for a pause
 // this instance learned, a slot, or the reservation's instant.
-func (t *Transport) obtain(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
+func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
 	// A pause this instance learned holds even if the store lost it.
-	if until, ok := t.learned.localPause(r.pauseID(pk), now); ok {
+	var paused time.Duration // for a reservation: the pause it must wait out too
+	if until, ok := lim.learned.localPause(r.pauseID(pk), now); ok {
 		wait := until.Sub(now)
 		if wait > d.MaxWait {
 			ev.Outcome, ev.Wait = Refused, wait
 			return &LimitError{Rule: r.id, Pause: pauseName(pk), RetryAfter: wait}
 		}
-		ev.Outcome, ev.Wait = Waited, wait
-		if slept, err := t.sleep(ctx, wait, nil); err != nil {
-			ev.Outcome, ev.Wait = GaveUp, slept
-			return &LimitError{Rule: r.id, Err: err}
+		if d.reserve {
+			paused = wait
+		} else {
+			ev.Outcome, ev.Wait = Waited, wait
+			if slept, err := lim.sleep(ctx, wait, nil); err != nil {
+				ev.Outcome, ev.Wait = GaveUp, slept
+				return &LimitError{Rule: r.id, Err: err}
+			}
+			d.MaxWait -= wait
 		}
-		d.MaxWait -= wait
 	}
 
-	dec, err := t.takeSlot(ctx, r, d, ev) // lease.go: t.take, and waits for a released slot where the waiter allows
+	dec, err := lim.takeSlot(ctx, r, d, ev) // lease.go: lim.take, and waits for a released slot where the waiter allows
 	if err != nil {
 		return err
 	}
@@ -116,12 +136,21 @@ func (t *Transport) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 		ev.Outcome, ev.Limit, ev.Wait = Refused, le.Limit, ev.Wait+dec.Delay
 		return le
 	}
+	d.granted = dec.Reservation
+	if d.reserve {
+		// The caller waits: nothing sleeps here.
+		d.delay = max(dec.Delay, paused)
+		if d.delay > 0 {
+			ev.Outcome, ev.Wait = Waited, d.delay
+		}
+		return nil
+	}
 	if dec.Delay <= 0 {
 		return nil
 	}
 	waited := ev.Wait
 	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
-	if slept, err := t.sleep(ctx, dec.Delay, dec.Reservation); err != nil {
+	if slept, err := lim.sleep(ctx, dec.Delay, dec.Reservation); err != nil {
 		ev.Outcome, ev.Wait = GaveUp, waited+slept
 		return &LimitError{Rule: r.id, Err: err}
 	}
@@ -131,22 +160,22 @@ func (t *Transport) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 // sleep waits d on a timer. If ctx ends first, it gives r back to the
 // store (when r is not nil) and returns how long it slept and the
 // context's error.
-func (t *Transport) sleep(ctx context.Context, d time.Duration, r *quota.Reservation) (time.Duration, error) {
+func (lim *Limiter) sleep(ctx context.Context, d time.Duration, r *quota.Reservation) (time.Duration, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	start := t.now()
+	start := lim.now()
 	select {
 	case <-timer.C:
 		return d, nil
 	case <-ctx.Done():
 	}
-	slept, err := t.now().Sub(start), ctx.Err()
+	slept, err := lim.now().Sub(start), ctx.Err()
 	if r != nil {
 		// Give the slot back; the caller's context is over, so use a short
 		// one of our own that keeps its values.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 		defer cancel()
-		if cerr := t.cancel(cctx, r); cerr != nil {
+		if cerr := lim.cancel(cctx, r); cerr != nil {
 			err = fmt.Errorf("%w (and returning the reservation failed: %v)", err, cerr)
 		}
 	}
@@ -157,7 +186,12 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration, r *quota.Reserva
 // holds while it is in flight.
 type demand struct {
 	quota.Demand
-	held *quota.Reservation // the granted reservation whose slots the request holds
+	cost    int  // the caller's cost (Limiter's n); 0: the rule's
+	reserve bool // decide without waiting: the caller waits delay (Limiter.Reserve)
+
+	held    *quota.Reservation // the granted reservation whose slots the request holds
+	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
+	delay   time.Duration      // reserve: how long the caller must wait before it acts
 }
 
 // hasLeases reports whether d has a Concurrency limit.
@@ -191,8 +225,8 @@ const (
 // granted decision it returns with slots holds them. An error is ready
 // for the caller: t.take's, or a *LimitError if ctx ended while waiting;
 // ev says how long it waited.
-func (t *Transport) takeSlot(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
-	dec, err := t.take(ctx, r, d, ev)
+func (lim *Limiter) takeSlot(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
+	dec, err := lim.take(ctx, r, d, ev)
 	wait := err == nil && !dec.OK && slotBound(d, dec)
 	for err == nil {
 		if wait {
@@ -201,14 +235,14 @@ func (t *Transport) takeSlot(ctx context.Context, r *rule, d *demand, ev *Decisi
 			}
 			// A refusal waitSlot returns is final: the budget is spent,
 			// or something other than a slot binds.
-			dec, err = t.waitSlot(ctx, r, d, dec, ev)
+			dec, err = lim.waitSlot(ctx, r, d, dec, ev)
 			wait = false
 			continue
 		}
 		if !dec.OK || dec.Reservation == nil || !dec.Reservation.Unclaimed {
 			break
 		}
-		dec, err = t.claimDue(ctx, r, d, dec, ev)
+		dec, err = lim.claimDue(ctx, r, d, dec, ev)
 		wait = err == nil && !dec.OK && slotBound(d, dec)
 	}
 	if err == nil && dec.OK && dec.Reservation != nil && hasLeases(d) {
@@ -224,12 +258,12 @@ func slotBound(d *demand, dec quota.Decision) bool {
 
 // waitSlot is the waiting part of take: dec is a refusal bound by a
 // Concurrency limit.
-func (t *Transport) waitSlot(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
-	ls, ok := t.store.(quota.LeaseStore)
+func (lim *Limiter) waitSlot(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
+	ls, ok := lim.store.(quota.LeaseStore)
 	if !ok {
 		return dec, nil
 	}
-	start, budget := t.now(), d.MaxWait
+	start, budget := lim.now(), d.MaxWait
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     slotPollFirst,
 		RandomizationFactor: 0.5,
@@ -256,28 +290,28 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *demand, dec quota.
 			}
 			watched = dec.Limit
 		} else {
-			wait := min(dec.Delay, bo.NextBackOff(), budget-t.now().Sub(start))
+			wait := min(dec.Delay, bo.NextBackOff(), budget-lim.now().Sub(start))
 			timer := time.NewTimer(max(wait, 0))
 			select {
 			case <-wake:
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
-				waited := t.now().Sub(start)
+				waited := lim.now().Sub(start)
 				ev.Outcome, ev.Wait, ev.Limit = GaveUp, ev.Wait+waited, d.Limits[dec.Limit].Limit.Name
 				return quota.Decision{}, &LimitError{Rule: r.id, Limit: ev.Limit, Err: ctx.Err()}
 			}
 			timer.Stop()
 		}
-		left := budget - t.now().Sub(start)
+		left := budget - lim.now().Sub(start)
 		if left <= 0 {
-			ev.Wait += t.now().Sub(start)
+			ev.Wait += lim.now().Sub(start)
 			return dec, nil
 		}
 		d.MaxWait = left
 		var err error
-		if dec, err = t.take(ctx, r, d, ev); err != nil || dec.OK || !slotBound(d, dec) {
-			waited := t.now().Sub(start)
+		if dec, err = lim.take(ctx, r, d, ev); err != nil || dec.OK || !slotBound(d, dec) {
+			waited := lim.now().Sub(start)
 			if err == nil && dec.OK {
 				ev.Outcome = Waited
 			}
@@ -295,27 +329,27 @@ func (t *Transport) waitSlot(ctx context.Context, r *rule, d *demand, dec quota.
 // left. A request never sends late on its old rate charge: an instant
 // charged in a window need not be covered by the window of a later one.
 // When the store cannot claim, the reservation is given back and d is
-// decided again by t.take, which applies the rule's failure mode.
-func (t *Transport) claimDue(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
+// decided again by lim.take, which applies the rule's failure mode.
+func (lim *Limiter) claimDue(ctx context.Context, r *rule, d *demand, dec quota.Decision, ev *DecisionEvent) (quota.Decision, error) {
 	res := dec.Reservation
-	start, waited := t.now(), ev.Wait
+	start, waited := lim.now(), ev.Wait
 	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
 	if dec.Delay > 0 {
-		if slept, err := t.sleep(ctx, dec.Delay, res); err != nil {
+		if slept, err := lim.sleep(ctx, dec.Delay, res); err != nil {
 			ev.Outcome, ev.Wait = GaveUp, waited+slept
 			return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
 		}
 	}
-	calls, _ := t.leaseCalls(res)
+	calls, _ := lim.leaseCalls(res)
 	cdec, err := calls.claim(ctx)
 	if err == nil && cdec.OK {
 		cdec.Delay = 0
 		return cdec, nil
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	_ = t.cancel(cctx, res) // on failure, the charge runs out by itself
+	_ = lim.cancel(cctx, res) // on failure, the charge runs out by itself
 	cancel()
-	spent := t.now().Sub(start)
+	spent := lim.now().Sub(start)
 	ev.Wait = waited + spent
 	d.MaxWait = max(d.MaxWait-spent, 0)
 	switch {
@@ -329,5 +363,5 @@ func (t *Transport) claimDue(ctx context.Context, r *rule, d *demand, dec quota.
 		return quota.Decision{}, fmt.Errorf("throttle: rule %s: store: claim: %w", r.id, err)
 	}
 	ev.StoreErr = err
-	return t.take(ctx, r, d, ev)
+	return lim.take(ctx, r, d, ev)
 }

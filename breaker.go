@@ -80,7 +80,7 @@ const (
 
 // WithBreaker configures the transport's circuit breaker; see [Breaker].
 func WithBreaker(b Breaker) Option {
-	return func(t *Transport) { t.failure.settings = b }
+	return func(lim *Limiter) { lim.failure.settings = b }
 }
 
 // A StoreState is the health of the store as a [Transport] sees it.
@@ -143,11 +143,11 @@ type StoreEvent struct {
 
 // reportStore hands a change of the store's state to the hook and the
 // logger (slog.Default when the transport has none).
-func (t *Transport) reportStore(ev StoreEvent) {
-	if t.hooks.OnStoreState != nil {
-		t.hooks.OnStoreState(ev)
+func (lim *Limiter) reportStore(ev StoreEvent) {
+	if lim.hooks.OnStoreState != nil {
+		lim.hooks.OnStoreState(ev)
 	}
-	l := t.logger
+	l := lim.logger
 	if l == nil {
 		l = slog.Default()
 	}

@@ -139,7 +139,7 @@ type DecisionEvent struct {
 
 // WithHooks makes the transport report its decisions to h.
 func WithHooks(h Hooks) Option {
-	return func(t *Transport) { t.hooks = h }
+	return func(lim *Limiter) { lim.hooks = h }
 }
 
 // A LeaseEventKind says what happened to the lease of a request's slot.

@@ -122,10 +122,10 @@ type learnConfig struct {
 
 // config resolves r's learning settings for a request to host: the rule's
 // own fields first, then the profile's, then the defaults.
-func (t *Transport) learnConfig(r *rule, host string) learnConfig {
+func (lim *Limiter) learnConfig(r *rule, host string) learnConfig {
 	c := learnConfig{limited: r.Learn.Limited, resetFormat: r.Learn.ResetFormat,
 		defaultPause: r.Learn.DefaultPause, maxPause: r.Learn.MaxPause}
-	if p := profileFor(t.profiles, host); p != nil {
+	if p := profileFor(lim.profiles, host); p != nil {
 		if c.limited == nil {
 			c.limited = p.Limited
 		}
@@ -148,20 +148,20 @@ func (t *Transport) learnConfig(r *rule, host string) learnConfig {
 	return c
 }
 
-// pauseFor returns how long r's scope must pause after resp, whose
-// feedback is fb (or 0), and whether resp said "slow down".
-func (l *learner) pauseFor(id string, c learnConfig, resp *http.Response, fb quotaheader.Feedback, now time.Time) (time.Duration, bool) {
-	if !c.limited(resp, fb) {
+// pauseFor returns how long r's scope must pause after an answer that
+// limited says was "slow down" (or not) and whose feedback is fb.
+func (l *learner) pauseFor(id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) time.Duration {
+	if !limited {
 		l.mu.Lock()
 		delete(l.backoff, id)
 		l.mu.Unlock()
 		if fb.Remaining == 0 && fb.Reset.After(now) {
-			return min(fb.Reset.Sub(now), c.maxPause), false // quota spent: wait for the reset
+			return min(fb.Reset.Sub(now), c.maxPause) // quota spent: wait for the reset
 		}
-		return 0, false
+		return 0
 	}
 	if d := fb.PauseFor(now); d > 0 || fb.HasRetryAfter {
-		return min(d, c.maxPause), true
+		return min(d, c.maxPause)
 	}
 	// "Slow down" with no time given: back off exponentially per scope.
 	l.mu.Lock()
@@ -183,7 +183,7 @@ func (l *learner) pauseFor(id string, c learnConfig, resp *http.Response, fb quo
 		}
 		l.backoff[id] = b
 	}
-	return min(b.NextBackOff(), c.maxPause), true
+	return min(b.NextBackOff(), c.maxPause)
 }
 
 // record keeps a pause of d for scope locally and returns it with jitter
@@ -216,45 +216,53 @@ func (l *learner) keep(id string, until time.Time) {
 }
 
 // learn reads resp, the answer to req under rule r whose demand was d,
-// records the pause it calls for, locally and in the store, and lowers the
-// rule's Sync limit to what the vendor says remains. It reports whether
-// resp said "slow down".
+// and reports it (see [Limiter.report]). It reports whether resp said
+// "slow down".
 func (t *Transport) learn(ctx context.Context, r *rule, d *demand, req *http.Request, resp *http.Response) (limited bool) {
 	if r.Learn.Off {
 		return false
 	}
-	now := t.now()
-	c := t.learnConfig(r, req.URL.Host)
+	now := t.lim.now()
+	c := t.lim.learnConfig(r, req.URL.Host)
 	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
+	limited = c.limited(resp, fb)
+	t.lim.report(ctx, r, d, c, limited, fb, resp.StatusCode, now)
+	return limited
+}
+
+// report records the pause that an answer to a call under rule r, whose
+// demand was d, calls for, locally and in the store, and lowers the
+// rule's Sync limit to what the vendor says remains. limited says the
+// answer was "slow down"; status is its HTTP status, or 0.
+func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) {
 	pk := r.pauseKey(d)
-	p, limited := t.learned.pauseFor(r.pauseID(pk), c, resp, fb, now)
+	p := lim.learned.pauseFor(r.pauseID(pk), c, limited, fb, now)
 	if r.syncIdx >= 0 && d != nil {
-		t.sync(ctx, r, d, fb, now)
+		lim.sync(ctx, r, d, fb, now)
 	}
 	if p <= 0 {
-		return limited
+		return
 	}
-	p = t.learned.record(r, r.pauseID(pk), now, p)
+	p = lim.learned.record(r, r.pauseID(pk), now, p)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.pause(sctx, r.scope, pk, p)
+	err := lim.pause(sctx, r.scope, pk, p)
 	// The store counted p from when it got the call: the local copy must
 	// not end before the shared pause does.
-	t.learned.keep(r.pauseID(pk), t.now().Add(p))
-	if t.hooks.OnPause != nil || t.logger != nil {
-		ev := PauseEvent{Rule: r.id, Status: resp.StatusCode, Pause: p, Capped: fb.Capped, Err: err}
-		if t.hooks.OnPause != nil {
-			t.hooks.OnPause(ev)
+	lim.learned.keep(r.pauseID(pk), lim.now().Add(p))
+	if lim.hooks.OnPause != nil || lim.logger != nil {
+		ev := PauseEvent{Rule: r.id, Status: status, Pause: p, Capped: fb.Capped, Err: err}
+		if lim.hooks.OnPause != nil {
+			lim.hooks.OnPause(ev)
 		}
-		t.logPause(ev)
+		lim.logPause(ev)
 	}
-	return limited
 }
 
 // sync lowers the rule's Sync limit to the vendor's remaining quota, when
 // the response gives one with a reset and it is less than the limit could
 // admit before that reset (otherwise the store call could change nothing).
-func (t *Transport) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) {
+func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
 	}
@@ -267,17 +275,17 @@ func (t *Transport) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	if fb.Remaining >= most {
 		return
 	}
-	s, ok := t.store.(quota.Syncer)
+	s, ok := lim.store.(quota.Syncer)
 	if !ok {
 		return // NewTransport checked; a store swapped in since cannot sync
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := t.guard(sctx, func(ctx context.Context) error {
+	err := lim.guard(sctx, func(ctx context.Context) error {
 		return s.Sync(ctx, r.scope, b, int(min(fb.Remaining, int64(l.Capacity()))), within)
 	})
-	if t.hooks.OnSync != nil {
-		t.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
+	if lim.hooks.OnSync != nil {
+		lim.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
 	}
 }
 
@@ -296,12 +304,12 @@ const storeCallTimeout = time.Second
 // matches. A retry loop outside the transport, such as go-retryablehttp's,
 // can wait this long instead of guessing.
 func (t *Transport) LearnedPause(req *http.Request) time.Duration {
-	r, out := t.policy.match(req)
+	r, out := t.lim.policy.match(req)
 	if r == nil {
 		return 0
 	}
-	now := t.now()
-	until, ok := t.learned.localPause(r.pauseID(r.pauseKeyOf(out)), now)
+	now := t.lim.now()
+	until, ok := t.lim.learned.localPause(r.pauseID(r.pauseKeyOf(out)), now)
 	if !ok {
 		return 0
 	}

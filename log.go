@@ -7,11 +7,11 @@ import (
 
 // logDecision logs, at Debug, a request that was not sent as asked.
 // Records carry names and durations only, never keys.
-func (t *Transport) logDecision(ctx context.Context, ev DecisionEvent) {
-	if t.logger == nil || ev.Outcome == Allowed || ev.Outcome == Waited {
+func (lim *Limiter) logDecision(ctx context.Context, ev DecisionEvent) {
+	if lim.logger == nil || ev.Outcome == Allowed || ev.Outcome == Waited {
 		return
 	}
-	if !t.logger.Enabled(ctx, slog.LevelDebug) {
+	if !lim.logger.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("rule", ev.Rule), slog.String("outcome", ev.Outcome.String()),
@@ -25,22 +25,22 @@ func (t *Transport) logDecision(ctx context.Context, ev DecisionEvent) {
 	if ev.Err != nil && ev.Outcome == Failed {
 		attrs = append(attrs, slog.String("error", ev.Err.Error()))
 	}
-	t.logger.LogAttrs(ctx, slog.LevelDebug, "throttle: request not sent as asked", attrs...)
+	lim.logger.LogAttrs(ctx, slog.LevelDebug, "throttle: request not sent as asked", attrs...)
 }
 
 // logPause logs a pause learned from a vendor's answer.
-func (t *Transport) logPause(ev PauseEvent) {
-	if t.logger == nil {
+func (lim *Limiter) logPause(ev PauseEvent) {
+	if lim.logger == nil {
 		return
 	}
 	attrs := []slog.Attr{slog.String("rule", ev.Rule), slog.Int("status", ev.Status),
 		slog.Duration("pause", ev.Pause), slog.Bool("capped", ev.Capped)}
 	if ev.Err != nil {
-		t.logger.LogAttrs(context.Background(), slog.LevelWarn, "throttle: vendor asked to slow down; the shared pause could not be recorded, this instance pauses alone",
+		lim.logger.LogAttrs(context.Background(), slog.LevelWarn, "throttle: vendor asked to slow down; the shared pause could not be recorded, this instance pauses alone",
 			append(attrs, slog.String("error", ev.Err.Error()))...)
 		return
 	}
-	t.logger.LogAttrs(context.Background(), slog.LevelInfo, "throttle: vendor asked to slow down; every instance pauses the rule", attrs...)
+	lim.logger.LogAttrs(context.Background(), slog.LevelInfo, "throttle: vendor asked to slow down; every instance pauses the rule", attrs...)
 }
 
 // WithLogger makes the transport log to l:
@@ -64,5 +64,5 @@ func (t *Transport) logPause(ev PauseEvent) {
 // misconfigured is never silent. To silence them, pass a logger whose
 // handler discards, such as slog.New(slog.DiscardHandler).
 func WithLogger(l *slog.Logger) Option {
-	return func(t *Transport) { t.logger = l }
+	return func(lim *Limiter) { lim.logger = l }
 }

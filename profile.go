@@ -13,7 +13,7 @@ import (
 // arguments no profile applies. [NewTransport] returns an error wrapping
 // [ErrInvalidPolicy] if a profile's host pattern is invalid.
 func WithProfiles(ps ...quotaheader.Profile) Option {
-	return func(t *Transport) { t.profileList = append([]quotaheader.Profile{}, ps...) }
+	return func(lim *Limiter) { lim.profileList = append([]quotaheader.Profile{}, ps...) }
 }
 
 // profile is a Profile with its host patterns parsed.

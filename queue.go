@@ -107,13 +107,13 @@ func (q *waitQueue) enter(ctx context.Context, evict bool) (context.Context, fun
 // under RefuseNew it stays refused (the error wraps ErrQueueFull), and
 // under DropOldest, if it could go within its wait, it takes the oldest
 // waiter's place and is decided again, waiting this time.
-func (t *Transport) queued(ctx context.Context, r *rule, d *demand, pk string, ev *DecisionEvent) error {
+func (lim *Limiter) queued(ctx context.Context, r *rule, d *demand, pk string, ev *DecisionEvent) error {
 	q := r.queue
 	wctx, leave, placed := q.enter(ctx, false)
 	if !placed {
 		maxWait := d.MaxWait
 		d.MaxWait = 0
-		err := t.obtain(ctx, r, d, pk, t.now(), ev)
+		err := lim.obtain(ctx, r, d, pk, lim.now(), ev)
 		var le *LimitError
 		if err == nil || !errors.As(err, &le) || le.Err != nil || q.full == RefuseNew || le.RetryAfter > maxWait {
 			return queueErr(err, r.id, ctx, false)
@@ -123,7 +123,7 @@ func (t *Transport) queued(ctx context.Context, r *rule, d *demand, pk string, e
 		wctx, leave, placed = q.enter(ctx, true)
 	}
 	defer leave()
-	return queueErr(t.obtain(wctx, r, d, pk, t.now(), ev), r.id, wctx, placed)
+	return queueErr(lim.obtain(wctx, r, d, pk, lim.now(), ev), r.id, wctx, placed)
 }
 
 // queueErr returns err, the outcome of deciding a request of rule, with

@@ -27,10 +27,10 @@ func releaseResponse(resp *http.Response) {
 	}
 }
 
-func (h *hold) touch() { h.active.Store(h.t.now().UnixNano()) }
+func (h *hold) touch() { h.active.Store(h.lim.now().UnixNano()) }
 
 func (h *hold) event(k LeaseEventKind, err error) {
-	if f := h.t.hooks.OnLease; f != nil {
+	if f := h.lim.hooks.OnLease; f != nil {
 		f(LeaseEvent{Rule: h.rule, Kind: k, Err: err})
 	}
 }
@@ -45,7 +45,7 @@ func (h *hold) renew() {
 		h.mu.Unlock()
 		return
 	}
-	if last := h.active.Load(); last != 0 && h.t.now().UnixNano()-last >= int64(h.lease) {
+	if last := h.active.Load(); last != 0 && h.lim.now().UnixNano()-last >= int64(h.lease) {
 		h.stopped = true
 		h.mu.Unlock()
 		h.event(LeaseAbandoned, nil)

@@ -59,7 +59,7 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 	if budget <= 0 {
 		budget = DefaultMaxPause
 	}
-	deadline := t.now().Add(budget)
+	deadline := t.lim.now().Add(budget)
 	for attempt := 0; attempt < r.Retry.Max; attempt++ {
 		if r.Retry.Decide != nil && !r.Retry.Decide(t.retryEvent(r, req, resp, attempt+1)) {
 			return resp, nil
@@ -79,16 +79,14 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 		// limiter refuses it, the caller gets that answer unchanged. Its
 		// Concurrency slots go first, or the resend would wait for them.
 		releaseResponse(resp)
-		ev, d := t.admit(r, next, max(deadline.Sub(t.now()), 0))
+		ev, d := t.lim.admit(r, next, max(deadline.Sub(t.lim.now()), 0))
 		if ev.Err != nil {
 			closeBody(next)
 			return resp, nil
 		}
 		drainAndClose(resp.Body)
-		h := t.hold(r, d)
 		var err error
-		resp, err = t.baseRT().RoundTrip(next)
-		resp, err = h.bind(resp, err)
+		resp, err = t.send(r, d, next)
 		if err != nil {
 			return nil, err
 		}
@@ -102,13 +100,13 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 // retryEvent describes resend attempt of req, answered resp, for
 // Retry.Decide.
 func (t *Transport) retryEvent(r *rule, req *http.Request, resp *http.Response, attempt int) RetryEvent {
-	now := t.now()
-	c := t.learnConfig(r, req.URL.Host)
+	now := t.lim.now()
+	c := t.lim.learnConfig(r, req.URL.Host)
 	ev := RetryEvent{
 		Rule: r.id, Request: req, Response: resp, Attempt: attempt,
 		Feedback: quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause}),
 	}
-	if until, ok := t.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now); ok {
+	if until, ok := t.lim.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now); ok {
 		ev.Wait = until.Sub(now)
 	}
 	return ev

@@ -8,10 +8,20 @@ import (
 	"time"
 )
 
+// send sends out, admitted under rule r with demand d, with the base
+// transport, holding the request's Concurrency slots (renewing their
+// leases) until the response body ends; a failed round trip releases them
+// at once.
+func (t *Transport) send(r *rule, d *demand, out *http.Request) (*http.Response, error) {
+	h := t.lim.hold(r, d)
+	resp, err := t.baseRT().RoundTrip(out)
+	return h.bind(resp, err)
+}
+
 // A hold is the lease of a sent request's slots: it renews them while the
 // request is in flight and releases them once.
 type hold struct {
-	t     *Transport
+	lim   *Limiter
 	calls leaseCalls
 	rule  string
 	lease time.Duration // the shortest lease of the demand's slots
@@ -27,15 +37,15 @@ type hold struct {
 
 // hold starts renewing the slots d holds, if any, just before req is sent.
 // It returns nil when d holds none.
-func (t *Transport) hold(r *rule, d *demand) *hold {
+func (lim *Limiter) hold(r *rule, d *demand) *hold {
 	if d == nil || d.held == nil {
 		return nil
 	}
-	calls, ok := t.leaseCalls(d.held)
+	calls, ok := lim.leaseCalls(d.held)
 	if !ok {
 		return nil
 	}
-	h := &hold{t: t, calls: calls, rule: r.id}
+	h := &hold{lim: lim, calls: calls, rule: r.id}
 	for _, b := range d.Limits {
 		if l := b.Limit; l.Algorithm == Concurrency && (h.lease == 0 || l.Per < h.lease) {
 			h.lease = l.Per

@@ -28,39 +28,39 @@ type failover struct {
 }
 
 // failover returns the transport's failover state, set up on first use.
-func (t *Transport) failover() *failover {
-	f := &t.failure
+func (lim *Limiter) failover() *failover {
+	f := &lim.failure
 	f.once.Do(func() {
-		f.breaker = newBreaker(f.settings, t.now, t.reportStore)
-		f.local = memstore.New(memstore.WithClock(t.now))
+		f.breaker = newBreaker(f.settings, lim.now, lim.reportStore)
+		f.local = memstore.New(memstore.WithClock(lim.now))
 	})
 	return f
 }
 
 // inProcess reports whether the transport's store is the in-process one,
 // which cannot be unavailable; its calls skip the breaker.
-func (t *Transport) inProcess() bool {
-	_, ok := t.store.(*memstore.Store)
+func (lim *Limiter) inProcess() bool {
+	_, ok := lim.store.(*memstore.Store)
 	return ok
 }
 
 // take asks the store to decide d, the demand of a request under rule r,
 // through the breaker, and applies r's failure mode when the store cannot
 // answer. Errors it returns are ready for the caller.
-func (t *Transport) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
-	if t.hooks.OnDecision != nil {
+func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
+	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
 	}
-	if t.inProcess() {
-		dec, err := t.store.Take(ctx, &d.Demand)
+	if lim.inProcess() {
+		dec, err := lim.store.Take(ctx, &d.Demand)
 		if err != nil {
 			ev.StoreErr = err
 			return dec, fmt.Errorf("throttle: rule %s: store: %w", r.id, err)
 		}
 		return dec, nil
 	}
-	f := t.failover()
+	f := lim.failover()
 	var dec quota.Decision
 	// The store reads a snapshot of d: a call the breaker stopped waiting
 	// for may still run while the request goes on and changes d (its
@@ -68,7 +68,7 @@ func (t *Transport) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 	sd := d.Demand
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
-		dec, err = t.store.Take(ctx, &sd)
+		dec, err = lim.store.Take(ctx, &sd)
 		return err
 	}, func() {
 		// The request moved on without this decision: give back what it
@@ -76,7 +76,7 @@ func (t *Transport) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 		if dec.OK && dec.Reservation != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 			defer cancel()
-			_ = t.store.Cancel(cctx, dec.Reservation)
+			_ = lim.store.Cancel(cctx, dec.Reservation)
 		}
 	})
 	if err == nil {
@@ -119,27 +119,27 @@ func storeFault(ctx context.Context, err error) bool {
 
 // cancel gives r back to the store that granted it: the local fallback
 // store, or the shared store through the breaker.
-func (t *Transport) cancel(ctx context.Context, r *quota.Reservation) error {
+func (lim *Limiter) cancel(ctx context.Context, r *quota.Reservation) error {
 	if lr, ok := localReservation(r); ok { // lease.go
-		return t.failover().local.Cancel(ctx, lr)
+		return lim.failover().local.Cancel(ctx, lr)
 	}
-	return t.guard(ctx, func(ctx context.Context) error { return t.store.Cancel(ctx, r) })
+	return lim.guard(ctx, func(ctx context.Context) error { return lim.store.Cancel(ctx, r) })
 }
 
 // pause records a pause in the store, through the breaker. The learner's
 // local copy holds whether or not it succeeds.
-func (t *Transport) pause(ctx context.Context, scope, key string, d time.Duration) error {
-	return t.guard(ctx, func(ctx context.Context) error { return t.store.Pause(ctx, scope, key, d) })
+func (lim *Limiter) pause(ctx context.Context, scope, key string, d time.Duration) error {
+	return lim.guard(ctx, func(ctx context.Context) error { return lim.store.Pause(ctx, scope, key, d) })
 }
 
 // guard runs call, a store call made with ctx other than Take, through the
 // breaker: it is not made while the breaker is open, and its outcome
 // counts like a Take's.
-func (t *Transport) guard(ctx context.Context, call func(context.Context) error) error {
-	if t.inProcess() {
+func (lim *Limiter) guard(ctx context.Context, call func(context.Context) error) error {
+	if lim.inProcess() {
 		return call(ctx)
 	}
-	return t.failover().breaker.call(ctx, call, nil)
+	return lim.failover().breaker.call(ctx, call, nil)
 }
 
 // localReservation returns, for a reservation of the local fallback
@@ -157,18 +157,18 @@ func localReservation(r *quota.Reservation) (*quota.Reservation, bool) {
 // leaseCalls routes the lease calls of r to the store that granted it: the
 // local fallback store, or the shared one through the breaker.
 type leaseCalls struct {
-	t     *Transport
+	lim   *Limiter
 	local *memstore.Store // nil: the shared store
 	ls    quota.LeaseStore
 	r     *quota.Reservation
 }
 
-func (t *Transport) leaseCalls(r *quota.Reservation) (leaseCalls, bool) {
+func (lim *Limiter) leaseCalls(r *quota.Reservation) (leaseCalls, bool) {
 	if lr, ok := localReservation(r); ok {
-		return leaseCalls{t: t, local: t.failover().local, r: lr}, true
+		return leaseCalls{lim: lim, local: lim.failover().local, r: lr}, true
 	}
-	ls, ok := t.store.(quota.LeaseStore)
-	return leaseCalls{t: t, ls: ls, r: r}, ok
+	ls, ok := lim.store.(quota.LeaseStore)
+	return leaseCalls{lim: lim, ls: ls, r: r}, ok
 }
 
 // claim takes the slots of c.r, an unclaimed reservation. A claim that
@@ -184,11 +184,11 @@ func (c leaseCalls) claim(ctx context.Context) (quota.Decision, error) {
 		}
 		return dec, err
 	}
-	if c.t.inProcess() {
+	if c.lim.inProcess() {
 		return c.ls.Claim(ctx, c.r)
 	}
 	var dec quota.Decision
-	err := c.t.failover().breaker.call(ctx, func(ctx context.Context) error {
+	err := c.lim.failover().breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = c.ls.Claim(ctx, c.r)
 		return err
@@ -220,5 +220,5 @@ func (c leaseCalls) renew(ctx context.Context) error {
 	if c.local != nil {
 		return c.local.Renew(ctx, c.r)
 	}
-	return c.t.guard(ctx, func(ctx context.Context) error { return c.ls.Renew(ctx, c.r) })
+	return c.lim.guard(ctx, func(ctx context.Context) error { return c.ls.Renew(ctx, c.r) })
 }

@@ -1,15 +1,7 @@
 package throttle
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"time"
-
-	"github.com/quotakit/throttle/memstore"
-	"github.com/quotakit/throttle/quota"
-	"github.com/quotakit/throttle/quotaheader"
 )
 
 // Transport is an [http.RoundTripper] that holds each outbound request to
@@ -25,55 +17,20 @@ import (
 // body on every path on which it does not send it. It is safe for
 // concurrent use.
 type Transport struct {
-	base    http.RoundTripper
-	policy  *compiledPolicy
-	store   quota.Store
-	now     func() time.Time
-	hooks   Hooks
-	learned learner
-
-	profileList []quotaheader.Profile // as given to WithProfiles
-	profiles    []profile
-	failure     failover
-	logger      *slog.Logger // store state changes; nil: none
+	lim  *Limiter
+	base http.RoundTripper
 }
 
 // NewTransport returns a Transport that applies policy p to requests
 // before sending them with base. A nil base means [http.DefaultTransport].
-// It validates p and returns the [Policy.Validate] error if p is invalid.
+// It validates p and returns the [Policy.Validate] error if p is invalid,
+// and checks that the store can decide every rule (see [NewLimiter]).
 func NewTransport(base http.RoundTripper, p Policy, opts ...Option) (*Transport, error) {
-	cp, err := p.compile()
+	lim, err := NewLimiter(p, opts...)
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{base: base, policy: cp, now: time.Now, profileList: quotaheader.DefaultProfiles}
-	for _, o := range opts {
-		o(t)
-	}
-	if t.profiles, err = compileProfiles(t.profileList); err != nil {
-		return nil, err
-	}
-	if t.store == nil {
-		t.store = memstore.New()
-	}
-	if err := t.checkLeases(); err != nil {
-		return nil, err
-	}
-	if c, ok := t.store.(quota.LimitChecker); ok {
-		for _, r := range cp.rules {
-			if err := c.CheckLimits(r.limits, r.wait.MaxWait(context.Background()) > 0); err != nil {
-				return nil, policyError(r.id, "", err)
-			}
-		}
-	}
-	if _, ok := t.store.(quota.Syncer); !ok {
-		for _, r := range cp.rules {
-			if r.syncIdx >= 0 {
-				return nil, &PolicyError{Rule: r.id, Field: "Learn.Sync", Err: fmt.Errorf("the store (%T) cannot sync: it does not implement quota.Syncer", t.store)}
-			}
-		}
-	}
-	return t, nil
+	return &Transport{lim: lim, base: base}, nil
 }
 
 // WrapClient returns a copy of c whose transport is a [Transport] applying
@@ -103,28 +60,26 @@ func WrapClient(c *http.Client, p Policy, opts ...Option) (*http.Client, error) 
 // down" (see [Retry]). The response returned is the last one received,
 // unchanged.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	r, out := t.policy.match(req)
+	r, out := t.lim.policy.match(req)
 	if r == nil {
-		if t.policy.refuse {
+		if t.lim.policy.refuse {
 			closeBody(req)
 			return nil, ErrNoRule
 		}
 		return t.baseRT().RoundTrip(req)
 	}
-	ev, d := t.admit(r, out, -1)
+	ev, d := t.lim.admit(r, out, -1) // admit.go
 	if ev.Err != nil {
 		closeBody(out) // out.Body is req.Body, or wraps and closes it
 		return nil, ev.Err
 	}
-	h := t.hold(r, d) // lease.go: renews the request's Concurrency slots
-	resp, err := t.baseRT().RoundTrip(out)
-	resp, err = h.bind(resp, err) // releases them on error, else when the body ends
+	resp, err := t.send(r, d, out) // send.go; its slots are released when the body ends (release.go)
 	if err != nil {
 		return nil, err
 	}
-	limited := t.learn(out.Context(), r, d, out, resp)
+	limited := t.learn(out.Context(), r, d, out, resp) // learn.go
 	if r.Retry.Max > 0 && limited && !r.Shadow {
-		return t.retry(r, out, resp)
+		return t.retry(r, out, resp) // retry.go
 	}
 	return resp, nil
 }
