@@ -47,7 +47,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 		if !ok || l.Rate < 1 || l.Per.Microseconds() < 1 {
 			continue
 		}
-		if st := b.state(newParams(l, 1), now); st.Used > 0 {
+		if st := quotamath.Of(l).State(b.counter(), now); st.Used > 0 {
 			st.Limit, st.Algorithm, st.Key = l.Name, l.Algorithm, id.key
 			out = append(out, st)
 		}
@@ -59,24 +59,6 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 		return strings.Compare(a.Key, b.Key)
 	})
 	return out, nil
-}
-
-// state computes Used, Remaining and Reset of b at now without changing
-// b, as the Redis store's inspection does (package quotamath).
-func (b *memBucket) state(p params, now int64) quota.LimitState {
-	switch p.alg {
-	case quota.GCRA:
-		return p.GCRAState(b.tat, now)
-	case quota.FixedWindow:
-		return p.FixedWindowState(now, b.count)
-	case quota.SlidingWindow:
-		return p.SlidingWindowState(now, b.count)
-	case quota.SlidingLog:
-		return p.SlidingLogState(b.log, now)
-	case quota.Concurrency:
-		return p.ConcurrencyState(b.expiries(), now)
-	}
-	return quota.LimitState{}
 }
 
 // ResetLimit implements [quota.Inspector.ResetLimit]. Callers waiting for a

@@ -89,12 +89,11 @@ type window struct {
 // params are a limit's numbers in store units, and the cost of a demand.
 type params struct {
 	quotamath.Limit
-	alg  quota.Algorithm
 	cost int64
 }
 
 func newParams(l quota.Limit, cost int) params {
-	return params{Limit: quotamath.Of(l), alg: l.Algorithm, cost: int64(cost)}
+	return params{Limit: quotamath.Of(l), cost: int64(cost)}
 }
 
 // minSweep is the smallest number of entries at which sweeps run; between
@@ -227,7 +226,7 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 			continue
 		}
 		p := newParams(l.Limit, d.Cost)
-		if p.alg == quota.Concurrency {
+		if p.Algorithm == quota.Concurrency {
 			s.drop(bucketID{d.Scope, l.Limit.Name, l.Key}, b, r.ID)
 			continue
 		}
@@ -288,26 +287,25 @@ func checkDemand(d *quota.Demand, ps []params) ([]params, error) {
 // earliest returns the earliest instant, not before t, at which the
 // bucket admits p.cost. A nil bucket is fresh.
 func (b *memBucket) earliest(p params, t int64) int64 {
-	if b == nil {
+	if b == nil || p.Algorithm == quota.Concurrency { // slotsFull decides
 		return t
 	}
-	switch p.alg {
-	case quota.GCRA:
-		return p.GCRAEarliest(b.tat, t, p.cost)
-	case quota.FixedWindow:
-		return p.FixedWindowEarliest(t, p.cost, b.count)
-	case quota.SlidingLog:
-		return p.SlidingLogEarliest(b.log, t, p.cost)
-	case quota.SlidingWindow:
-		return p.SlidingWindowEarliest(t, p.cost, b.count)
+	return p.Earliest(b.counter(), t, p.cost)
+}
+
+// counter is b's state as package quotamath reads it.
+func (b *memBucket) counter() quotamath.Counter {
+	c := quotamath.Counter{TAT: b.tat, Count: b.count, Log: b.log}
+	if b.alg == quota.Concurrency {
+		c.Expiries = b.expiries()
 	}
-	return t
+	return c
 }
 
 // commit charges p.cost at instant t, which earliest allowed, and returns
 // the mark that refund needs.
 func (b *memBucket) commit(p params, t int64) int64 {
-	switch p.alg {
+	switch p.Algorithm {
 	case quota.GCRA:
 		b.tat = p.GCRACharge(b.tat, t, p.cost)
 		b.expire = b.tat
@@ -329,7 +327,7 @@ func (b *memBucket) commit(p params, t int64) int64 {
 // SlidingWindow the end of the next window, which weighs k as its previous.
 func (b *memBucket) expireWindow(p params, k int64) {
 	end := (k + 1) * p.Per
-	if p.alg == quota.SlidingWindow {
+	if p.Algorithm == quota.SlidingWindow {
 		end += p.Per
 	}
 	b.expire = max(b.expire, end)
@@ -337,7 +335,7 @@ func (b *memBucket) expireWindow(p params, k int64) {
 
 // refund gives back a charge recorded by commit, as far as that is safe.
 func (b *memBucket) refund(p params, mark int64) {
-	switch p.alg {
+	switch p.Algorithm {
 	case quota.GCRA:
 		if b.tat == mark { // no later grant sits on the time this one skipped
 			b.tat = p.GCRARefund(b.tat, p.cost)
@@ -356,10 +354,10 @@ func (b *memBucket) refund(p params, mark int64) {
 
 // prune forgets state that can no longer affect a decision at or after now.
 func (b *memBucket) prune(p params, now int64) {
-	switch p.alg {
+	switch p.Algorithm {
 	case quota.FixedWindow, quota.SlidingWindow:
 		keep := p.Window(now)
-		if p.alg == quota.SlidingWindow {
+		if p.Algorithm == quota.SlidingWindow {
 			keep--
 		}
 		i := 0

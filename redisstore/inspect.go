@@ -106,57 +106,51 @@ func (s *Store) clockMicros(ctx context.Context) (int64, error) {
 // inspectLimit reads one limit key; the state is package quotamath's,
 // as the in-process store's.
 func (s *Store) inspectLimit(ctx context.Context, name string, l quota.Limit, key string, now int64) (State, error) {
-	st, err := s.limitState(ctx, name, l, now)
+	c, err := s.readCounter(ctx, name, l.Algorithm, now)
+	if err != nil {
+		return State{}, err
+	}
+	st := quotamath.Of(l).State(c, now)
 	st.Limit, st.Algorithm, st.Key = l.Name, l.Algorithm, key
-	return st, err
+	return st, nil
 }
 
-func (s *Store) limitState(ctx context.Context, name string, l quota.Limit, now int64) (State, error) {
-	q := quotamath.Of(l)
-	switch l.Algorithm {
+// readCounter reads the key of a counter of algorithm alg.
+func (s *Store) readCounter(ctx context.Context, name string, alg quota.Algorithm, now int64) (quotamath.Counter, error) {
+	var c quotamath.Counter
+	switch alg {
 	case quota.GCRA:
 		tat, err := s.client.Get(ctx, name).Int64()
-		if err != nil {
-			return State{}, err
-		}
-		return q.GCRAState(tat, now), nil
+		c.TAT = tat
+		return c, err
 	case quota.FixedWindow, quota.SlidingWindow:
 		h, err := s.client.HGetAll(ctx, name).Result()
-		if err != nil {
-			return State{}, err
-		}
-		count := func(k int64) int64 { return hashInt(h, k) }
-		if l.Algorithm == quota.FixedWindow {
-			return q.FixedWindowState(now, count), nil
-		}
-		return q.SlidingWindowState(now, count), nil
+		c.Count = func(k int64) int64 { return hashInt(h, k) }
+		return c, err
 	case quota.SlidingLog:
 		// Members "instant:cost:id" in order of instant (take.lua).
 		ms, err := s.client.ZRange(ctx, name, 0, -1).Result()
 		if err != nil {
-			return State{}, err
+			return c, err
 		}
-		log := make([]quotamath.LogEntry, len(ms))
+		c.Log = make([]quotamath.LogEntry, len(ms))
 		for i, m := range ms {
 			at, cost, ok := logEntry(m)
 			if !ok {
-				return State{}, fmt.Errorf("sliding log %s: malformed member %q", name, m)
+				return c, fmt.Errorf("sliding log %s: malformed member %q", name, m)
 			}
-			log[i] = quotamath.LogEntry{At: at, Cost: cost}
+			c.Log[i] = quotamath.LogEntry{At: at, Cost: cost}
 		}
-		return q.SlidingLogState(log, now), nil
 	case quota.Concurrency:
 		zs, err := s.client.ZRangeByScoreWithScores(ctx, name, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"}).Result()
 		if err != nil {
-			return State{}, err
+			return c, err
 		}
-		exp := make([]int64, len(zs)) // unexpired leases
-		for i, z := range zs {
-			exp[i] = int64(z.Score)
+		for _, z := range zs { // unexpired leases
+			c.Expiries = append(c.Expiries, int64(z.Score))
 		}
-		return q.ConcurrencyState(exp, now), nil
 	}
-	return State{}, nil
+	return c, nil
 }
 
 // logEntry reads the instant and cost of a sliding-log member,

@@ -118,43 +118,22 @@ func emission(l quota.Limit) int64 {
 	return (p + r - 1) / r
 }
 
-// admits reports whether the limit of bucket id admits cost c at t.
+// counter is bucket id's state as package quotamath reads it.
+func (m *model) counter(id string) quotamath.Counter {
+	w := m.win[id]
+	return quotamath.Counter{TAT: m.tat[id], Count: func(k int64) int64 { return w[k] }, Log: m.log[id]}
+}
+
+// admits reports whether the limit of bucket id admits cost c at t. A
+// Concurrency limit is decided at now, apart from t (take).
 func (m *model) admits(id string, l quota.Limit, c, t int64) bool {
-	q, w := quotamath.Of(l), m.win[id]
-	count := func(k int64) int64 { return w[k] }
-	switch l.Algorithm {
-	case quota.GCRA:
-		return q.GCRAAdmits(m.tat[id], t, c)
-	case quota.FixedWindow:
-		return q.FixedWindowAdmits(t, c, count)
-	case quota.SlidingLog:
-		return q.SlidingLogAdmits(m.log[id], t, c)
-	case quota.SlidingWindow:
-		return q.SlidingWindowAdmits(t, c, count)
-	case quota.Concurrency:
-		return true // decided at now, apart from t (take)
-	}
-	panic("storetest: unknown algorithm")
+	return quotamath.Of(l).Admits(m.counter(id), t, c)
 }
 
 // earliest returns the earliest instant, not before t, at which the limit
 // of bucket id admits cost c (c is at most the limit's capacity).
 func (m *model) earliest(id string, l quota.Limit, c, t int64) int64 {
-	q, w := quotamath.Of(l), m.win[id]
-	count := func(k int64) int64 { return w[k] }
-	switch l.Algorithm {
-	case quota.Concurrency:
-		return t // decided at now, apart from t (take)
-	case quota.GCRA:
-		return q.GCRAEarliest(m.tat[id], t, c)
-	case quota.FixedWindow:
-		return q.FixedWindowEarliest(t, c, count)
-	case quota.SlidingLog:
-		return q.SlidingLogEarliest(m.log[id], t, c)
-	case quota.SlidingWindow:
-		return q.SlidingWindowEarliest(t, c, count)
-	}
-	panic("storetest: unknown algorithm")
+	return quotamath.Of(l).Earliest(m.counter(id), t, c)
 }
 
 // charge charges cost c at t to the limit of bucket id and returns the

@@ -19,11 +19,11 @@ func (l Limit) SlotFreeAt(expiries []int64) (at int64, full bool) {
 	return expiries[n-l.Rate], true
 }
 
-// ConcurrencyState returns Used, Remaining and Reset of a Concurrency
+// concurrencyState returns Used, Remaining and Reset of a Concurrency
 // limit at now, given the expiries of its leases: Used counts those after
 // now, Reset is the time until the last of them. Other fields are left
 // zero.
-func (l Limit) ConcurrencyState(expiries []int64, now int64) quota.LimitState {
+func (l Limit) concurrencyState(expiries []int64, now int64) quota.LimitState {
 	var st quota.LimitState
 	var last int64
 	for _, exp := range expiries {

@@ -14,7 +14,11 @@
 //
 // P is Per in microseconds, R is Rate, B is Burst (Rate when zero), c is
 // the cost of a demand and t the instant it is decided for. A [Limit]
-// holds P, R and B; [Of] makes one from a [quota.Limit].
+// holds the algorithm, P, R and B ([Of] makes one from a [quota.Limit]);
+// a [Counter] holds one counter's state. [Limit.Admits],
+// [Limit.Earliest] and [Limit.State] apply the formulas below, by
+// algorithm; the rest of the functions are the steps a store takes
+// between decisions.
 //
 // # GCRA
 //
@@ -22,15 +26,15 @@
 // rounding up means a limit never admits faster than R per P. The state
 // is the theoretical arrival time TAT.
 //
-//   - admitted at t:  max(TAT, t) + c*T - t <= B*T        ([Limit.GCRAAdmits])
-//   - earliest:       max(t, TAT + c*T - B*T)             ([Limit.GCRAEarliest])
+//   - admitted at t:  max(TAT, t) + c*T - t <= B*T
+//   - earliest:       max(t, TAT + c*T - B*T)
 //   - charged at t:   TAT' = max(TAT, t) + c*T            ([Limit.GCRACharge])
 //   - refunded:       TAT' = TAT - c*T, only while TAT is still what the
 //     charge set                                          ([Limit.GCRARefund])
 //   - synced to left units within w: TAT' = max(TAT, now + w + (B-left)*T)
 //     ([Limit.GCRASync])
 //   - inspected at now: Used = min(ceil((TAT-now)/T), B), Remaining = B -
-//     Used, Reset = TAT - now, when TAT > now ([Limit.GCRAState])
+//     Used, Reset = TAT - now, when TAT > now
 //
 // # FixedWindow
 //
@@ -38,26 +42,27 @@
 // rounded toward negative infinity for instants before the epoch
 // ([Limit.Window]). A demand is admitted while count(k) + c <= R; the
 // earliest instant is t in its own window, or the start of the first
-// later window with room ([Limit.FixedWindowEarliest]).
+// later window with room. Inspection reports count(k), until the window
+// ends.
 //
 // # SlidingWindow
 //
 // At t in window k, with e = t - k*P elapsed, the estimate is
 // prev*(P-e)/P + cur (prev and cur the counts of windows k-1 and k). A
-// demand is admitted when prev*(P-e) + (cur+c)*P <= R*P, in integers
-// ([Limit.SlidingWindowAdmits]). In a window where cur + c <= R, the least
-// such e is P - floor((R-cur-c)*P/prev) (0 when prev is 0); when that is
-// below P the window admits from k*P + e ([Limit.SlidingWindowEarliest]).
-// Inspection rounds the estimate up: Used = cur + ceil(prev*(P-e)/P).
+// demand is admitted when prev*(P-e) + (cur+c)*P <= R*P, in integers. In
+// a window where cur + c <= R, the least such e is
+// P - floor((R-cur-c)*P/prev) (0 when prev is 0); when that is below P
+// the window admits from k*P + e. Inspection rounds the estimate up:
+// Used = cur + ceil(prev*(P-e)/P).
 //
 // # SlidingLog
 //
 // The log holds every admitted demand's instant and cost, in order of
 // instant. A demand at t is admitted when t is not before the latest
 // entry and the cost recorded in (t-P, t] plus c is at most R
-// ([Limit.SlidingLogAdmits]). The earliest instant drops the oldest
-// entries of the last P one by one, each leaving the window at its
-// instant plus P, until c fits ([Limit.SlidingLogEarliest]).
+// ([LogCost]). The earliest instant drops the oldest entries of the last
+// P one by one, each leaving the window at its instant plus P, until c
+// fits. Inspection reports the cost recorded after now-P.
 //
 // # Concurrency
 //

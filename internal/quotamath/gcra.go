@@ -6,23 +6,23 @@ import "github.com/quotakit/throttle/quota"
 // microseconds per unit of cost.
 func (l Limit) Emission() int64 { return CeilDiv(l.Per, l.Rate) }
 
-// GCRAAdmits reports whether a bucket whose arrival time is tat admits
+// gcraAdmits reports whether a bucket whose arrival time is tat admits
 // cost at t: max(tat, t) + cost*T - t <= B*T.
-func (l Limit) GCRAAdmits(tat, t, cost int64) bool {
+func (l Limit) gcraAdmits(tat, t, cost int64) bool {
 	T := l.Emission()
 	return max(tat, t)+cost*T-t <= l.Burst*T
 }
 
-// GCRAEarliest returns the earliest instant, not before t, at which a
+// gcraEarliest returns the earliest instant, not before t, at which a
 // bucket whose arrival time is tat admits cost: max(t, tat + cost*T -
 // B*T).
-func (l Limit) GCRAEarliest(tat, t, cost int64) int64 {
+func (l Limit) gcraEarliest(tat, t, cost int64) int64 {
 	T := l.Emission()
 	return max(t, tat+cost*T-l.Burst*T)
 }
 
 // GCRACharge returns the arrival time after cost is charged at t, an
-// instant GCRAEarliest allowed: max(tat, t) + cost*T.
+// instant gcraEarliest allowed: max(tat, t) + cost*T.
 func (l Limit) GCRACharge(tat, t, cost int64) int64 {
 	return max(tat, t) + cost*l.Emission()
 }
@@ -43,10 +43,10 @@ func (l Limit) GCRASync(now, within, left int64) int64 {
 	return now + within + (l.Burst-left)*l.Emission()
 }
 
-// GCRAState returns Used, Remaining and Reset of a bucket whose arrival
+// gcraState returns Used, Remaining and Reset of a bucket whose arrival
 // time is tat, at now: Used is the burst taken, ceil((tat-now)/T) at most
 // B, and Reset the time until tat. Other fields are left zero.
-func (l Limit) GCRAState(tat, now int64) quota.LimitState {
+func (l Limit) gcraState(tat, now int64) quota.LimitState {
 	var st quota.LimitState
 	if tat > now {
 		st.Used = min(CeilDiv(tat-now, l.Emission()), l.Burst)

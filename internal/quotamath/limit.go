@@ -6,19 +6,20 @@ import (
 	"github.com/quotakit/throttle/quota"
 )
 
-// A Limit is a [quota.Limit]'s numbers in store units. The zero value is
-// not usable: Per and Rate must be positive, as [quota.Limit.Validate]
-// ensures.
+// A Limit is a [quota.Limit]'s algorithm and numbers in store units. The
+// zero value is not usable: Per and Rate must be positive, as
+// [quota.Limit.Validate] ensures.
 type Limit struct {
-	Per   int64 // P, in microseconds
-	Rate  int64 // R
-	Burst int64 // B, for GCRA; Rate when the limit's Burst is zero
+	Algorithm quota.Algorithm
+	Per       int64 // P, in microseconds
+	Rate      int64 // R
+	Burst     int64 // B, for GCRA; Rate when the limit's Burst is zero
 }
 
-// Of returns l's numbers in store units: Per in whole microseconds and
-// Burst with its default applied.
+// Of returns l's algorithm and numbers in store units: Per in whole
+// microseconds and Burst with its default applied.
 func Of(l quota.Limit) Limit {
-	return Limit{Per: l.Per.Microseconds(), Rate: int64(l.Rate), Burst: int64(l.BurstOrRate())}
+	return Limit{Algorithm: l.Algorithm, Per: l.Per.Microseconds(), Rate: int64(l.Rate), Burst: int64(l.BurstOrRate())}
 }
 
 // CeilDiv returns a/b rounded up, for a >= 0 and b > 0.

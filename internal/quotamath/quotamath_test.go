@@ -113,7 +113,7 @@ func TestEmission(t *testing.T) {
 // then charge there.
 func TestGCRA(t *testing.T) {
 	const T = 1_000_000
-	l := Limit{Per: 60 * T, Rate: 60, Burst: 10}
+	l := Limit{Algorithm: quota.GCRA, Per: 60 * T, Rate: 60, Burst: 10}
 	tests := []struct {
 		name     string
 		tat, at  int64 // state, decision instant
@@ -132,11 +132,12 @@ func TestGCRA(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := l.GCRAEarliest(tt.tat, tt.at, tt.cost)
+			c := Counter{TAT: tt.tat}
+			e := l.Earliest(c, tt.at, tt.cost)
 			assert.Equal(t, tt.earliest, e)
-			assert.True(t, l.GCRAAdmits(tt.tat, e, tt.cost), "admitted at earliest")
+			assert.True(t, l.Admits(c, e, tt.cost), "admitted at earliest")
 			if e > tt.at {
-				assert.False(t, l.GCRAAdmits(tt.tat, e-1, tt.cost), "never early")
+				assert.False(t, l.Admits(c, e-1, tt.cost), "never early")
 			}
 			tat := l.GCRACharge(tt.tat, e, tt.cost)
 			assert.Equal(t, tt.newTAT, tat)
@@ -152,9 +153,9 @@ func TestGCRAHugePer(t *testing.T) {
 	T := l.Emission()
 	tat := l.GCRACharge(0, 0, 8)
 	assert.Equal(t, 8*T, tat)
-	assert.Equal(t, T, l.GCRAEarliest(tat, 0, 1))
-	assert.Equal(t, 8*T, l.GCRAEarliest(tat, 0, 8))
-	st := l.GCRAState(tat, 1)
+	assert.Equal(t, T, l.Earliest(Counter{TAT: tat}, 0, 1))
+	assert.Equal(t, 8*T, l.Earliest(Counter{TAT: tat}, 0, 8))
+	st := l.State(Counter{TAT: tat}, 1)
 	assert.Equal(t, quota.LimitState{Used: 8, Remaining: 0, Reset: Micros(8*T - 1)}, st)
 }
 
@@ -182,14 +183,9 @@ func TestGCRAState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, l.GCRAState(tt.tat, 100*T))
+			assert.Equal(t, tt.want, l.State(Counter{TAT: tt.tat}, 100*T))
 		})
 	}
-}
-
-// counts returns a window count function over m.
-func counts(m map[int64]int64) func(int64) int64 {
-	return func(k int64) int64 { return m[k] }
 }
 
 func TestWindow(t *testing.T) {
@@ -201,95 +197,58 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-func TestFixedWindow(t *testing.T) {
-	l := Limit{Per: 1000, Rate: 3}
+// TestCounters pins each window algorithm's earliest instant and state
+// on one counter; the earliest instant is admitted, the microsecond
+// before it is not.
+func TestCounters(t *testing.T) {
+	fixed := Limit{Algorithm: quota.FixedWindow, Per: 1000, Rate: 3}
+	sliding := Limit{Algorithm: quota.SlidingWindow, Per: 1000, Rate: 4}
+	log := Limit{Algorithm: quota.SlidingLog, Per: 1000, Rate: 3}
+	windows := func(m map[int64]int64) Counter { return Counter{Count: func(k int64) int64 { return m[k] }} }
+	entries := func(log ...LogEntry) Counter { return Counter{Log: log} }
+	us := time.Microsecond
 	tests := []struct {
 		name     string
-		counts   map[int64]int64
+		l        Limit
+		c        Counter
 		at, cost int64
 		earliest int64
 		state    quota.LimitState
 	}{
-		{"empty", nil, 1500, 3, 1500, quota.LimitState{Remaining: 3}},
-		{"room", map[int64]int64{1: 2}, 1500, 1, 1500, quota.LimitState{Used: 2, Remaining: 1, Reset: 500 * time.Microsecond}},
-		{"cost == rate waits for an empty window", map[int64]int64{1: 1}, 1500, 3, 2000, quota.LimitState{Used: 1, Remaining: 2, Reset: 500 * time.Microsecond}},
-		{"skips full windows", map[int64]int64{1: 3, 2: 3, 3: 1}, 1500, 2, 3000, quota.LimitState{Used: 3, Remaining: 0, Reset: 500 * time.Microsecond}},
-		{"before the epoch", map[int64]int64{-1: 3}, -500, 1, 0, quota.LimitState{Used: 3, Remaining: 0, Reset: 500 * time.Microsecond}},
-		{"just before the epoch", map[int64]int64{-1: 3}, -1, 1, 0, quota.LimitState{Used: 3, Remaining: 0, Reset: time.Microsecond}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := counts(tt.counts)
-			e := l.FixedWindowEarliest(tt.at, tt.cost, c)
-			assert.Equal(t, tt.earliest, e)
-			assert.True(t, l.FixedWindowAdmits(e, tt.cost, c))
-			if e > tt.at {
-				assert.False(t, l.FixedWindowAdmits(e-1, tt.cost, c), "never early")
-			}
-			assert.Equal(t, tt.state, l.FixedWindowState(tt.at, c))
-		})
-	}
-}
+		{"fixed: empty", fixed, Counter{}, 1500, 3, 1500, quota.LimitState{Remaining: 3}},
+		{"fixed: room", fixed, windows(map[int64]int64{1: 2}), 1500, 1, 1500, quota.LimitState{Used: 2, Remaining: 1, Reset: 500 * us}},
+		{"fixed: cost == rate waits for an empty window", fixed, windows(map[int64]int64{1: 1}), 1500, 3, 2000, quota.LimitState{Used: 1, Remaining: 2, Reset: 500 * us}},
+		{"fixed: skips full windows", fixed, windows(map[int64]int64{1: 3, 2: 3, 3: 1}), 1500, 2, 3000, quota.LimitState{Used: 3, Remaining: 0, Reset: 500 * us}},
+		{"fixed: before the epoch", fixed, windows(map[int64]int64{-1: 3}), -500, 1, 0, quota.LimitState{Used: 3, Remaining: 0, Reset: 500 * us}},
+		{"fixed: just before the epoch", fixed, windows(map[int64]int64{-1: 3}), -1, 1, 0, quota.LimitState{Used: 3, Remaining: 0, Reset: us}},
 
-func TestSlidingWindow(t *testing.T) {
-	l := Limit{Per: 1000, Rate: 4}
-	tests := []struct {
-		name     string
-		counts   map[int64]int64
-		at, cost int64
-		earliest int64
-		state    quota.LimitState
-	}{
-		{"empty", nil, 1500, 4, 1500, quota.LimitState{Remaining: 4}},
+		{"sliding: empty", sliding, Counter{}, 1500, 4, 1500, quota.LimitState{Remaining: 4}},
 		// prev 4 weighs 4*(1000-e)/1000: one unit fits once e >= 250.
-		{"the previous window fades", map[int64]int64{0: 4}, 1000, 1, 1250, quota.LimitState{Used: 4, Remaining: 0, Reset: time.Millisecond}},
-		{"already faded enough", map[int64]int64{0: 4}, 1300, 1, 1300, quota.LimitState{Used: 3, Remaining: 1, Reset: 700 * time.Microsecond}},
+		{"sliding: the previous window fades", sliding, windows(map[int64]int64{0: 4}), 1000, 1, 1250, quota.LimitState{Used: 4, Remaining: 0, Reset: 1000 * us}},
+		{"sliding: already faded enough", sliding, windows(map[int64]int64{0: 4}), 1300, 1, 1300, quota.LimitState{Used: 3, Remaining: 1, Reset: 700 * us}},
 		// 4*0.699 = 2.796 is rounded up to 3 in the state.
-		{"estimate rounded up", map[int64]int64{0: 4}, 1301, 1, 1301, quota.LimitState{Used: 3, Remaining: 1, Reset: 699 * time.Microsecond}},
-		{"cost == rate waits for prev to fade", map[int64]int64{0: 1}, 1000, 4, 2000, quota.LimitState{Used: 1, Remaining: 3, Reset: time.Millisecond}},
-		{"current full", map[int64]int64{1: 4}, 1100, 1, 2250, quota.LimitState{Used: 4, Remaining: 0, Reset: 1900 * time.Microsecond}},
-		{"before the epoch", map[int64]int64{-2: 4}, -1000, 1, -750, quota.LimitState{Used: 4, Remaining: 0, Reset: time.Millisecond}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := counts(tt.counts)
-			e := l.SlidingWindowEarliest(tt.at, tt.cost, c)
-			assert.Equal(t, tt.earliest, e)
-			assert.True(t, l.SlidingWindowAdmits(e, tt.cost, c))
-			if e > tt.at {
-				assert.False(t, l.SlidingWindowAdmits(e-1, tt.cost, c), "never early")
-			}
-			assert.Equal(t, tt.state, l.SlidingWindowState(tt.at, c))
-		})
-	}
-}
+		{"sliding: estimate rounded up", sliding, windows(map[int64]int64{0: 4}), 1301, 1, 1301, quota.LimitState{Used: 3, Remaining: 1, Reset: 699 * us}},
+		{"sliding: cost == rate waits for prev to fade", sliding, windows(map[int64]int64{0: 1}), 1000, 4, 2000, quota.LimitState{Used: 1, Remaining: 3, Reset: 1000 * us}},
+		{"sliding: current full", sliding, windows(map[int64]int64{1: 4}), 1100, 1, 2250, quota.LimitState{Used: 4, Remaining: 0, Reset: 1900 * us}},
+		{"sliding: before the epoch", sliding, windows(map[int64]int64{-2: 4}), -1000, 1, -750, quota.LimitState{Used: 4, Remaining: 0, Reset: 1000 * us}},
 
-func TestSlidingLog(t *testing.T) {
-	l := Limit{Per: 1000, Rate: 3}
-	tests := []struct {
-		name     string
-		log      []LogEntry
-		at, cost int64
-		earliest int64
-		state    quota.LimitState
-	}{
-		{"empty", nil, 500, 3, 500, quota.LimitState{Remaining: 3}},
-		{"room", []LogEntry{{100, 1}}, 500, 2, 500, quota.LimitState{Used: 1, Remaining: 2, Reset: 600 * time.Microsecond}},
-		{"entries leave at their instant plus P", []LogEntry{{100, 1}, {200, 2}}, 500, 1, 1100, quota.LimitState{Used: 3, Remaining: 0, Reset: 700 * time.Microsecond}},
-		{"cost == rate waits for all", []LogEntry{{100, 1}, {200, 1}}, 500, 3, 1200, quota.LimitState{Used: 2, Remaining: 1, Reset: 700 * time.Microsecond}},
-		{"an entry at t-P has left", []LogEntry{{100, 3}}, 1100, 3, 1100, quota.LimitState{Remaining: 3}},
-		{"never before a reservation", []LogEntry{{100, 1}, {900, 1}}, 500, 1, 900, quota.LimitState{Used: 2, Remaining: 1, Reset: 1400 * time.Microsecond}},
-		{"before the epoch", []LogEntry{{-900, 3}}, -500, 1, 100, quota.LimitState{Used: 3, Remaining: 0, Reset: 600 * time.Microsecond}},
+		{"log: empty", log, Counter{}, 500, 3, 500, quota.LimitState{Remaining: 3}},
+		{"log: room", log, entries(LogEntry{100, 1}), 500, 2, 500, quota.LimitState{Used: 1, Remaining: 2, Reset: 600 * us}},
+		{"log: entries leave at their instant plus P", log, entries(LogEntry{100, 1}, LogEntry{200, 2}), 500, 1, 1100, quota.LimitState{Used: 3, Remaining: 0, Reset: 700 * us}},
+		{"log: cost == rate waits for all", log, entries(LogEntry{100, 1}, LogEntry{200, 1}), 500, 3, 1200, quota.LimitState{Used: 2, Remaining: 1, Reset: 700 * us}},
+		{"log: an entry at t-P has left", log, entries(LogEntry{100, 3}), 1100, 3, 1100, quota.LimitState{Remaining: 3}},
+		{"log: never before a reservation", log, entries(LogEntry{100, 1}, LogEntry{900, 1}), 500, 1, 900, quota.LimitState{Used: 2, Remaining: 1, Reset: 1400 * us}},
+		{"log: before the epoch", log, entries(LogEntry{-900, 3}), -500, 1, 100, quota.LimitState{Used: 3, Remaining: 0, Reset: 600 * us}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := l.SlidingLogEarliest(tt.log, tt.at, tt.cost)
+			e := tt.l.Earliest(tt.c, tt.at, tt.cost)
 			assert.Equal(t, tt.earliest, e)
-			assert.True(t, l.SlidingLogAdmits(tt.log, e, tt.cost))
+			assert.True(t, tt.l.Admits(tt.c, e, tt.cost), "admitted at earliest")
 			if e > tt.at {
-				assert.False(t, l.SlidingLogAdmits(tt.log, e-1, tt.cost), "never early")
+				assert.False(t, tt.l.Admits(tt.c, e-1, tt.cost), "never early")
 			}
-			assert.Equal(t, tt.state, l.SlidingLogState(tt.log, tt.at))
+			assert.Equal(t, tt.state, tt.l.State(tt.c, tt.at))
 		})
 	}
 }
@@ -308,7 +267,7 @@ func TestLogCostAndInsert(t *testing.T) {
 }
 
 func TestConcurrency(t *testing.T) {
-	l := Limit{Per: 10_000, Rate: 2}
+	l := Limit{Algorithm: quota.Concurrency, Per: 10_000, Rate: 2}
 	tests := []struct {
 		name     string
 		expiries []int64
@@ -327,8 +286,8 @@ func TestConcurrency(t *testing.T) {
 			assert.Equal(t, tt.freeAt, at)
 		})
 	}
-	assert.Equal(t, quota.LimitState{Used: 2, Remaining: 0, Reset: 900 * time.Microsecond}, l.ConcurrencyState([]int64{100, 700, 1000}, 100))
-	assert.Equal(t, quota.LimitState{Remaining: 2}, l.ConcurrencyState([]int64{100}, 100))
+	assert.Equal(t, quota.LimitState{Used: 2, Remaining: 0, Reset: 900 * time.Microsecond}, l.State(Counter{Expiries: []int64{100, 700, 1000}}, 100))
+	assert.Equal(t, quota.LimitState{Remaining: 2}, l.State(Counter{Expiries: []int64{100}}, 100))
 }
 
 // TestEarliestIsFirstAdmitted checks every algorithm's closed form for the
@@ -350,23 +309,21 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 		for range rng.IntN(5) {
 			log = Insert(log, LogEntry{At: at + rng.Int64N(span) - span/2, Cost: 1 + rng.Int64N(l.Rate)})
 		}
-		tat := at + rng.Int64N(span) - span/2
-		cost := 1 + rng.Int64N(l.Rate)
-		c := counts(windows)
-		check := func(alg string, e int64, admits func(int64) bool) {
-			t.Helper()
+		c := Counter{
+			TAT:   at + rng.Int64N(span) - span/2,
+			Count: func(k int64) int64 { return windows[k] },
+			Log:   log,
+		}
+		for _, alg := range []quota.Algorithm{quota.GCRA, quota.FixedWindow, quota.SlidingWindow, quota.SlidingLog} {
+			l.Algorithm = alg
+			cost := 1 + rng.Int64N(int64(quota.Limit{Rate: int(l.Rate), Burst: int(l.Burst), Algorithm: alg}.Capacity()))
 			first := at
-			for !admits(first) {
+			for !l.Admits(c, first, cost) {
 				first++
 			}
-			if !assert.Equal(t, first, e, "case %d: %s %+v at %d cost %d windows %v log %v tat %d", i, alg, l, at, cost, windows, log, tat) {
+			if !assert.Equal(t, first, l.Earliest(c, at, cost), "case %d: %+v at %d cost %d windows %v log %v tat %d", i, l, at, cost, windows, log, c.TAT) {
 				t.FailNow()
 			}
 		}
-		gcraCost := 1 + rng.Int64N(l.Burst)
-		check("gcra", l.GCRAEarliest(tat, at, gcraCost), func(t int64) bool { return l.GCRAAdmits(tat, t, gcraCost) })
-		check("fixed window", l.FixedWindowEarliest(at, cost, c), func(t int64) bool { return l.FixedWindowAdmits(t, cost, c) })
-		check("sliding window", l.SlidingWindowEarliest(at, cost, c), func(t int64) bool { return l.SlidingWindowAdmits(t, cost, c) })
-		check("sliding log", l.SlidingLogEarliest(log, at, cost), func(t int64) bool { return l.SlidingLogAdmits(log, t, cost) })
 	}
 }

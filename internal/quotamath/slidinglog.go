@@ -42,21 +42,21 @@ func LogCost(log []LogEntry, from, to int64) int64 {
 	return sum
 }
 
-// SlidingLogAdmits reports whether a sliding log admits cost at t: t is
+// slidingLogAdmits reports whether a sliding log admits cost at t: t is
 // not before the latest entry (demands never overtake reservations), and
 // the cost recorded in (t-P, t] plus cost is at most R.
-func (l Limit) SlidingLogAdmits(log []LogEntry, t, cost int64) bool {
+func (l Limit) slidingLogAdmits(log []LogEntry, t, cost int64) bool {
 	if len(log) > 0 && t < log[len(log)-1].At {
 		return false
 	}
 	return LogCost(log, t-l.Per, t)+cost <= l.Rate
 }
 
-// SlidingLogEarliest returns the earliest instant, not before t, at which
+// slidingLogEarliest returns the earliest instant, not before t, at which
 // a sliding log admits cost (at most R): from the latest entry on, each
 // of the oldest entries of the last P leaves at its instant plus P, until
 // cost fits.
-func (l Limit) SlidingLogEarliest(log []LogEntry, t, cost int64) int64 {
+func (l Limit) slidingLogEarliest(log []LogEntry, t, cost int64) int64 {
 	if len(log) > 0 {
 		t = max(t, log[len(log)-1].At)
 	}
@@ -72,11 +72,11 @@ func (l Limit) SlidingLogEarliest(log []LogEntry, t, cost int64) int64 {
 	return t
 }
 
-// SlidingLogState returns Used, Remaining and Reset of a sliding log at
+// slidingLogState returns Used, Remaining and Reset of a sliding log at
 // now: Used is the cost recorded after now-P (reservations for later
 // included), Reset the time until the latest entry leaves the window.
 // Other fields are left zero.
-func (l Limit) SlidingLogState(log []LogEntry, now int64) quota.LimitState {
+func (l Limit) slidingLogState(log []LogEntry, now int64) quota.LimitState {
 	var st quota.LimitState
 	if i := after(log, now-l.Per); i < len(log) {
 		for _, e := range log[i:] {

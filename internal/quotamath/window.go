@@ -6,16 +6,16 @@ import "github.com/quotakit/throttle/quota"
 // [k*P, (k+1)*P).
 func (l Limit) Window(t int64) int64 { return FloorDiv(t, l.Per) }
 
-// FixedWindowAdmits reports whether a fixed window admits cost at t, given
+// fixedWindowAdmits reports whether a fixed window admits cost at t, given
 // the count of each window: count(k) + cost <= R, k the window of t.
-func (l Limit) FixedWindowAdmits(t, cost int64, count func(k int64) int64) bool {
+func (l Limit) fixedWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	return count(l.Window(t))+cost <= l.Rate
 }
 
-// FixedWindowEarliest returns the earliest instant, not before t, at
+// fixedWindowEarliest returns the earliest instant, not before t, at
 // which a fixed window admits cost (at most R): t if its own window has
 // room, else the start of the first later window that has.
-func (l Limit) FixedWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
+func (l Limit) fixedWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	for k := l.Window(t); ; k++ {
 		if count(k)+cost <= l.Rate {
 			return max(t, k*l.Per)
@@ -23,10 +23,10 @@ func (l Limit) FixedWindowEarliest(t, cost int64, count func(k int64) int64) int
 	}
 }
 
-// FixedWindowState returns Used, Remaining and Reset of a fixed window at
+// fixedWindowState returns Used, Remaining and Reset of a fixed window at
 // now: the count of now's window, and the time to its end while it is
 // not empty. Other fields are left zero.
-func (l Limit) FixedWindowState(now int64, count func(k int64) int64) quota.LimitState {
+func (l Limit) fixedWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
 	st := quota.LimitState{Used: count(k)}
 	if st.Used > 0 {
@@ -36,21 +36,21 @@ func (l Limit) FixedWindowState(now int64, count func(k int64) int64) quota.Limi
 	return st
 }
 
-// SlidingWindowAdmits reports whether a sliding window admits cost at t:
+// slidingWindowAdmits reports whether a sliding window admits cost at t:
 // prev*(P-e) + (cur+cost)*P <= R*P, with e = t - k*P and prev, cur the
 // counts of windows k-1 and k.
-func (l Limit) SlidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
+func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	k := l.Window(t)
 	e := t - k*l.Per
 	return count(k-1)*(l.Per-e)+(count(k)+cost)*l.Per <= l.Rate*l.Per
 }
 
-// SlidingWindowEarliest returns the earliest instant, not before t, at
+// slidingWindowEarliest returns the earliest instant, not before t, at
 // which a sliding window admits cost (at most R). In window k, with
 // room = R - cur - cost >= 0, the weighted count fits from
 // e = P - floor(room*P/prev) on (prev*(P-e) <= room*P); a window where
 // that e is P or more, or cur + cost > R, admits nothing.
-func (l Limit) SlidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
+func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	for k := l.Window(t); ; k++ {
 		start := k * l.Per
 		room := l.Rate - count(k) - cost
@@ -67,12 +67,12 @@ func (l Limit) SlidingWindowEarliest(t, cost int64, count func(k int64) int64) i
 	}
 }
 
-// SlidingWindowState returns Used, Remaining and Reset of a sliding
+// slidingWindowState returns Used, Remaining and Reset of a sliding
 // window at now: Used is the weighted estimate rounded up,
 // cur + ceil(prev*(P-e)/P); Reset is the time until neither window counts
 // (the end of the next window while cur > 0, of this one while only prev
 // > 0). Other fields are left zero.
-func (l Limit) SlidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
+func (l Limit) slidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
 	cur, prev, e := count(k), count(k-1), now-k*l.Per
 	st := quota.LimitState{Used: cur + CeilDiv(prev*(l.Per-e), l.Per)}
