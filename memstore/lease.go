@@ -32,7 +32,7 @@ func (s *Store) nextLeaseID() string {
 // max(t, the instant expiries alone free a slot).
 func slotsFull(ps []params, bs []*memBucket, now, t int64) (quota.Decision, bool) {
 	for i, p := range ps {
-		if p.alg != quota.Concurrency || bs[i] == nil || int64(len(bs[i].leases)) < p.Rate {
+		if p.Algorithm != quota.Concurrency || bs[i] == nil || int64(len(bs[i].leases)) < p.Rate {
 			continue // a free slot: nothing to sort
 		}
 		if at, full := p.SlotFreeAt(bs[i].expiries()); full {

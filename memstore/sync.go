@@ -24,7 +24,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 	}
 	p := newParams(b.Limit, 1)
 	left := max(int64(remaining), 0)
-	if left >= p.Rate && p.alg != quota.GCRA || p.alg == quota.GCRA && left >= p.Burst {
+	if left >= p.Rate && p.Algorithm != quota.GCRA || p.Algorithm == quota.GCRA && left >= p.Burst {
 		return nil
 	}
 	s.mu.Lock()
@@ -32,8 +32,8 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 	now := s.now().UnixMicro()
 	id := bucketID{scope, b.Limit.Name, b.Key}
 	mb := s.buckets[id]
-	if mb == nil || mb.alg != p.alg {
-		mb = &memBucket{alg: p.alg}
+	if mb == nil || mb.alg != p.Algorithm {
+		mb = &memBucket{alg: p.Algorithm}
 		s.buckets[id] = mb
 	}
 	mb.prune(p, now)
@@ -44,7 +44,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 
 // lower makes b admit at most left more units from now (see Syncer.Sync).
 func (b *memBucket) lower(p params, now, within, left int64) {
-	switch p.alg {
+	switch p.Algorithm {
 	case quota.GCRA:
 		if tat := p.GCRASync(now, within, left); tat > b.tat {
 			b.tat = tat
