@@ -12,44 +12,22 @@ import (
 	"github.com/quotakit/throttle/quota"
 )
 
-// Breaker configures the circuit breaker a [Transport] keeps in front of a
-// shared store (not in front of the in-process [memstore.Store], which cannot
-// be unavailable). The breaker tells a slow store from a dead one: only a
-// dead one gets the rules' failure modes.
-//
-// A store call fails when the store returns an error while the request's
-// context is still live, or when the store has been silent for the call
-// budget: no call of this transport got an answer since the call began.
-// A call that is merely slow while the store keeps answering other calls
-// (a loaded machine, a delayed reply, a store stopped for less than the
-// budget) is not a failure: the request waits for its own answer, so a slow
-// store is never decided a second time from a local share. An error because
-// the request's own context ended, or because the request costs more than a
-// limit admits, counts neither way.
-//
-// After Failures calls in a row have failed, the store counts as down and
-// the breaker opens: for OpenFor, no call is made and every request gets
-// its rule's [FailureMode] at once, at no added latency; requests still
-// waiting on a call stop waiting and get it too. Then one call at a time
-// probes the store on behalf of a request; the first that succeeds closes
-// the breaker, and one that fails opens it for OpenFor again. An error that
-// wraps [ErrStoreConfig] (a wrong password, say) opens the breaker at once,
-// since waiting does not mend it. A request whose call failed while the
-// breaker is closed gets its rule's failure mode as well.
-//
-// At most MaxInFlight store calls run at once; a call over the cap waits for
-// one to end (or for the store to be declared down, or for its context).
-// This bounds the Redis connections and commands an outage can pile up,
-// however many requests arrive.
-//
-// The zero value is the default for every field.
+// Breaker configures the circuit breaker a [Limiter] keeps in front of a
+// shared store. It tells a slow store from a dead one: a call fails only
+// when the store returns an error or has answered no call at all for the
+// call budget, so a slow store is waited for and never decided twice.
+// After Failures failed calls in a row (or one [ErrStoreConfig]) the store
+// is down: for OpenFor every request gets its rule's [FailureMode] at
+// once, then one request probes it. At most MaxInFlight calls run at once.
+// The zero value is the default for every field; docs/when-redis-fails.md
+// has the states and the measured bounds.
 type Breaker struct {
-	// Failures is how many store calls in a row must fail to open the
-	// breaker. Zero or less means 3.
+	// Failures is how many calls in a row must fail to open the breaker.
+	// Zero or less means 3.
 	Failures int
 
-	// OpenFor is how long the breaker stays open before it lets one call
-	// probe the store. Zero or less means 500 ms.
+	// OpenFor is how long the breaker stays open before a probe. Zero or
+	// less means 500 ms.
 	OpenFor time.Duration
 
 	// MaxInFlight caps the store calls in progress at once. Zero or less
@@ -57,25 +35,18 @@ type Breaker struct {
 	MaxInFlight int
 
 	// CallTimeout is the least time the store may stay silent before a
-	// call counts as failed. The budget adapts to the latency the store
-	// shows: it is four times the smoothed latency plus four deviations
-	// (as TCP's retransmission timeout is computed), but never less than
-	// CallTimeout and never more than four times CallTimeout. A call that
-	// has not answered after four budgets fails even if the store answers
-	// others. A failed call is not waited for: it runs on, with that
-	// deadline, on a goroutine of its own, and a decision it makes after
-	// the request moved on is given back ([Store.Cancel]). Zero or less
-	// means 2 s, long enough that a Redis paused for a second (a fork, a
-	// stopped process, a busy machine) is slow and not down.
+	// call fails; the budget adapts to the store's latency (as TCP's
+	// retransmission timeout) up to four times this. A failed call runs on
+	// and a grant it makes late is given back. Zero or less means 2 s.
 	CallTimeout time.Duration
 }
 
 // Defaults of [Breaker].
 const (
-	DefaultBreakerFailures    = 3
-	DefaultBreakerOpenFor     = 500 * time.Millisecond
-	DefaultBreakerMaxInFlight = 256
-	DefaultBreakerCallTimeout = 2 * time.Second
+	defaultBreakerFailures    = 3
+	defaultBreakerOpenFor     = 500 * time.Millisecond
+	defaultBreakerMaxInFlight = 256
+	defaultBreakerCallTimeout = 2 * time.Second
 )
 
 // WithBreaker configures the transport's circuit breaker; see [Breaker].
@@ -83,26 +54,13 @@ func WithBreaker(b Breaker) Option {
 	return func(lim *Limiter) { lim.failure.settings = b }
 }
 
-// A StoreState is the health of the store as a [Transport] sees it.
+// A StoreState is the health of the store as a [Limiter] sees it.
 type StoreState int
 
 const (
-	// StoreUp: the store answers. Reported (recovered) when a call
-	// succeeds at least [Breaker].OpenFor after the last failed one, so
-	// that a store that fails and answers in turn is one outage.
-	StoreUp StoreState = iota
-
-	// StoreFailing: a call to the store failed (an error, or silence for
-	// the call budget; see [Breaker]), fewer than [Breaker].Failures in a
-	// row: requests whose call fails get their rule's [FailureMode], and
-	// calls continue.
-	StoreFailing
-
-	// StoreDown: calls failed [Breaker].Failures times in a row, and the
-	// breaker is open: every request gets its rule's failure mode without
-	// calling the store, except one probe at a time every
-	// [Breaker].OpenFor.
-	StoreDown
+	StoreUp      StoreState = iota // it answers (recovered: a success OpenFor after the last failure)
+	StoreFailing                   // a call failed, fewer than Breaker.Failures in a row
+	StoreDown                      // the breaker is open: failure modes at once, one probe per OpenFor
 )
 
 // String returns the state's name in lower case.
@@ -118,27 +76,13 @@ func (s StoreState) String() string {
 	return fmt.Sprintf("StoreState(%d)", int(s))
 }
 
-// A StoreEvent reports a change of the store's state, once per change and
-// not per request: up to failing (the fallback is active), failing to down
-// (the breaker opened), up to down (when Failures is 1), failing or down
-// to up (recovered). An outage is reported as at most these three events,
-// however many requests it affects and however often the store answers in
-// between.
+// A StoreEvent reports a change of the store's state, once per change
+// and never per request: an outage is at most three events.
 type StoreEvent struct {
-	// State is the new state; Prev the one before.
 	State, Prev StoreState
-
-	// Err is the store error that caused the change to StoreFailing or
-	// StoreDown; nil for StoreUp.
-	Err error
-
-	// Failures is the number of store calls that had failed since the
-	// outage began, at the change.
-	Failures int
-
-	// Outage is, for StoreUp, how long since the first failed call of the
-	// outage.
-	Outage time.Duration
+	Err         error         // the cause of a change to failing or down
+	Failures    int           // calls failed since the outage began
+	Outage      time.Duration // for StoreUp: since the outage's first failure
 }
 
 // reportStore hands a change of the store's state to the hook and the
@@ -218,17 +162,17 @@ func newBreaker(b Breaker, now func() time.Time, report func(StoreEvent)) *break
 	down := make(chan struct{})
 	br.down.Store(&down)
 	if br.failures <= 0 {
-		br.failures = DefaultBreakerFailures
+		br.failures = defaultBreakerFailures
 	}
 	if br.openFor <= 0 {
-		br.openFor = DefaultBreakerOpenFor
+		br.openFor = defaultBreakerOpenFor
 	}
 	if br.floor <= 0 {
-		br.floor = DefaultBreakerCallTimeout
+		br.floor = defaultBreakerCallTimeout
 	}
 	maxCalls := b.MaxInFlight
 	if maxCalls <= 0 {
-		maxCalls = DefaultBreakerMaxInFlight
+		maxCalls = defaultBreakerMaxInFlight
 	}
 	br.sem = make(chan struct{}, maxCalls)
 	br.healthy.Store(true)

@@ -31,36 +31,21 @@ var ErrNoRule = errors.New("throttle: no rule matches the request")
 var ErrMissingKey = errors.New("throttle: request has no value for the limit's key")
 
 // ErrStoreConfig is matched by a store error that a configuration mistake
-// causes rather than an outage ([quota.ErrStoreConfig], the same value): a
-// wrong password, a read-only replica, a Cluster client pointed at a
-// single node. A [Transport] logs it at Error level once per change of the
-// store's state, and the store's start-up check (redisstore's Store.Check)
-// returns it.
+// causes rather than an outage (a wrong password, a read-only replica); it
+// is [quota.ErrStoreConfig], logged at Error.
 var ErrStoreConfig = quota.ErrStoreConfig
 
 // A LimitError reports that a request was not sent because of a limit or a
 // pause. It matches [ErrLimited] with [errors.Is]. It never holds a key,
 // since a key may be derived from a secret.
 type LimitError struct {
-	// Rule is the name of the matched rule.
-	Rule string
-
-	// Limit is the name of the limit that bound the decision; empty when a
-	// pause did (see Pause).
-	Limit string
-
-	// Pause is the pause key that bound the decision, if a pause did: ""
-	// for the rule's whole scope, or the name of the limit whose key was
-	// paused (see [Learning.PauseBy]), never the key itself.
-	Pause string
-
-	// RetryAfter is how long after the decision the request could earliest
-	// succeed. It is zero when the request waited and was cancelled.
-	RetryAfter time.Duration
-
-	// Err is the underlying cause, if any: the context's error when a
-	// request gave up while waiting for its reservation.
-	Err error
+	Rule  string // the matched rule
+	Limit string // the limit that refused it; empty when a pause did
+	// Pause is the pause that refused it: "" for the rule's scope, or the
+	// name of the [Learning].PauseBy limit, never its key.
+	Pause      string
+	RetryAfter time.Duration // the earliest it could succeed; zero after giving up
+	Err        error         // the context's error when it gave up waiting
 }
 
 // Error describes the refusal.

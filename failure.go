@@ -25,35 +25,18 @@ const (
 	// FailLocal (in a Policy).
 	FailDefault FailureMode = iota
 
-	// FailLocal decides the request with an in-process store that gives
-	// this instance a share of every limit of the rule: Rate and Burst
-	// divided by [Policy.Instances], rounded down but at least 1 (see
-	// [LocalShare]). The fleet then stays near the quota in total while the
-	// shared store is away. The request waits, is sent or is refused by
-	// that share as usual ([LimitError]); pauses this instance learned
-	// still hold. A request whose cost exceeds its share's capacity fails
-	// with [ErrStoreUnavailable] and [ErrCostTooHigh]. This is the
-	// default.
-	//
-	// The bound: a store that is slow but answers is waited for, never
-	// decided locally (see [Breaker]), so the fleet is exact. While
-	// instances decide locally, the fleet admits, in any span of one
-	// window (Per), at most what the shared store granted in it (Rate, or
-	// Burst plus the rate for GCRA) plus each such instance's share:
-	// Rate + Instances * max(1, Rate/Instances), about twice the quota
-	// when [Policy.Instances] is right. A Concurrency limit likewise holds
-	// at most Rate + Instances * max(1, Rate/Instances) slots at once.
+	// FailLocal decides with an in-process store that gives this instance
+	// its share of every limit, [LocalShare]. While instances decide
+	// locally the fleet admits at most Rate + Instances*max(1,
+	// Rate/Instances) per window, about twice the quota. The default.
 	FailLocal
 
-	// FailOpen sends the request without a decision. Nothing limits the
-	// fleet while the store is away, except pauses this instance learned.
-	// Every such request is reported with DecisionEvent.Fallback set to
-	// FailOpen.
+	// FailOpen sends without a decision (reported in
+	// DecisionEvent.Fallback); only learned pauses still hold.
 	FailOpen
 
-	// FailClosed refuses the request with an error matching
-	// [ErrStoreUnavailable] and wrapping the cause. Nothing is sent while
-	// the store is away.
+	// FailClosed refuses with an error matching [ErrStoreUnavailable]
+	// that wraps the cause.
 	FailClosed
 )
 
@@ -87,16 +70,9 @@ func ParseFailureMode(s string) (FailureMode, error) {
 
 func (m FailureMode) valid() bool { return m >= FailDefault && m <= FailClosed }
 
-// LocalShare returns the part of l that one of instances instances may use
-// when it decides alone ([FailLocal]): Rate/instances and Burst/instances
-// (GCRA), rounded down so that the fleet never admits more than the quota
-// in total, but at least 1 so that every instance can still send; Per,
-// Name, Algorithm and Key are unchanged. With instances < 2 it returns l.
-//
-// Rounding down means the fleet may get less than the quota while it
-// decides locally (10 per minute over 3 instances is 3 each, 9 in all);
-// the floor of 1 means it may get more when there are more instances than
-// Rate (10 per minute over 20 instances is 1 each, 20 in all).
+// LocalShare returns the part of l one of instances may use when it
+// decides alone ([FailLocal]): Rate and Burst divided by instances,
+// rounded down (so the fleet stays within the quota) but at least 1.
 func LocalShare(l Limit, instances int) Limit {
 	if instances < 2 {
 		return l

@@ -5,85 +5,51 @@ import (
 	"time"
 )
 
-// Hooks receive what a [Transport] decides, for metrics and logs. Nil
-// fields are skipped, and a transport without hooks does no work for them.
-// Hooks run synchronously on the request's goroutine (OnLease: also on a
-// renewal timer's), so they must be fast
-// and safe for concurrent use. They never receive keys, which may be
-// derived from secrets.
+// Hooks receive what a [Limiter] or [Transport] decides, for metrics and
+// logs (package otelthrottle turns them into OpenTelemetry). Nil fields
+// are skipped. Hooks run synchronously on the request's goroutine (OnLease
+// also on a renewal timer's), so they must be fast and safe for concurrent
+// use. They never receive keys, which may be derived from secrets.
 type Hooks struct {
-	// OnDecision is called once for every request that matched a rule,
-	// when its fate is known: sent at once, sent after waiting, refused,
-	// given up while waiting, or failed before a decision.
+	// OnDecision is called once per request that matched a rule, when
+	// its fate is known.
 	OnDecision func(DecisionEvent)
-
-	// OnPause is called when a response makes the transport pause a
-	// rule's scope (see [Learning]).
+	// OnPause is called when an answer pauses a rule's scope.
 	OnPause func(PauseEvent)
-
-	// OnSync is called when a response makes the transport lower a
-	// limit to the vendor's remaining quota (see [Learning.Sync]).
+	// OnSync is called when an answer lowers a limit ([Learning].Sync).
 	OnSync func(SyncEvent)
-
-	// OnStoreState is called when the store's state changes as the
-	// transport sees it: it started failing, the breaker opened, it
-	// answers again (see [Breaker] and [FailureMode]). It is called once
-	// per change, not per request, on the goroutine of the request whose
-	// store call caused the change.
+	// OnStoreState is called once per change of the store's state.
 	OnStoreState func(StoreEvent)
-
-	// OnLease is called when something happens to the lease of a
-	// request's [Concurrency] slot after it was granted: a renewal, a lost
-	// lease, a body left unread, a failed release. See [LeaseEvent]. It
-	// may run on a timer's goroutine.
+	// OnLease is called when something happens to an in-flight slot's lease.
 	OnLease func(LeaseEvent)
 }
 
 // A PauseEvent describes a pause learned from a response.
 type PauseEvent struct {
-	// Rule is the name of the rule whose scope is paused.
-	Rule string
-	// Status is the response's status code.
-	Status int
-	// Pause is how long the scope is paused, jitter included.
-	Pause time.Duration
-	// Capped reports that the response asked for longer than the rule's
-	// MaxPause and the pause was capped to it.
-	Capped bool
-	// Err is the store's error if recording the shared pause failed; the
-	// transport's own copy of the pause holds regardless.
-	Err error
+	Rule   string        // the rule whose scope is paused
+	Status int           // the response's HTTP status; 0 outside HTTP
+	Pause  time.Duration // how long, jitter included
+	Capped bool          // the answer asked for more than MaxPause
+	Err    error         // the store's, if the shared pause failed (the local copy holds)
 }
 
 // A SyncEvent describes a limit lowered to the vendor's remaining quota.
 type SyncEvent struct {
-	// Rule is the name of the rule; Limit the name of its Sync limit.
-	Rule, Limit string
-	// Remaining is what the vendor said is left; Reset is how long until
-	// its quota resets.
-	Remaining int64
-	Reset     time.Duration
-	// Err is the store's error, if the sync failed.
-	Err error
+	Rule, Limit string        // the rule and its Sync limit
+	Remaining   int64         // what the vendor said is left
+	Reset       time.Duration // until the vendor's reset
+	Err         error         // the store's, if the sync failed
 }
 
 // An Outcome is what happened to a request that matched a rule.
 type Outcome int
 
 const (
-	// Allowed: sent at once.
-	Allowed Outcome = iota
-	// Waited: sent after waiting for a reserved slot.
-	Waited
-	// Refused: not sent, because a limit or pause refused it within the
-	// waiter's budget; nothing was charged.
-	Refused
-	// GaveUp: not sent, because the request's context ended while it
-	// waited; its reservation was given back.
-	GaveUp
-	// Failed: not sent, because no decision could be made (store error,
-	// missing key, cost out of range).
-	Failed
+	Allowed Outcome = iota // sent at once
+	Waited                 // sent after waiting for its reserved instant
+	Refused                // not sent: a limit or pause; nothing charged
+	GaveUp                 // not sent: its context ended while it waited
+	Failed                 // not sent: no decision (store error, missing key, bad cost)
 )
 
 // String returns the outcome's name in lower case.
@@ -105,36 +71,16 @@ func (o Outcome) String() string {
 
 // A DecisionEvent describes the decision on one request.
 type DecisionEvent struct {
-	// Context is the request's context, for tracing (e.g. to record the
-	// decision on its active span); never nil when set by the Transport.
-	Context context.Context
-	// Rule is the name of the matched rule.
-	Rule string
-	// Outcome is what happened.
-	Outcome Outcome
-	// Limit names the limit that refused the request, if one did.
-	Limit string
-	// Wait is how long the request waited (Waited, GaveUp), or when
-	// refused, how long until it could succeed (its RetryAfter).
-	Wait time.Duration
-	// Err is the error returned to the caller, if any.
-	Err error
-	// Fallback is the rule's failure mode when the store could not
-	// decide and the mode did ([FailLocal], [FailOpen], [FailClosed]);
-	// FailDefault (zero) when the store decided.
-	Fallback FailureMode
-	// StoreTime is how long the store's decision call took, measured only
-	// when OnDecision is set; zero when no call was made (for example a
-	// local pause refused the request first, or the breaker was open).
-	StoreTime time.Duration
-	// StoreErr is the error of the store's decision call, if it failed;
-	// when the store itself was at fault (unreachable, too slow) the
-	// rule's failure mode decided instead (see Fallback).
-	StoreErr error
-	// Shadow reports that the rule is in shadow mode ([Rule.Shadow]): the
-	// request was sent at once whatever Outcome says, and Err was not
-	// returned to the caller.
-	Shadow bool
+	Context   context.Context // the request's, for tracing
+	Rule      string
+	Outcome   Outcome
+	Limit     string        // the limit that refused it, if one did
+	Wait      time.Duration // waited (Waited, GaveUp), or until it could succeed (Refused)
+	Err       error         // returned to the caller, if any
+	Fallback  FailureMode   // the failure mode that decided, if the store could not
+	StoreTime time.Duration // the store call's duration; zero when none was made
+	StoreErr  error         // the store call's error, if it failed
+	Shadow    bool          // the rule is in shadow mode: sent whatever Outcome says
 }
 
 // WithHooks makes the transport report its decisions to h.
@@ -146,27 +92,11 @@ func WithHooks(h Hooks) Option {
 type LeaseEventKind int
 
 const (
-	// LeaseRenewed: the lease was extended while the request was in flight.
-	LeaseRenewed LeaseEventKind = iota
-
-	// LeaseRenewFailed: renewing failed with a store error; the transport
-	// tries again a third of the lease time later.
-	LeaseRenewFailed
-
-	// LeaseLost: renewing found the lease gone (it expired before it was
-	// renewed, a slow store, say), so another request may hold the slot
-	// while this one is still in flight. Renewals stop.
-	LeaseLost
-
-	// LeaseAbandoned: the caller neither read nor closed the response body
-	// for a whole lease time. Renewals stop, and the slot is reclaimed when
-	// the lease expires, at most one lease time later. Close the body to
-	// avoid this.
-	LeaseAbandoned
-
-	// LeaseReleaseFailed: releasing failed with a store error; the slot is
-	// reclaimed when its lease expires.
-	LeaseReleaseFailed
+	LeaseRenewed       LeaseEventKind = iota // extended while in flight
+	LeaseRenewFailed                         // a store error; tried again a third of the lease later
+	LeaseLost                                // gone when renewed: another request may hold the slot
+	LeaseAbandoned                           // the body was left unread for a lease time; renewals stop
+	LeaseReleaseFailed                       // a store error; the slot frees when the lease expires
 )
 
 // String returns the kind's name in lower case.
@@ -189,10 +119,7 @@ func (k LeaseEventKind) String() string {
 // A LeaseEvent describes something that happened to the lease of a
 // request's [Concurrency] slot after it was granted; see [Hooks.OnLease].
 type LeaseEvent struct {
-	// Rule is the name of the rule whose Concurrency limit granted the slot.
 	Rule string
-	// Kind is what happened.
 	Kind LeaseEventKind
-	// Err is the store's error, if any.
-	Err error
+	Err  error // the store's, if any
 }

@@ -15,16 +15,10 @@ import (
 	"strings"
 )
 
-// A KeyFunc derives the key of a limit's counter from a request: requests
-// with different keys are counted separately. It is given a copy of the
-// outgoing request that carries the path wildcards of the matched rule
-// (read them with [http.Request.PathValue]); it may replace that copy's Body
-// (as [KeyFromBody] does) but must leave it readable in full.
-//
-// A KeyFunc returns an error when the request has no key; the request is
-// then not sent, and the error is returned from RoundTrip. Keys are escaped
-// before they reach a [quota.Store], so no value can break the store's key
-// layout, and long values are hashed.
+// A KeyFunc derives the key of a limit's counter from a request (a copy
+// carrying the rule's path wildcards; it may replace the Body but must
+// leave it readable). An error means the request has no key: it is not
+// sent. Keys are escaped, and long ones hashed, before they reach a store.
 type KeyFunc func(r *http.Request) (string, error)
 
 // maxBodyKeyBytes bounds how much of a request body [KeyFromBody] reads.

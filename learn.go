@@ -16,72 +16,49 @@ import (
 // Learning configures what a [Rule] learns from the vendor's responses.
 // The zero value learns with the defaults below; set Off to learn nothing.
 //
-// When a response says "slow down" (by default a 429, or a 503 with
-// Retry-After; the vendor's [Profile] may say more, as GitHub's 403s), the
-// transport records a pause for the rule's scope in the store, so every
-// instance's next decision in that scope waits or fails until then, before
-// sending rather than after its own 429. The pause lasts the response's
-// Retry-After, or until its rate-limit reset, or, when the response gives
-// neither, DefaultPause, doubling on each further such response until one
-// succeeds. A response that reports no quota left (remaining 0 with a
-// reset) pauses the scope until the reset even before a 429. Every pause is
-// capped at MaxPause, and a random jitter is added to it (never
-// subtracted), so a fleet does not resume at the same instant.
-//
-// Each instance also keeps the latest pause it learned in memory, so a
-// store that loses its pauses (a Redis restart) does not send it to the
-// vendor early.
-//
-// With Sync set, the quota headers also lower a limit's shared counter to
-// what the vendor says remains (see [quota.Syncer]).
+// A "slow down" answer (a 429, a 503 with Retry-After, or what the
+// vendor's [quotaheader.Profile] says) pauses the rule's scope in the
+// store, so every instance waits or fails before sending: for the answer's
+// Retry-After, until its reset, or for DefaultPause doubling while such
+// answers go on. A response with no quota left pauses until its reset even
+// before a 429. Pauses are capped at MaxPause, get a random jitter added,
+// and are also kept in each instance's memory, so a store that loses them
+// does not send a request early. docs/learning.md has the details.
 type Learning struct {
 	// Off disables learning for the rule.
 	Off bool
 
-	// MaxPause caps every pause learned from a response. Zero means
-	// [DefaultMaxPause].
+	// MaxPause caps every learned pause. Zero means [DefaultMaxPause].
 	MaxPause time.Duration
 
-	// DefaultPause is the first pause after a "slow down" response that
-	// says nothing about when to resume. Zero means 5 seconds (GitHub's
-	// secondary limits want 60).
+	// DefaultPause is the first pause after a "slow down" answer that says
+	// nothing about when to resume. Zero means 5 s (GitHub wants 60).
 	DefaultPause time.Duration
 
-	// Jitter is the most that is added, at random, to a recorded pause, so
-	// a fleet does not resume at the same millisecond as the vendor's
-	// reset. Zero means a tenth of the pause, at most one second; a
-	// negative value disables it.
+	// Jitter is the most added, at random, to a pause. Zero means a tenth
+	// of the pause, at most 1 s; negative disables it.
 	Jitter time.Duration
 
-	// Limited classifies a response as "slow down". Nil means the
-	// vendor profile's (see [Profile]; GitHub's counts a 403 with no
-	// quota left), else [quotaheader.DefaultLimited].
+	// Limited classifies a response as "slow down". Nil means the vendor
+	// profile's, else [quotaheader.DefaultLimited].
 	Limited func(resp *http.Response, fb quotaheader.Feedback) bool
 
-	// ResetFormat says how the vendor writes its *-Reset headers. Zero
-	// means the vendor profile's, else decide by the value's shape.
+	// ResetFormat says how the vendor writes *-Reset headers. Zero means
+	// the profile's, else by the value's shape.
 	ResetFormat quotaheader.ResetFormat
 
-	// Sync names a limit of the rule that mirrors the vendor's quota. When
-	// a response reports how much of that quota remains and when it
-	// resets, the limit's shared counter is lowered to match (never
-	// raised; see [quota.Syncer]), so a quota the vendor shares with clients we
-	// do not control is respected. If SyncResource is set, only responses
-	// whose [quotaheader.Feedback.Resource] equals it are used. Empty: no sync. The
-	// transport's store must implement [quota.Syncer].
+	// Sync names a limit of the rule whose shared counter is lowered (never
+	// raised) to what the vendor reports remains before its reset, so a
+	// quota shared with clients we do not control holds. The store must be
+	// a [quota.Syncer]. Empty: no sync.
 	Sync string
 
-	// SyncResource restricts Sync to one of the vendor's quotas, e.g.
-	// GitHub's "core" or "search".
+	// SyncResource restricts Sync to responses about one of the vendor's
+	// quotas (GitHub's "core" or "search").
 	SyncResource string
 
-	// PauseBy names a limit of the rule whose key scopes the pauses learned
-	// from responses: a "slow down" answer then holds back only the
-	// requests charged to the same key of that limit (one method in one
-	// Slack workspace, one GitHub token), not the rule's whole scope.
-	// Empty: a pause holds back the whole scope. Decisions still honour a
-	// pause of the whole scope. A request refused by such a pause gets a
-	// [LimitError] whose Pause is the limit's name, never its key.
+	// PauseBy names a limit of the rule whose key scopes learned pauses
+	// (one Slack workspace, one GitHub token) instead of the whole scope.
 	PauseBy string
 }
 
@@ -289,9 +266,8 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	}
 }
 
-// DefaultMaxPause caps a pause learned from a response, and the time a
-// rule's retries may wait in all, when the rule sets no other: 10 minutes
-// (the parsing default, [quotaheader.DefaultMaxPause]).
+// DefaultMaxPause caps learned pauses and retry waits when a rule sets no
+// other: 10 minutes.
 const DefaultMaxPause = quotaheader.DefaultMaxPause
 
 // storeCallTimeout bounds store calls made after the caller's part is

@@ -16,32 +16,27 @@ import (
 //	throttle.Limit{Name: "category", Rate: 100, Per: 30 * time.Minute,
 //		Key: throttle.KeyFromContext("category")}
 type Limit struct {
-	// Name identifies the limit in its scope. It is reported in
-	// [LimitError] and must be unique among the limits of a rule.
+	// Name identifies the limit (and its counter) in its scope; it must be
+	// unique among the limits of a rule.
 	Name string
 
 	// Rate is how many units of cost are admitted per Per; for a
-	// [Concurrency] limit, how many requests may be in flight at once. It
-	// must be positive.
+	// [Concurrency] limit, how many requests may be in flight at once.
 	Rate int
 
-	// Per is the period Rate is counted over. It must be at least one
-	// microsecond; any length works (30*time.Minute, time.Hour, 24*time.Hour).
-	// For a [Concurrency] limit it is the lease time instead: how long a
-	// slot stays held without renewal (at least [quota.MinLease]).
+	// Per is the period Rate is counted over, any length from 1 µs; for a
+	// [Concurrency] limit, the lease time (at least [quota.MinLease]).
 	Per time.Duration
 
-	// Burst is, for GCRA only, how much cost may be admitted at once after
-	// an idle period. Zero means Rate. The window algorithms admit up to Rate
-	// per window and reject a non-zero Burst that differs from Rate.
+	// Burst is, for GCRA only, how much may go at once after an idle
+	// period. Zero means Rate.
 	Burst int
 
 	// Algorithm selects how the limit counts. The zero value is GCRA.
 	Algorithm Algorithm
 
-	// Key derives the counter's key from the request, e.g.
-	// [KeyFromContext], [KeyFromHeader], [KeyFromPath]. Nil means one
-	// counter for every request.
+	// Key derives the counter's key from the request ([KeyFromContext],
+	// [KeyFromHeader], [KeyFromPath], ...). Nil means one counter.
 	Key KeyFunc
 }
 
@@ -55,16 +50,11 @@ func (l Limit) Quota() quota.Limit {
 // same semantics, in integer microseconds of the store's clock.
 type Algorithm = quota.Algorithm
 
-// The algorithms, as in package quota.
+// The algorithms; [quota.Algorithm] gives each one's arithmetic.
 const (
-	// GCRA (the default) admits a steady flow with bursts of up to Burst.
-	GCRA = quota.GCRA
-	// FixedWindow counts Rate per window of Per aligned to the epoch.
-	FixedWindow = quota.FixedWindow
-	// SlidingLog records every admission: exact, memory grows with Rate.
-	SlidingLog = quota.SlidingLog
-	// SlidingWindow weighs the previous window's count: O(1), approximate.
-	SlidingWindow = quota.SlidingWindow
-	// Concurrency bounds requests in flight; Per is the lease time.
-	Concurrency = quota.Concurrency
+	GCRA          = quota.GCRA          // the default: a steady flow with bursts up to Burst
+	FixedWindow   = quota.FixedWindow   // Rate per window of Per on the epoch grid
+	SlidingLog    = quota.SlidingLog    // exact: every admission recorded
+	SlidingWindow = quota.SlidingWindow // two weighted windows: O(1), approximate
+	Concurrency   = quota.Concurrency   // requests in flight; Per is the lease time
 )

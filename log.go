@@ -43,26 +43,11 @@ func (lim *Limiter) logPause(ev PauseEvent) {
 	lim.logger.LogAttrs(context.Background(), slog.LevelInfo, "throttle: vendor asked to slow down; every instance pauses the rule", attrs...)
 }
 
-// WithLogger makes the transport log to l:
-//
-//   - every change of the store's state (see [StoreEvent]), once per
-//     change, never per request: Error when the store's error wraps
-//     [ErrStoreConfig] (a configuration mistake, which waiting does not
-//     mend), Warn when the store starts failing or the breaker opens, Info
-//     when it answers again, with the count of failed calls, the outage's
-//     length and the store's error;
-//   - every pause learned from a vendor's answer, at Info (Warn when the
-//     store could not record it), with the rule, status and pause;
-//   - requests refused, given up or failed, at Debug only, with the rule,
-//     limit, outcome and retry time.
-//
-// Records never hold a key, a header or a URL, since those may carry
-// secrets. The hooks ([Hooks]) receive the same events.
-//
-// Without WithLogger (or with a nil l), the changes of the store's state,
-// and only those, go to [slog.Default], so that a store that fails or is
-// misconfigured is never silent. To silence them, pass a logger whose
-// handler discards, such as slog.New(slog.DiscardHandler).
+// WithLogger makes the limiter log to l: each change of the store's state
+// (Error for [ErrStoreConfig], Warn when failing or down, Info when back),
+// each pause learned (Info), and refused requests (Debug). Records never
+// hold a key, header or URL. Without it, store state changes, and only
+// those, go to [slog.Default]; slog.New(slog.DiscardHandler) silences them.
 func WithLogger(l *slog.Logger) Option {
 	return func(lim *Limiter) { lim.logger = l }
 }

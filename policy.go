@@ -22,108 +22,79 @@ type Policy struct {
 	// Rules are tried in order; the first that matches decides.
 	Rules []Rule
 
-	// RefuseUnmatched makes a request that matches no rule fail with
-	// [ErrNoRule] instead of passing through unlimited.
+	// RefuseUnmatched fails a request that matches no rule with
+	// [ErrNoRule] instead of sending it unlimited.
 	RefuseUnmatched bool
 
-	// OnStoreFailure is what a request does when the store cannot decide
-	// it, for rules that do not say: see [FailureMode]. Zero means
-	// [FailLocal].
+	// OnStoreFailure is the [FailureMode] of rules that set none. Zero
+	// means [FailLocal].
 	OnStoreFailure FailureMode
 
-	// Instances is how many instances of the service are expected to share
-	// the store. [FailLocal] gives each instance 1/Instances of every
-	// limit while the store is away (see [LocalShare]), so the fleet stays
-	// near the quota. Zero means 1: each instance would get the whole
-	// quota, so a fleet should set it. It must not be negative.
+	// Instances is how many instances share the store, for [FailLocal]'s
+	// shares ([LocalShare]). Zero means 1; a fleet should set it.
 	Instances int
 }
 
 // A Rule matches a set of requests and names the limits they must all
 // pass, atomically: a request is charged to every limit of its rule, or to
-// none of them.
-//
-// The match fields (Host, Method, Path, Match) are ANDed; an empty field
-// matches anything.
+// none. The match fields (Host, Method, Path, Match) are ANDed; an empty
+// one matches anything. docs/policy.md describes every field at length.
 type Rule struct {
-	// Name identifies the rule in errors and metrics. It must be unique
-	// in the policy and use only letters, digits and ._-.
+	// Name identifies the rule in errors, metrics and [Limiter] calls;
+	// unique in the policy, letters, digits and ._- only.
 	Name string
 
-	// Host matches the request URL's host: an exact name
-	// ("api.github.com"), or a wildcard for subdomains ("*.slack.com",
-	// which does not match "slack.com" itself). A pattern without a port
-	// matches any port; one with a port ("localhost:8080") only that port.
+	// Host matches the URL's host: "api.github.com", or "*.slack.com"
+	// for subdomains; with a port ("localhost:8080") only that port.
 	Host string
 
 	// Method matches the request method exactly, e.g. "POST".
 	Method string
 
-	// Path matches the URL path with the pattern syntax of
-	// [net/http.ServeMux]: "/api/{method}", "/repos/{owner}/{repo}/issues",
-	// "/files/{path...}", a trailing "/" for a subtree, "{$}" for an exact
-	// trailing slash. Wildcard values are available to key functions
-	// through [http.Request.PathValue] and [KeyFromPath].
+	// Path matches the URL path in the [net/http.ServeMux] pattern syntax
+	// ("/repos/{owner}/{repo}/issues", "/files/{path...}"); wildcards feed
+	// [KeyFromPath].
 	Path string
 
-	// Match, if set, must also report true. It receives a copy of the
-	// request carrying the Path wildcards and must not modify it.
+	// Match, if set, must also report true; it must not modify the request.
 	Match func(*http.Request) bool
 
 	// Limits are decided together. A rule with no limits still matches
-	// (so later rules are not tried) and still honours pauses: use it to
-	// exempt requests.
+	// and honours pauses: use it to exempt requests.
 	Limits []Limit
 
-	// Cost returns what a request is charged against every limit of the
-	// rule (GitHub counts a write as 5 points). Nil means 1. A cost below
-	// 1 fails the request; a cost above what a limit can ever admit fails
-	// with [ErrCostTooHigh] rather than wait forever.
+	// Cost is what a request is charged against every limit (GitHub: 5
+	// points a write). Nil means 1; above a limit's capacity the request
+	// fails with [ErrCostTooHigh].
 	Cost func(*http.Request) int
 
-	// Wait says how long a request may wait for its quota: see the
-	// waiters package. Nil means [waiters.Block]. [WithWaiter] overrides
-	// it per request.
+	// Wait says how long a request may wait for its quota (package
+	// waiters). Nil means waiters.Block; [WithWaiter] overrides it.
 	Wait Waiter
 
-	// Learn configures what the rule learns from responses: pauses from
-	// 429s and Retry-After, and from quota headers. The zero value learns
-	// with the defaults; see [Learning].
+	// Learn configures what the rule learns from responses; see [Learning].
 	Learn Learning
 
-	// Shadow decides and records the rule's requests as usual (charging
-	// what is granted, reporting every refusal through [Hooks.OnDecision]
-	// with DecisionEvent.Shadow set) but never makes a request wait or
-	// fail: a request the rule would refuse, or could not decide, is sent
-	// at once. Use it to watch a new limit in production before enforcing
-	// it. What the rule learns from responses is still recorded (so that
-	// rules enforcing the same scope pause), but Retry is off.
+	// Shadow decides and reports the rule's requests as usual but never
+	// makes one wait or fail: watch a new limit before enforcing it.
 	Shadow bool
 
-	// Retry, if Max is set, resends requests that got a "slow down"
-	// answer, through the limiter again; see [Retry].
+	// Retry resends "slow down" answers through the limiter; see [Retry].
 	Retry Retry
 
 	// OnStoreFailure is what a request does when the store cannot decide
-	// it. Zero means the policy's [Policy.OnStoreFailure].
+	// it. Zero means [Policy.OnStoreFailure].
 	OnStoreFailure FailureMode
 
 	// MaxQueue caps how many requests of the rule may wait at once in one
-	// Transport (for a reservation, a slot or a pause), so that a backlog
-	// cannot pile up goroutines and memory. A request that may wait takes
-	// a place from its decision until it goes or fails; what happens when
-	// none is left is QueueFull's choice. Zero means no cap; the cap is
-	// per Transport, not across the fleet.
+	// Transport; QueueFull says what happens beyond it. Zero: no cap.
 	MaxQueue int
 
-	// QueueFull says what happens to a request that may wait when
-	// MaxQueue requests of the rule already wait: [RefuseNew] (the zero
-	// value) or [DropOldest].
+	// QueueFull is [RefuseNew] (the zero value) or [DropOldest].
 	QueueFull QueueFull
 
-	// Scope groups counters and pauses in the store; the Redis store keeps
-	// a scope in one Cluster slot. Rules that share a limit (same limit
-	// name) must share a scope. Empty means the rule's Name.
+	// Scope groups counters and pauses in the store (one Cluster slot).
+	// Rules sharing a limit name must share a scope. Empty means Name.
 	Scope string
 }
 

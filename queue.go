@@ -29,17 +29,11 @@ var ErrQueueDropped = errors.New("throttle: dropped from the waiting queue for a
 type QueueFull int
 
 const (
-	// RefuseNew decides the newcomer as if it could not wait: it goes if
-	// its quota is there now, and is refused at once otherwise, with a
-	// [*LimitError] that wraps [ErrQueueFull] and says when to retry,
-	// having charged nothing. The requests already waiting keep their
-	// places (Bottleneck's "OVERFLOW" strategy).
+	// RefuseNew refuses the newcomer at once unless its quota is there now
+	// (a [*LimitError] wrapping [ErrQueueFull]; Bottleneck's "OVERFLOW").
 	RefuseNew QueueFull = iota
-
-	// DropOldest makes room: the request that has waited longest stops
-	// waiting, gives back what its reservation charged and fails with a
-	// [*LimitError] that wraps [ErrQueueDropped], and the newcomer takes
-	// a place (Bottleneck's "LEAK" strategy, for work whose value decays).
+	// DropOldest makes the longest waiter give its quota back and fail
+	// ([ErrQueueDropped]), and the newcomer waits (Bottleneck's "LEAK").
 	DropOldest
 )
 

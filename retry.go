@@ -8,47 +8,30 @@ import (
 	"github.com/quotakit/throttle/quotaheader"
 )
 
-// Retry makes a [Rule] resend a request that was answered "slow down"
-// (see [Learning.Limited]). Each resend goes through the limiter again: it
-// is charged like any request and waits out the pause that the answer
-// caused, within the rule's waiter budget and MaxWait. The previous
-// response's body is drained (up to 64 KiB) and closed before the resend.
-// A request whose body cannot be replayed (no GetBody) is not resent; nor
-// is one the limiter will not admit in time: the caller then gets the
-// "slow down" response itself.
+// Retry makes a [Rule] resend a request that was answered "slow down".
+// Each resend goes through the limiter again, waiting out the pause the
+// answer caused, within MaxWait; the caller gets the "slow down" answer
+// itself when the body cannot be replayed or the limiter will not admit
+// the resend in time.
 type Retry struct {
 	// Max is the most resends per request. Zero disables retries.
 	Max int
 	// MaxWait caps the time spent waiting for resends, in all. Zero means
 	// [DefaultMaxPause].
 	MaxWait time.Duration
-	// Decide, if set, is asked before each resend, with the answer and the
-	// attempt, and resends only when it returns true (octokit's
-	// onRateLimit and onSecondaryRateLimit): give up on a long pause, or
-	// on a secondary limit, or log the attempt. It runs on the request's
-	// goroutine and must not read or close the response's body. Nil
-	// resends up to Max times.
+	// Decide, if set, is asked before each resend (octokit's onRateLimit)
+	// and resends only when it returns true. It must not read the body.
 	Decide func(RetryEvent) bool
 }
 
 // A RetryEvent is what [Retry.Decide] sees before a resend.
 type RetryEvent struct {
-	// Rule is the name of the rule that matched the request.
-	Rule string
-	// Request is the request that was answered "slow down"; do not modify
-	// it.
-	Request *http.Request
-	// Response is that answer, its body unread: its status and headers
-	// (Retry-After, X-RateLimit-*, RateLimit) say which limit it was.
-	Response *http.Response
-	// Feedback is what the transport read from the answer's headers.
-	Feedback quotaheader.Feedback
-	// Attempt is the resend this would be: 1 for the first.
-	Attempt int
-	// Wait is how long the pause the answer caused still holds the rule
-	// back, as this transport learned it: about how long the resend would
-	// wait before it is sent. Zero when there is none.
-	Wait time.Duration
+	Rule     string
+	Request  *http.Request        // answered "slow down"; do not modify it
+	Response *http.Response       // that answer, its body unread
+	Feedback quotaheader.Feedback // read from the answer's headers
+	Attempt  int                  // the resend this would be: 1 for the first
+	Wait     time.Duration        // how long the pause it caused still holds
 }
 
 // retry resends req, which got the "slow down" answer resp, up to the

@@ -369,7 +369,7 @@ func TestFaultManyBlockedCallers(t *testing.T) {
 	close(quit)
 	sampler.Wait()
 
-	maxCalls := int64(throttle.DefaultBreakerMaxInFlight)
+	maxCalls := int64(256) // Breaker.MaxInFlight's default
 	growth := int64(peakHeap) - int64(heap0)
 	t.Logf("10k callers: done in %v; store calls %d (max %d at once); redis connections %d dialled, %d open at once; goroutines %d -> peak %d; heap +%d KiB (%d B per caller); sent %d, refused %d",
 		took.Round(time.Millisecond), cs.calls.Load()-1, cs.maxInFlight.Load(), px.Stats().Accepted, peakConns, g0, peakG, growth>>10, growth/callers, rs.sent(), rs.count(throttle.ErrLimited))

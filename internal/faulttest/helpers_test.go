@@ -29,8 +29,8 @@ import (
 
 // The budgets under test: the transport's defaults.
 const (
-	callBudget = throttle.DefaultBreakerCallTimeout
-	openFor    = throttle.DefaultBreakerOpenFor
+	callBudget = 2 * time.Second        // Breaker.CallTimeout's default
+	openFor    = 500 * time.Millisecond // Breaker.OpenFor's default
 
 	// slack is what a loaded 2-core machine running -race may add on top
 	// of a budget. Latency bounds are generous on purpose: the figures
