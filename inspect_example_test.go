@@ -16,7 +16,7 @@ import (
 // An Inspector shows what each counter of a rule holds, without charging
 // anything, and resets one. Here the in-process store, on a fixed clock so
 // the times printed do not move; redisstore.Store does the same on Redis.
-func ExampleInspector() {
+func Example_inspect() {
 	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer vendor.Close()
 
