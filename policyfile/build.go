@@ -447,28 +447,30 @@ func (b *builder) retry(n *node, w at) throttle.Retry {
 // algorithm reads one of the names [quota.ParseAlgorithm] knows; none
 // is GCRA.
 func (b *builder) algorithm(n *node, w at) throttle.Algorithm {
-	s := b.str(n, w)
-	if s == "" {
-		return throttle.GCRA
-	}
-	a, err := quota.ParseAlgorithm(s)
-	if err != nil {
-		b.bad(w, n.line, "unknown algorithm %q (%s)", s, names(quota.ParseAlgorithm))
-	}
-	return a
+	return enum(b, n, w, "algorithm", throttle.GCRA, quota.ParseAlgorithm)
 }
 
-// failureMode reads one of the names [throttle.ParseFailureMode] knows.
+// failureMode reads one of the names [throttle.ParseFailureMode] knows;
+// none is FailDefault.
 func (b *builder) failureMode(n *node, w at) throttle.FailureMode {
+	return enum(b, n, w, "failure mode", throttle.FailDefault, throttle.ParseFailureMode)
+}
+
+// enum reads one of the names parse knows, or none (zero); a name it
+// does not know is reported with the ones it does.
+func enum[T interface {
+	~int
+	String() string
+}](b *builder, n *node, w at, what string, zero T, parse func(string) (T, error)) T {
 	s := b.str(n, w)
 	if s == "" {
-		return throttle.FailDefault
+		return zero
 	}
-	m, err := throttle.ParseFailureMode(s)
+	v, err := parse(s)
 	if err != nil {
-		b.bad(w, n.line, "unknown failure mode %q (%s)", s, names(throttle.ParseFailureMode))
+		b.bad(w, n.line, "unknown %s %q (%s)", what, s, names(parse))
 	}
-	return m
+	return v
 }
 
 // names lists what parse accepts: the names of 0, 1, 2, ... up to the
