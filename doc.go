@@ -14,6 +14,7 @@
 //	policyfile      policies from YAML or JSON files
 //	otelthrottle    OpenTelemetry metrics, and the decision as an event on the request's span
 //	retryable       go-retryablehttp stacked on the Transport
+//	grpcthrottle    gRPC client interceptors on a Limiter (a module of its own)
 //	presets/slackquota, presets/githubquota   the vendors' published limits, with fakes
 //	storetest       the store conformance suite
 //	cmd/throttle    check a policy file; show and reset live counters
