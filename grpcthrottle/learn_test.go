@@ -1,0 +1,63 @@
+package grpcthrottle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/grpcthrottle/internal/quotaserver"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/waiters"
+)
+
+// A RESOURCE_EXHAUSTED answer with RetryInfo, got by instance A, pauses
+// the rule for instance B too (same Redis): B refuses its calls for the
+// server's delay without sending them.
+func TestLearnedPauseIsShared(t *testing.T) {
+	srv := startServer(t, quotaserver.Quota{Rate: 1, Per: 2 * time.Minute, Burst: 1})
+	prefix := redistest.Prefix(t)
+	rules := []throttle.Rule{{Name: checkRule, Limits: []throttle.Limit{perHour("checks", 100)}, Wait: waiters.FailFast()}}
+	a := dial(t, srv.Addr(), newLimiter(t, rules, throttle.WithStore(newStore(t, prefix))))
+	b := dial(t, srv.Addr(), newLimiter(t, rules, throttle.WithStore(newStore(t, prefix))))
+	ctx := context.Background()
+
+	require.NoError(t, check(ctx, a))
+	err := check(ctx, a)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.NotErrorIs(t, err, throttle.ErrLimited, "the server's refusal")
+	require.Equal(t, int64(1), srv.Refused())
+
+	for _, hc := range []struct {
+		name string
+		c    func() error
+	}{
+		{"B", func() error { return check(ctx, b) }},
+		{"A", func() error { return check(ctx, a) }},
+	} {
+		err := hc.c()
+		assert.Equal(t, codes.ResourceExhausted, status.Code(err), hc.name)
+		var le *throttle.LimitError
+		require.ErrorAs(t, err, &le, hc.name)
+		assert.Empty(t, le.Limit, "%s: a pause refused it, not a limit", hc.name)
+		assert.InDelta(t, 2*time.Minute, le.RetryAfter, float64(5*time.Second), hc.name)
+	}
+
+	t.Run("waiting past the pause", func(t *testing.T) {
+		// B may wait a second for its quota: the pause is two minutes
+		// away, so it is refused at once instead of sleeping.
+		dctx, cancel := context.WithTimeout(throttle.WithWaiter(ctx, waiters.UpTo(time.Second)), time.Second)
+		defer cancel()
+		start := time.Now()
+		err := check(dctx, b)
+		assert.ErrorIs(t, err, throttle.ErrLimited)
+		assert.Less(t, time.Since(start), 500*time.Millisecond)
+	})
+	assert.Equal(t, int64(1), srv.Admitted())
+	assert.Equal(t, int64(1), srv.Refused(), "no call reached the server during the pause")
+}
