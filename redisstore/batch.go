@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -183,16 +182,14 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		c.dec, c.err = s.take(ctx, c.d, true, false)
 		return
 	}
-	nk, na := 0, 2
+	nk, na := 0, 1
 	for _, c := range calls {
 		nk += len(c.d.Pauses) + len(c.d.Limits)
 		na += 3 + 2*len(c.d.Limits)
 	}
 	keys := make([]string, 0, nk)
-	args := make([]any, 0, na)
-	count := strconv.Itoa(len(calls))
-	a, mark := s.marked(count, count)
-	args = append(args, a, s.nowArg())
+	args, mark := s.scriptArgs(na, "", true)
+	args = append(args, len(calls))
 	for _, c := range calls {
 		d := c.d
 		keys = append(keys, s.takeKeys(d, "")...)

@@ -20,16 +20,6 @@ const checkTimeout = 10 * time.Second
 // it: a rule's scope uses only letters, digits and ._-.
 const checkScope = "redisstore:check"
 
-// storeScripts holds the source of every script the store runs; Check
-// loads them all. TestCheck compares it with the package's .lua files.
-// (Sources, not the redis.Script values: Script.Load on a pipeline would
-// set a script's hash to the empty reply it has before Exec.)
-var storeScripts = []string{
-	takeSource, takeGCRASource, takeBatchSource, takeWindowSource,
-	cancelSource, pauseSource, releaseSource, renewSource, syncSource,
-	claimSource,
-}
-
 // Check contacts Redis, reports whether the store can work with it, and
 // warms the client up, so that a misconfiguration shows at start-up and
 // the first decisions do not pay for dialing and script loading. Call it
@@ -55,13 +45,18 @@ var storeScripts = []string{
 // disabled or not permitted, since the store falls back to EVAL) and
 // opens connections: on each master at least as many as the client's
 // MinIdleConns and [BatchInFlight], within PoolSize, MaxIdleConns and
-// MaxActiveConns. In the MULTI/EXEC mode ([WithMultiExec]) it runs no
-// script and loads none.
+// MaxActiveConns.
 //
 // Check is bounded by ctx and, if ctx has no deadline, by 10 seconds. It
 // changes nothing a decision reads, so it may be called again at any
 // time, and concurrently.
 func (s *Store) Check(ctx context.Context) error {
+	return s.runCheck(ctx, s.check)
+}
+
+// runCheck runs check, Check's steps, as Check describes: bounded, and
+// with the cause of a failure found.
+func (s *Store) runCheck(ctx context.Context, check func(context.Context) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, checkTimeout)
@@ -71,7 +66,7 @@ func (s *Store) Check(ctx context.Context) error {
 	dl, _ := ctx.Deadline()
 	stepCtx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
 	defer cancel()
-	err := s.check(stepCtx)
+	err := check(stepCtx)
 	if err == nil {
 		return nil
 	}
@@ -89,10 +84,8 @@ func (s *Store) check(ctx context.Context) error {
 	if err := s.checkKind(ctx); err != nil {
 		return err
 	}
-	if !s.multiExec {
-		if err := s.loadScripts(ctx); err != nil {
-			return err
-		}
+	if err := s.loadScripts(ctx); err != nil {
+		return err
 	}
 	if err := s.checkWrite(ctx); err != nil {
 		return err
@@ -144,8 +137,8 @@ func notCluster(ctx context.Context, c *redis.Client) error {
 func (s *Store) loadScripts(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, src := range storeScripts {
-				p.ScriptLoad(ctx, src)
+			for _, script := range storeScripts {
+				p.ScriptLoad(ctx, script.src)
 			}
 			return nil
 		})
@@ -165,8 +158,8 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	case *redis.Client:
 		return load(ctx, c)
 	}
-	for _, src := range storeScripts {
-		if err := s.client.ScriptLoad(ctx, src).Err(); err != nil {
+	for _, script := range storeScripts {
+		if err := s.client.ScriptLoad(ctx, script.src).Err(); err != nil {
 			if redis.IsPermissionError(err) || redis.HasErrorPrefix(err, "unknown command") {
 				return nil
 			}
@@ -179,21 +172,15 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // checkWrite writes a pause of 1µs in checkScope, as Store.Pause does:
 // with EVAL and with EVALSHA (pause.lua), which need those commands, the
 // commands of the script, write access to a key under the prefix and a
-// master; or with MULTI/EXEC in that mode. The pause is not marked for
+// master. The pause is not marked for
 // ReplayDetect, so a READONLY reply that go-redis retried stays READONLY.
 func (s *Store) checkWrite(ctx context.Context) error {
 	ks := newKeys(s.prefix, checkScope)
-	if s.multiExec {
-		if err := s.pauseMultiExec(ctx, ks, "", time.Microsecond); err != nil {
-			return fmt.Errorf("MULTI/EXEC: %w", err)
-		}
-		return nil
-	}
 	keys := []string{ks.pause("")}
-	if err := pauseScript.Eval(ctx, s.client, keys, "", 1).Err(); err != nil {
+	if err := pauseScript.Eval(ctx, s.client, keys, "", "", 1).Err(); err != nil {
 		return fmt.Errorf("EVAL: %w", err)
 	}
-	if err := pauseScript.EvalSha(ctx, s.client, keys, "", 1).Err(); err != nil {
+	if err := pauseScript.EvalSha(ctx, s.client, keys, "", "", 1).Err(); err != nil {
 		return fmt.Errorf("EVALSHA: %w", err)
 	}
 	return nil

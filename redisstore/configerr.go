@@ -62,7 +62,7 @@ func configCause(msg string, client redis.UniversalClient) string {
 	case strings.HasPrefix(m, "NOPERM"), has("The user executing the script can't"):
 		return "permissions: the ACL user may not run a command or touch a key the store needs (EVALSHA, EVAL and the commands of its scripts, on keys under the store's prefix)"
 	case strings.HasPrefix(m, "unknown command"), has("Unknown Redis command called from script"):
-		return "unknown command: the server does not know a command the store uses (disabled or renamed with rename-command, e.g. EVALSHA or EVAL; behind a proxy that runs no scripts, use WithMultiExec)"
+		return "unknown command: the server does not know a command the store uses (disabled or renamed with rename-command, e.g. EVALSHA or EVAL; behind a proxy that runs no scripts, use NewMultiExec)"
 	case strings.HasPrefix(m, "READONLY"), has("-READONLY"):
 		return "read-only replica: the client is connected to a replica; point it at the master (or use a Sentinel or Cluster client)"
 	case has("cluster support disabled"):

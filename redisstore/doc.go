@@ -209,7 +209,10 @@
 //
 // # Without Lua
 //
-// [WithMultiExec] serves deployments behind proxies that do not run
-// scripts: fixed windows only, by INCRBY and PEXPIRE NX in MULTI/EXEC, with
-// no reservations and the over-count described there.
+// [MultiExecStore] ([NewMultiExec]) serves deployments behind proxies that
+// do not run scripts: fixed windows only, by INCRBY and PEXPIRE NX in
+// MULTI/EXEC, with no reservations, no waiting, no leases, a Cancel that
+// gives back nothing and the over-count of refused demands described
+// there. It is a type of its own, not an option of [Store], because it
+// keeps fewer of the promises of [quota.Store].
 package redisstore

@@ -65,3 +65,16 @@ func WithBatchInFlight(n int) Option {
 func WithReleaseLinger(d time.Duration) Option {
 	return func(s *Store) { s.linger = d }
 }
+
+// AlgoCodes returns the algorithm codes of the scripts' arguments by the
+// name of their Lua constant (prologue.lua), and the algorithm of each.
+func AlgoCodes() (codes map[string]string, algos map[string]quota.Algorithm) {
+	codes, algos = map[string]string{}, map[string]quota.Algorithm{}
+	for _, c := range algoCodes {
+		codes[c.name], algos[c.name] = c.code, c.algo
+	}
+	return codes, algos
+}
+
+// AlgoCode is the code of a in the scripts' arguments.
+var AlgoCode = algoCode

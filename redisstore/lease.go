@@ -53,16 +53,15 @@ func markUnclaimed(r *quota.Reservation) {
 // Claim implements [quota.LeaseStore.Claim] in one round trip, on
 // Redis's clock (claim.lua). A claim sent again by go-redis runs as the
 // first did (the lease id is already held), so it needs no resend mark.
-// In the MULTI/EXEC mode, which has no Concurrency limits, it returns r
-// granted.
 func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return quota.Decision{}, errors.New("redisstore: claim: malformed reservation")
 	}
-	if !r.Unclaimed || s.multiExec {
+	if !r.Unclaimed {
 		return quota.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	}
-	args := []any{s.nowArg(), "", 0}
+	args, _ := s.scriptArgs(1, r.ID, false)
+	args = append(args, 0)
 	var idx []int // limit index of each key
 	keys, err := s.leaseKeys(r, func(_ keys, b *quota.Bucket) {
 		args = append(args, b.Limit.Per.Microseconds(), b.Limit.Rate)
@@ -80,7 +79,6 @@ func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision
 	if len(keys) == 0 {
 		return quota.Decision{OK: true, Limit: -1, Reservation: c}, nil
 	}
-	args[1] = r.ID
 	nc := len(keys)
 	carried, err := s.releases.carry(ctx, r.Demand.Scope)
 	if err != nil {
@@ -118,12 +116,8 @@ func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision
 // sees it free. Sending is retried while Redis fails, until the lease
 // would have expired anyway. Each removal is announced on the bucket's
 // channel, which wakes waiters (WatchRelease). Releasing twice does
-// nothing. In the MULTI/EXEC mode, which has no Concurrency limits, it
-// does nothing.
+// nothing.
 func (s *Store) Release(_ context.Context, r *quota.Reservation) error {
-	if s.multiExec {
-		return nil
-	}
 	var rs []leaseRelease
 	until := time.Now()
 	_, err := s.leaseKeys(r, func(ks keys, b *quota.Bucket) {
@@ -138,13 +132,9 @@ func (s *Store) Release(_ context.Context, r *quota.Reservation) error {
 
 // Renew implements [quota.LeaseStore.Renew] in one round trip, on
 // Redis's clock. A lease that is gone is reported with an error wrapping
-// [quota.ErrLeaseLost] and is not taken again. In the MULTI/EXEC mode it
-// does nothing.
+// [quota.ErrLeaseLost] and is not taken again.
 func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
-	if s.multiExec {
-		return nil
-	}
-	args := []any{s.nowArg(), ""}
+	args, _ := s.scriptArgs(1, "", false) // the id once r is checked
 	var names []string
 	keys, err := s.leaseKeys(r, func(_ keys, b *quota.Bucket) {
 		args = append(args, b.Limit.Per.Microseconds())
@@ -187,9 +177,6 @@ func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 // per-call timeout; wake-ups sent before the confirmation may be lost,
 // which the caller's timer covers.
 func (s *Store) WatchRelease(ctx context.Context, scope string, b quota.Bucket) (<-chan struct{}, func(), error) {
-	if s.multiExec {
-		return nil, func() {}, nil
-	}
 	ch := newKeys(s.prefix, scope).released(&b)
 	c, ready, stop, err := s.hub.watch(ctx, s.client, ch)
 	if err != nil {

@@ -10,50 +10,97 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var _ quota.LimitChecker = (*Store)(nil)
+// MultiExecStore is a [quota.Store] kept in Redis without Lua, for
+// deployments behind proxies that do not run scripts. Each decision is one
+// MULTI/EXEC transaction: INCRBY and PEXPIRE NX on a counter per limit,
+// and PTTL of every pause. It is safe for concurrent use.
+//
+// It keeps fewer promises than [Store], and says so in its name:
+//
+//   - Fixed windows only. A [quota.FixedWindow] window starts at the first
+//     charge of its key and lasts Per by Redis's clock (PEXPIRE NX),
+//     rather than being aligned to the epoch. Take returns an error for a
+//     demand with a limit of any other algorithm.
+//   - No reservations, so no waiting: a demand is granted only if every
+//     limit and pause lets it go now. MaxWait is ignored; on refusal,
+//     Delay is the time until the binding window or pause ends.
+//   - Refused demands over-count: every limit is charged before the counts
+//     are known, and nothing is given back, so a refused demand still uses
+//     the quota of the limits that had room until their windows end. Under
+//     overload fewer than Rate may pass in a window; never more.
+//   - Cancel gives back nothing.
+//   - No [quota.Concurrency] limits: it is not a [quota.LeaseStore]; nor
+//     a [quota.Inspector].
+//
+// Pauses work as in [Store], and so does [MultiExecStore.Sync] for fixed
+// windows. [MultiExecStore.CheckLimits] lets throttle.NewTransport refuse,
+// at start-up, a rule the store cannot decide as written.
+type MultiExecStore struct {
+	s *Store // the client, prefix, timeout and error handling; it runs no script
+}
 
-// CheckLimits implements [quota.LimitChecker]: in the MULTI/EXEC mode
-// ([WithMultiExec]) a rule may have only [quota.FixedWindow] limits, and
-// it must not wait (the mode makes no reservations: a request that cannot
-// go now is refused with the time until its window ends), so
-// throttle.NewTransport refuses any other rule at start-up. Nil in the Lua
-// mode. A per-request waiter that allows a wait is still refused at once
-// in that mode.
-func (s *Store) CheckLimits(limits []quota.Limit, mayWait bool) error {
-	if !s.multiExec {
-		return nil
+var (
+	_ quota.Store        = (*MultiExecStore)(nil)
+	_ quota.LimitChecker = (*MultiExecStore)(nil)
+	_ quota.Syncer       = (*MultiExecStore)(nil)
+)
+
+// NewMultiExec returns a MultiExecStore that keeps its state in Redis
+// through client, as [New] does for a [Store], with [New]'s options; of
+// those, only [WithPrefix], [WithTimeout] and [WithClusterReload] change
+// what it does (the others are about scripts). Its keys differ from a
+// Store's: the two never share counters. NewMultiExec does not contact
+// Redis.
+func NewMultiExec(client redis.UniversalClient, opts ...Option) (*MultiExecStore, error) {
+	s, err := New(client, opts...)
+	if err != nil {
+		return nil, err
 	}
+	return &MultiExecStore{s: s}, nil
+}
+
+// CheckLimits implements [quota.LimitChecker]: a rule may have only
+// [quota.FixedWindow] limits, and it must not wait (the store makes no
+// reservations: a request that cannot go now is refused with the time
+// until its window ends), so throttle.NewTransport refuses any other rule
+// at start-up. A per-request waiter that allows a wait is still refused
+// at once.
+func (m *MultiExecStore) CheckLimits(limits []quota.Limit, mayWait bool) error {
 	for j, l := range limits {
 		if l.Algorithm != quota.FixedWindow {
 			return &quota.FieldError{Field: fmt.Sprintf("Limits[%d].Algorithm", j),
-				Err: fmt.Errorf("redisstore: the MULTI/EXEC mode supports only %v limits, not %v", quota.FixedWindow, l.Algorithm)}
+				Err: fmt.Errorf("redisstore: the MULTI/EXEC store supports only %v limits, not %v", quota.FixedWindow, l.Algorithm)}
 		}
 	}
 	if mayWait {
 		return &quota.FieldError{Field: "Wait",
-			Err: errors.New("redisstore: the MULTI/EXEC mode makes no reservations, so a request cannot wait for its quota (nil means waiters.Block): use waiters.FailFast()")}
+			Err: errors.New("redisstore: the MULTI/EXEC store makes no reservations, so a request cannot wait for its quota (nil means waiters.Block): use waiters.FailFast()")}
 	}
 	return nil
 }
 
-// takeMultiExec decides d without Lua (see [WithMultiExec]): one
-// MULTI/EXEC that reads every pause's PTTL and, for every limit, adds the
-// cost (INCRBY), starts the window if the key is new (PEXPIRE NX) and reads
-// its PTTL.
-func (s *Store) takeMultiExec(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+// Take implements [quota.Store.Take] in one MULTI/EXEC that reads every
+// pause's PTTL and, for every limit, adds the cost (INCRBY), starts the
+// window if the key is new (PEXPIRE NX) and reads its PTTL. See
+// [MultiExecStore] for what it does not do. An error wraps the go-redis
+// or context error; the demand may then have been charged.
+func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	if err := d.Validate(); err != nil {
+		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
 	for i := range d.Limits {
 		if a := d.Limits[i].Limit.Algorithm; a != quota.FixedWindow {
-			return quota.Decision{}, fmt.Errorf("redisstore: limit %s: the MULTI/EXEC mode supports only %v, not %v", d.Limits[i].Limit.Name, quota.FixedWindow, a)
+			return quota.Decision{}, fmt.Errorf("redisstore: limit %s: the MULTI/EXEC store supports only %v, not %v", d.Limits[i].Limit.Name, quota.FixedWindow, a)
 		}
 	}
-	ks := newKeys(s.prefix, d.Scope)
-	ctx, cancel := s.callContext(ctx)
+	ks := newKeys(m.s.prefix, d.Scope)
+	ctx, cancel := m.s.callContext(ctx)
 	defer cancel()
 
 	pauses := make([]*redis.DurationCmd, len(d.Pauses))
 	counts := make([]*redis.IntCmd, len(d.Limits))
 	ttls := make([]*redis.DurationCmd, len(d.Limits))
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := m.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range d.Pauses {
 			pauses[i] = p.PTTL(ctx, ks.txPause(k))
 		}
@@ -67,8 +114,8 @@ func (s *Store) takeMultiExec(ctx context.Context, d *quota.Demand) (quota.Decis
 		return nil
 	})
 	if err != nil {
-		s.reload.note(err)
-		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(err))
+		m.s.reload.note(err)
+		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", m.s.configErr(err))
 	}
 
 	// PTTL is whole milliseconds, truncated; one more is never early.
@@ -101,18 +148,107 @@ func (s *Store) takeMultiExec(ctx context.Context, d *quota.Demand) (quota.Decis
 	return dec, nil
 }
 
-// pauseMultiExec records a pause without Lua: the key's TTL is the pause.
-// SET NX PX creates it, PEXPIRE GT lengthens an existing one.
-func (s *Store) pauseMultiExec(ctx context.Context, ks keys, key string, d time.Duration) error {
+// Cancel implements [quota.Store.Cancel] by giving back nothing: the
+// counters of a MultiExecStore cannot tell one charge from another. It
+// returns an error only for a malformed reservation.
+func (m *MultiExecStore) Cancel(_ context.Context, r *quota.Reservation) error {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return errors.New("redisstore: cancel: malformed reservation")
+	}
+	return nil
+}
+
+// Pause implements [quota.Store.Pause] in one MULTI/EXEC: the pause key's
+// TTL is the pause, in whole milliseconds rounded up. SET NX PX creates
+// it, PEXPIRE GT lengthens an existing one. A non-positive d is a no-op.
+func (m *MultiExecStore) Pause(ctx context.Context, scope, key string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	ctx, cancel := m.s.callContext(ctx)
+	defer cancel()
+	if err := m.pause(ctx, newKeys(m.s.prefix, scope), key, d); err != nil {
+		m.s.reload.note(err)
+		return fmt.Errorf("redisstore: pause: %w", m.s.configErr(err))
+	}
+	return nil
+}
+
+func (m *MultiExecStore) pause(ctx context.Context, ks keys, key string, d time.Duration) error {
 	ms := ceilMillis(d)
 	d = time.Duration(ms) * time.Millisecond
 	k := ks.txPause(key)
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := m.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SetNX(ctx, k, 1, d)
 		p.Do(ctx, "pexpire", k, ms, "gt")
 		return nil
 	})
 	return err
+}
+
+// Sync implements [quota.Syncer]: it raises the counter of b's current
+// window to at least Rate - remaining, never lowering it, so that at most
+// remaining more units pass before the window ends (within is not used:
+// the window's own end stands for the vendor's reset). It uses WATCH, so
+// that a concurrent INCRBY is never overwritten; a lost race is retried a
+// few times, then left (the counter then already rose).
+func (m *MultiExecStore) Sync(ctx context.Context, scope string, b quota.Bucket, remaining int, within time.Duration) error {
+	l := b.Limit
+	if err := checkSyncLimit(&l); err != nil || within <= 0 {
+		return err
+	}
+	left, rate := int64(max(remaining, 0)), int64(l.Rate)
+	if left >= rate {
+		return nil
+	}
+	target := rate - left
+	ks := newKeys(m.s.prefix, scope)
+	ctx, cancel := m.s.callContext(ctx)
+	defer cancel()
+	key := ks.txCounter(&b)
+	var err error
+	for range 3 {
+		err = m.s.client.Watch(ctx, func(tx *redis.Tx) error {
+			cur, err := tx.Get(ctx, key).Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			if cur >= target {
+				return nil
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.IncrBy(ctx, key, target-cur)
+				p.Do(ctx, "pexpire", key, ceilMillis(l.Per), "nx")
+				return nil
+			})
+			return err
+		}, key)
+		if !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, redis.TxFailedErr) {
+		m.s.reload.note(err)
+		return fmt.Errorf("redisstore: sync: %w", m.s.configErr(err))
+	}
+	return nil
+}
+
+// Check implements what [Store.Check] does, without scripts: it checks
+// the client's kind against the server, records a pause of 1µs on a scope
+// no rule can have with MULTI/EXEC (which needs MULTI, EXEC, SET, PEXPIRE
+// and write access under the prefix), and opens connections as
+// [Store.Check] does. It loads no script.
+func (m *MultiExecStore) Check(ctx context.Context) error {
+	return m.s.runCheck(ctx, func(ctx context.Context) error {
+		if err := m.s.checkKind(ctx); err != nil {
+			return err
+		}
+		if err := m.pause(ctx, newKeys(m.s.prefix, checkScope), "", time.Microsecond); err != nil {
+			return fmt.Errorf("MULTI/EXEC: %w", err)
+		}
+		return m.s.warm(ctx)
+	})
 }
 
 // ceilMillis converts d to whole milliseconds, rounding up, at least 1.

@@ -13,9 +13,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// newMultiExec returns a MultiExecStore on the package's server.
+func newMultiExec(t *testing.T, prefix string) *redisstore.MultiExecStore {
+	t.Helper()
+	s, err := redisstore.NewMultiExec(newClient(t, srv.Addr()), redisstore.WithPrefix(prefix), redisstore.WithTimeout(20*time.Second))
+	require.NoError(t, err)
+	return s
+}
+
 func TestMultiExec(t *testing.T) {
 	prefix := redistest.Prefix(t)
-	s := newStore(t, prefix, redisstore.WithMultiExec())
+	s := newMultiExec(t, prefix)
 	c := ctx(t)
 	fw := func(name string, rate int) quota.Bucket {
 		return quota.Bucket{Limit: quota.Limit{Name: name, Rate: rate, Per: time.Hour, Algorithm: throttle.FixedWindow}, Key: "k"}
@@ -67,7 +75,38 @@ func TestMultiExec(t *testing.T) {
 	assert.Error(t, err)
 	_, err = s.Take(c, &quota.Demand{Scope: "tx", Limits: []quota.Bucket{fw("a", 5)}, Cost: 6})
 	assert.ErrorIs(t, err, quota.ErrCostTooHigh)
+	// Cancel gives back nothing.
+	before, err := admin.Get(c, prefix+"v1:{tx}:x:a:k").Int()
+	require.NoError(t, err)
 	assert.NoError(t, s.Cancel(c, &quota.Reservation{Demand: d, Marks: make([]int64, 2)}))
+	after, err := admin.Get(c, prefix+"v1:{tx}:x:a:k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "Cancel gave nothing back")
+	assert.Error(t, s.Cancel(c, &quota.Reservation{Demand: d}), "a malformed reservation")
+
+	// Sync raises the current window's counter, never lowers it.
+	require.NoError(t, s.Sync(c, "tx", fw("b", 3), 0, time.Minute))
+	n, err = admin.Get(c, prefix+"v1:{tx}:x:b:k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "already past Rate - remaining: unchanged")
+	require.NoError(t, s.Sync(c, "tx", fw("z", 10), 4, time.Minute))
+	n, err = admin.Get(c, prefix+"v1:{tx}:x:z:k").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 6, n)
+
+	require.NoError(t, s.Check(c), "Check runs no script")
+}
+
+// TestMultiExecIsNotALeaseStore: what the type cannot do, it does not
+// offer.
+func TestMultiExecIsNotALeaseStore(t *testing.T) {
+	var s any = newMultiExec(t, redistest.Prefix(t))
+	_, lease := s.(quota.LeaseStore)
+	_, inspector := s.(quota.Inspector)
+	assert.False(t, lease, "no Concurrency limits, no reservations")
+	assert.False(t, inspector)
+	_, checker := s.(quota.LimitChecker)
+	assert.True(t, checker)
 }
 
 // TestMultiExecRefusesWhatItCannotDo: NewTransport on a MULTI/EXEC store
@@ -75,7 +114,7 @@ func TestMultiExec(t *testing.T) {
 // may wait (nil is waiters.Block) or whose limit is not a fixed window; a
 // fail-fast fixed-window rule is accepted, and the Lua store accepts all.
 func TestMultiExecRefusesWhatItCannotDo(t *testing.T) {
-	tx := newStore(t, redistest.Prefix(t), redisstore.WithMultiExec())
+	tx := newMultiExec(t, redistest.Prefix(t))
 	lua := newStore(t, redistest.Prefix(t))
 	rule := func(alg throttle.Algorithm, w throttle.Waiter) throttle.Policy {
 		return throttle.Policy{Rules: []throttle.Rule{{Name: "r", Wait: w,

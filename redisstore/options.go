@@ -97,30 +97,6 @@ func WithReplay(r Replay) Option {
 	return func(s *Store) { s.replay = r }
 }
 
-// WithMultiExec makes the store work without Lua, for proxies that do not
-// run scripts: each decision is one MULTI/EXEC transaction of INCRBY and
-// PEXPIRE NX per limit, plus PTTL per pause. Only [throttle.FixedWindow]
-// limits are supported, and they behave differently from the Lua store:
-//
-//   - A window starts at the first charge of its key and lasts Per by
-//     Redis's clock (PEXPIRE NX), rather than being aligned to the epoch.
-//   - There are no reservations: a demand is granted only if every limit
-//     has room now; MaxWait is ignored, and Delay on refusal is the time
-//     until the binding window ends.
-//   - Over-count: every limit is charged before the counts are known, and
-//     a refused demand is not given back, so a refused demand still uses
-//     the quota of the limits that had room until their windows end.
-//     Under overload fewer than Rate may pass in a window; never more.
-//   - Cancel does nothing.
-//
-// Pauses work as usual. [throttle.NewTransport] refuses, at start-up, a
-// rule the mode cannot decide as written: a limit that is not a fixed
-// window, or a waiter that may wait (see [Store.CheckLimits]); give such
-// rules waiters.FailFast().
-func WithMultiExec() Option {
-	return func(s *Store) { s.multiExec = true }
-}
-
 // withNow makes the scripts take the current instant from now instead of
 // Redis's TIME. Tests only: production code never passes an instant.
 func withNow(now func() time.Time) Option {

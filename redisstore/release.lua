@@ -4,9 +4,11 @@
 -- expiry µs), all in the one hash tag {S}; a key may appear more than
 -- once, for leases of different ids.
 --
--- ARGV[2*k - 1]  the lease id to remove from KEYS[k] (the decision id that
---                take.lua or claim.lua added)
--- ARGV[2*k]      the channel announcing releases of KEYS[k] (P v1:{S}:n:...)
+-- ARGV[1], ARGV[2]  the clock (unused) and "" (prologue.lua)
+-- ARGV[2*k + 1]     the lease id to remove from KEYS[k] (the decision id
+--                   that take.lua or claim.lua added)
+-- ARGV[2*k + 2]     the channel announcing releases of KEYS[k]
+--                   (P v1:{S}:n:...)
 --
 -- This is the layout of the releases that take.lua and claim.lua carry at
 -- the end of their keys and arguments (releases.go): those scripts apply
@@ -19,9 +21,12 @@
 --
 -- Reply: the number of leases removed.
 
-local n = 0
+local removed = 0
 for k = 1, #KEYS do
-  local x = 2 * k - 1
-  if redis.call('ZREM', KEYS[k], ARGV[x]) == 1 then n = n + 1; redis.call('PUBLISH', ARGV[x + 1], '1') end
+  local lease = 2 * k + 1
+  if redis.call('ZREM', KEYS[k], ARGV[lease]) == 1 then
+    removed = removed + 1
+    redis.call('PUBLISH', ARGV[lease + 1], '1')
+  end
 end
-return n
+return removed

@@ -176,7 +176,8 @@ func appendReleases(keys []string, args []any, rs []leaseRelease) ([]string, []a
 
 // sendReleases applies rs in one release.lua call.
 func (s *Store) sendReleases(ctx context.Context, rs []leaseRelease) error {
-	keys, args := appendReleases(make([]string, 0, len(rs)), make([]any, 0, 2*len(rs)), rs)
+	args, _ := s.scriptArgs(2*len(rs), "", false)
+	keys, args := appendReleases(make([]string, 0, len(rs)), args, rs)
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	return releaseScript.Run(ctx, s.client, keys, args...).Err()

@@ -101,17 +101,6 @@ func detectable(client redis.UniversalClient) bool {
 	return false
 }
 
-// marked returns a script argument that writes first: a resendMark, also
-// returned, when calls are marked; else plain (first's value, already
-// boxed where it can be) and nil.
-func (s *Store) marked(first string, plain any) (any, *resendMark) {
-	if !s.detect {
-		return plain, nil
-	}
-	m := &resendMark{first: first}
-	return m, m
-}
-
 // run runs script as go-redis's Script.Run does: EVALSHA, then EVAL if
 // Redis does not have the script. A marked call (mark not nil) is sent as
 // a markedCmd, so the mark hears which sendings Redis refused before they

@@ -1,68 +1,65 @@
 package redisstore
 
 import (
-	_ "embed"
+	"embed"
 
+	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
 
 // Each operation is one script, run with [redis.Script.Run] (or
 // Store.run, resend.go): EVALSHA, and EVAL when Redis answers NOSCRIPT
 // (after SCRIPT FLUSH or a restart). Scripts are never pipelined: NOSCRIPT
-// recovery does not work there. Every script of the package is embedded
-// here.
-var (
-	//go:embed take.lua
-	takeSource string
-	takeScript = newScript(takeSource)
+// recovery does not work there.
+//
+// Every script is prologue.lua followed by its own file: Redis scripts
+// cannot include one another, so the text is put together here, once,
+// and the SHA is that of the whole. The prologue gives every script the
+// same first two arguments, ARGV[1] the clock ("" for Redis's TIME; an
+// instant only from tests) and ARGV[2] the call id ("" when the call needs
+// none; "R", refused, when go-redis sends a marked call again), and
+// defines now, slack, id and the algorithm codes of [algoCodes]. A
+// script's own arguments start at ARGV[3]; each file's header lists them.
+//
+// Every script of the package is embedded here.
+//
+//go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
+//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua
+var luaFiles embed.FS
 
+var (
+	takeScript = newScript("take.lua")
 	// take_gcra.lua is take.lua for demands whose limits are all GCRA
 	// (see Store.Take): the same decision in fewer Redis commands.
-	//go:embed take_gcra.lua
-	takeGCRASource string
-	takeGCRAScript = newScript(takeGCRASource)
-
+	takeGCRAScript = newScript("take_gcra.lua")
 	// take_batch.lua is take_gcra.lua for several demands of one scope
 	// at once (WithBatching, batch.go).
-	//go:embed take_batch.lua
-	takeBatchSource string
-	takeBatchScript = newScript(takeBatchSource)
-
+	takeBatchScript = newScript("take_batch.lua")
 	// take_window.lua is take.lua for a demand of one fixed-window or
 	// sliding-window limit (see Store.Take).
-	//go:embed take_window.lua
-	takeWindowSource string
-	takeWindowScript = newScript(takeWindowSource)
-
-	//go:embed cancel.lua
-	cancelSource string
-	cancelScript = newScript(cancelSource)
-
-	//go:embed pause.lua
-	pauseSource string
-	pauseScript = newScript(pauseSource)
-
+	takeWindowScript = newScript("take_window.lua")
+	cancelScript     = newScript("cancel.lua")
+	pauseScript      = newScript("pause.lua")
 	// claim.lua takes the Concurrency slots of a reservation that came
 	// due (Store.Claim, lease.go).
-	//go:embed claim.lua
-	claimSource string
-	claimScript = newScript(claimSource)
-
+	claimScript = newScript("claim.lua")
 	// release.lua frees released leases (Store.Release, releases.go).
-	//go:embed release.lua
-	releaseSource string
-	releaseScript = newScript(releaseSource)
-
+	releaseScript = newScript("release.lua")
 	// renew.lua extends leases (Store.Renew, lease.go).
-	//go:embed renew.lua
-	renewSource string
-	renewScript = newScript(renewSource)
-
+	renewScript = newScript("renew.lua")
 	// sync.lua lowers a counter to what the vendor reports (Store.Sync).
-	//go:embed sync.lua
-	syncSource string
-	syncScript = newScript(syncSource)
+	syncScript = newScript("sync.lua")
 )
+
+// storeScripts lists every script the store runs; Check loads them all
+// (by source: Script.Load on a pipeline would set a script's hash to the
+// empty reply it has before Exec). TestCheck compares it with the
+// package's .lua files.
+var storeScripts = []luaScript{
+	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript,
+	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
+	syncScript,
+}
 
 // A luaScript is a script with its source, so that Store.run can send it
 // as EVAL when Redis answers NOSCRIPT.
@@ -71,4 +68,65 @@ type luaScript struct {
 	src string
 }
 
-func newScript(src string) luaScript { return luaScript{redis.NewScript(src), src} }
+// newScript returns the script of the embedded file name: prologue.lua,
+// then the file.
+func newScript(name string) luaScript {
+	src := composeScript(name)
+	return luaScript{redis.NewScript(src), src}
+}
+
+// composeScript returns the text of the script of the embedded file name:
+// prologue.lua, then the file. The names are those of the go:embed lines
+// above, so reading cannot fail but for a misspelt name, which every test
+// of the package would show at once.
+func composeScript(name string) string {
+	prologue, err := luaFiles.ReadFile("prologue.lua")
+	if err != nil {
+		panic("redisstore: " + err.Error())
+	}
+	body, err := luaFiles.ReadFile(name)
+	if err != nil {
+		panic("redisstore: " + err.Error())
+	}
+	return string(prologue) + string(body)
+}
+
+// algoCodes are the algorithm codes of the scripts' arguments. prologue.lua
+// defines a Lua constant of each name with the same code, and
+// TestAlgoCodes checks that the two agree.
+var algoCodes = [...]struct {
+	algo quota.Algorithm
+	name string // the Lua constant
+	code string
+}{
+	{quota.GCRA, "GCRA", "0"},
+	{quota.FixedWindow, "FIXED_WINDOW", "1"},
+	{quota.SlidingLog, "SLIDING_LOG", "2"},
+	{quota.SlidingWindow, "SLIDING_WINDOW", "3"},
+	{quota.Concurrency, "CONCURRENCY", "4"},
+}
+
+// algoCode is a's code in the scripts' arguments, or "" for an algorithm
+// the scripts do not know (Limit.Validate refuses it before any call).
+func algoCode(a quota.Algorithm) string {
+	for _, c := range algoCodes {
+		if c.algo == a {
+			return c.code
+		}
+	}
+	return ""
+}
+
+// scriptArgs starts the arguments of a script call with prologue.lua's
+// two: the clock ("" for Redis's TIME, except in tests) and the call id.
+// When marked and the store marks its calls ([ReplayDetect]), the id is
+// written by a resendMark, which is returned too; size is the number of
+// arguments the caller adds after these.
+func (s *Store) scriptArgs(size int, id string, marked bool) ([]any, *resendMark) {
+	args := make([]any, 0, 2+size)
+	if marked && s.detect {
+		m := &resendMark{first: id}
+		return append(args, s.nowArg(), m), m
+	}
+	return append(args, s.nowArg(), id), nil
+}

@@ -20,13 +20,12 @@ import (
 // EVALSHA that reads Redis's clock, checks every limit and pause of the
 // demand, and charges all limits or none. Store is safe for concurrent use.
 type Store struct {
-	client    redis.UniversalClient
-	prefix    string
-	timeout   time.Duration
-	replay    Replay
-	multiExec bool
-	now       func() time.Time // tests only; nil: Redis's TIME
-	generic   bool             // tests only: take.lua even for GCRA-only demands
+	client  redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+	replay  Replay
+	now     func() time.Time // tests only; nil: Redis's TIME
+	generic bool             // tests only: take.lua even for GCRA-only demands
 
 	replayMS      int64 // how long a reply is remembered; 0: not at all
 	detect        bool  // ReplayDetect: calls carry a resendMark
@@ -154,9 +153,6 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	if err := d.Validate(); err != nil {
 		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if s.multiExec {
-		return s.takeMultiExec(ctx, d)
-	}
 	gcraOnly, needID := len(d.Limits) > 0 && !s.generic, s.replayMS > 0
 	for i := range d.Limits {
 		switch d.Limits[i].Limit.Algorithm {
@@ -199,47 +195,31 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	case window:
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
-		alg := "1"
-		if l.Algorithm == quota.SlidingWindow {
-			alg = "3"
-		}
-		var a any
-		a, mark = s.marked(alg, alg)
-		args = []any{a, maxWait, l.Per.Microseconds(), l.Rate, cost}
-		if s.now != nil {
-			args = append(args, s.nowArg())
-		}
+		args, mark = s.scriptArgs(5, id, true)
+		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, cost)
 	case gcraOnly:
 		script = takeGCRAScript
-		args = make([]any, 0, 3+2*len(d.Limits))
-		mode := gcraMode(len(d.Pauses), s.replayMS)
-		var a any
-		a, mark = s.marked(mode, mode)
-		args = append(args, maxWait, a)
+		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
+		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS))
 		args = appendGCRAPairs(args, d)
-		if s.now != nil {
-			args = append(args, s.nowArg())
-		}
 	default:
 		var err error
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
-		args = make([]any, 0, 6+4*len(d.Limits)+2*len(carried))
-		var a any
-		a, mark = s.marked("0", s.replayArg) // marked: replayMS is 0
-		args = append(args, s.nowArg(), maxWait, len(d.Pauses), a, id, len(carried))
+		args, mark = s.scriptArgs(4+4*len(d.Limits)+2*len(carried), id, true)
+		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried))
 		for i := range d.Limits {
 			l := &d.Limits[i].Limit
 			switch l.Algorithm {
 			case quota.GCRA:
 				t := gcraInterval(l)
-				args = append(args, 0, cost*t, int64(l.BurstOrRate())*t-cost*t, cost)
+				args = append(args, algoCode(l.Algorithm), cost*t, int64(l.BurstOrRate())*t-cost*t, cost)
 			case quota.Concurrency: // lease.go
-				args = append(args, 4, l.Per.Microseconds(), l.Rate, 1)
+				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1)
 			default:
 				p, r := l.Per.Microseconds(), int64(l.Rate)
-				args = append(args, int(l.Algorithm), p, r-cost, cost)
+				args = append(args, algoCode(l.Algorithm), p, r-cost, cost)
 			}
 		}
 		keys, args = appendReleases(keys, args, carried)
@@ -265,7 +245,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	return parseTake(res, d, id)
 }
 
-// gcraMode is take_gcra.lua's second argument: "P M", P pause keys and
+// gcraMode is take_gcra.lua's ARGV[4]: "P M", P pause keys and
 // the reply remembered for M ms. The common ones are constants.
 func gcraMode(pauses int, replayMS int64) string {
 	if replayMS == 0 {
@@ -431,22 +411,18 @@ func newReservation(d *quota.Demand, id string) *quota.Reservation {
 	return &rm.r
 }
 
-// Cancel implements [quota.Store.Cancel] in one round trip. It does
-// nothing in the MULTI/EXEC mode ([WithMultiExec]).
+// Cancel implements [quota.Store.Cancel] in one round trip.
 func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return errors.New("redisstore: cancel: malformed reservation")
 	}
-	if s.multiExec || len(r.Marks) == 0 {
+	if len(r.Marks) == 0 {
 		return nil
 	}
 	d := r.Demand
 	ks := newKeys(s.prefix, d.Scope)
 	keys := make([]string, len(d.Limits))
-	args := make([]any, 0, 2+4*len(d.Limits))
-	now := s.nowArg()
-	a, mark := s.marked(now, now)
-	args = append(args, a, r.ID)
+	args, mark := s.scriptArgs(4*len(d.Limits), r.ID, true)
 	cost := int64(d.Cost)
 	for i := range d.Limits {
 		b := &d.Limits[i]
@@ -457,11 +433,11 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 			if rate <= 0 {
 				return errors.New("redisstore: cancel: malformed reservation")
 			}
-			args = append(args, 0, cost*((p+rate-1)/rate), r.Marks[i], cost)
+			args = append(args, algoCode(l.Algorithm), cost*((p+rate-1)/rate), r.Marks[i], cost)
 		} else if l.Algorithm == quota.Concurrency { // lease.go
-			args = append(args, 4, ks.released(b), r.Marks[i], 1)
+			args = append(args, algoCode(l.Algorithm), ks.released(b), r.Marks[i], 1)
 		} else {
-			args = append(args, int(l.Algorithm), p, r.Marks[i], cost)
+			args = append(args, algoCode(l.Algorithm), p, r.Marks[i], cost)
 		}
 	}
 	ctx, cancel := s.callContext(ctx)
@@ -486,13 +462,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 	ks := newKeys(s.prefix, scope)
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	var err error
-	if s.multiExec {
-		err = s.pauseMultiExec(ctx, ks, key, d)
-	} else {
-		err = pauseScript.Run(ctx, s.client, []string{ks.pause(key)}, s.nowArg(), us).Err()
-	}
-	if err != nil {
+	if err := pauseScript.Run(ctx, s.client, []string{ks.pause(key)}, s.nowArg(), "", us).Err(); err != nil {
 		s.reload.note(err)
 		return fmt.Errorf("redisstore: pause: %w", s.configErr(err))
 	}

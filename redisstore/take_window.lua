@@ -6,123 +6,107 @@
 -- and one HINCRBY (Redis runs scripts on its only thread, so every
 -- redis.call and every number parsed or formatted shows in throughput).
 --
--- Units: integer microseconds of Redis's clock, as in take.lua.
+-- Units as in prologue.lua.
 --
 -- KEYS: the pause key if any, then the limit's key (a hash: window index
 -- -> count, keys.go). Both share the hash tag {scope}; no other key is
 -- touched.
 --
--- ARGV[1]  algorithm: 1 fixed window, 3 sliding window (take.lua's codes);
---          "R" when go-redis sends the call again (ReplayDetect, resend.go):
---          refused with an error beginning "RESENT", nothing decided
--- ARGV[2]  MaxWait
--- ARGV[3]  Per
--- ARGV[4]  Rate
--- ARGV[5]  cost (at most Rate; Go checks)
--- ARGV[6]  only from tests: the current instant to use instead of TIME
+-- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
+-- ARGV[3]  the algorithm: FIXED_WINDOW or SLIDING_WINDOW
+-- ARGV[4]  MaxWait
+-- ARGV[5]  Per
+-- ARGV[6]  Rate
+-- ARGV[7]  cost (at most Rate; Go checks)
 --
 -- Reply: an integer when granted at once: the window index charged.
 -- Otherwise a string of integers, "1 delay -1 -1 window" when granted,
 -- "0 delay limit pause" when refused (take_gcra.lua's format).
 
-local fixed = ARGV[1] == '1'
-if not fixed and ARGV[1] ~= '3' then
-  return redis.error_reply('RESENT: call sent again, not decided again')
-end
-local now, slack
-if #ARGV == 5 then
-  local tm = redis.call('TIME')
-  now = tm[1] * 1000000 + tm[2]
-  slack = 0
-else
-  -- A client-given instant need not advance with Redis's clock, so keys
-  -- get an hour of extra life (tests only), as in take.lua.
-  now = tonumber(ARGV[6])
-  slack = 3600000
-end
-local fmt, floor = string.format, math.floor
+local fixed = ARGV[3] == FIXED_WINDOW
+local maxWait = ARGV[4]
 
 local t, pause = now, -1
 local key = KEYS[1]
 if #KEYS == 2 then
-  local p = tonumber(redis.call('GET', key))
-  if p and p > t then t, pause = p, 0 end
+  local pauseEnd = tonumber(redis.call('GET', key))
+  if pauseEnd and pauseEnd > t then t, pause = pauseEnd, 0 end
   key = KEYS[2]
 end
 -- MaxWait is parsed only when there is a wait, and the cost goes to
 -- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
 -- more than the parse saved).
-local per, rate, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local k = floor(t / per)
-local n, binding = nil, -1
-
+local per, rate, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local window = floor(t / per)
+local count, binding = nil, -1
 if fixed then
-  if t == now or t - now <= tonumber(ARGV[2]) then
+  if t == now or t - now <= tonumber(maxWait) then
     -- Charge the window of t, and give the cost back if that overfills
     -- it (nothing is charged on refusal): one command when there is room.
-    n = redis.call('HINCRBY', key, fmt('%d', k), ARGV[5])
-    if n > rate then
-      redis.call('HINCRBY', key, fmt('%d', k), fmt('%d', -cost))
-      n, k = nil, k + 1
+    count = redis.call('HINCRBY', key, fmt('%d', window), ARGV[7])
+    if count > rate then
+      redis.call('HINCRBY', key, fmt('%d', window), fmt('%d', -cost))
+      count, window = nil, window + 1
     end
   end
-  if not n then
-    -- The first window from k with room for the cost sets the instant.
+  if not count then
+    -- The first window from this one with room for the cost sets the
+    -- instant.
     local room = rate - cost
-    while (tonumber(redis.call('HGET', key, fmt('%d', k))) or 0) > room do
-      k = k + 1
+    while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > room do
+      window = window + 1
     end
-    if k * per > t then t, binding = k * per, 0 end
+    if window * per > t then t, binding = window * per, 0 end
   end
 else
-  -- Sliding window: the first instant from t, in window k or later, at
+  -- Sliding window: the first instant from t, in this window or later, at
   -- which prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset into the
   -- window (take.lua's search).
-  local room0 = rate - cost
+  local roomIfEmpty = rate - cost
   while true do
-    local start = k * per
-    local v = redis.call('HMGET', key, fmt('%d', k - 1), fmt('%d', k))
-    local room = room0 - (tonumber(v[2]) or 0)
+    local start = window * per
+    local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
+    local room = roomIfEmpty - (tonumber(counts[2]) or 0)
     if room >= 0 then
-      local x = t - start
-      if x < 0 then x = 0 end
-      local prev = tonumber(v[1]) or 0
+      local offset = t - start
+      if offset < 0 then offset = 0 end
+      local prev = tonumber(counts[1]) or 0
       if prev > 0 then
-        local y = per - floor(room * per / prev)
-        if y > x then x = y end
+        local needed = per - floor(room * per / prev)
+        if needed > offset then offset = needed end
       end
-      if x < per then
-        if start + x > t then t, binding = start + x, 0 end
+      if offset < per then
+        if start + offset > t then t, binding = start + offset, 0 end
         break
       end
     end
-    k = k + 1
+    window = window + 1
   end
 end
-if t > now and t - now > tonumber(ARGV[2]) then
+if t > now and t - now > tonumber(maxWait) then
   return fmt('0 %d %d %d', t - now, binding, pause)
 end
-if not n then
-  n = redis.call('HINCRBY', key, fmt('%d', k), ARGV[5])
+if not count then
+  count = redis.call('HINCRBY', key, fmt('%d', window), ARGV[7])
 end
 
-if n == cost then
+if count == cost then
   -- A new window (once per window and key): extend the TTL to its end
   -- (one window later for the sliding window, which reads it as the
   -- previous one), and drop windows that have passed (as take.lua does).
-  local ends = (k + 1) * per
+  local ends = (window + 1) * per
   if not fixed then ends = ends + per end
-  local ms = math.ceil((ends - now) / 1000) + slack
-  if redis.call('PEXPIRE', key, ms, 'NX') == 0 then
-    redis.call('PEXPIRE', key, ms, 'GT')
+  local ttl = math.ceil((ends - now) / 1000) + slack
+  if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
+    redis.call('PEXPIRE', key, ttl, 'GT')
   end
   if redis.call('HLEN', key) > 3 then
     local keep = floor(now / per)
     if not fixed then keep = keep - 1 end
-    for _, f in ipairs(redis.call('HKEYS', key)) do
-      if tonumber(f) < keep then redis.call('HDEL', key, f) end
+    for _, field in ipairs(redis.call('HKEYS', key)) do
+      if tonumber(field) < keep then redis.call('HDEL', key, field) end
     end
   end
 end
-if t == now then return k end
-return fmt('1 %d -1 -1 %d', t - now, k)
+if t == now then return window end
+return fmt('1 %d -1 -1 %d', t - now, window)

@@ -8,9 +8,15 @@
 # calls, zeroes the counters, runs N calls from redis-benchmark (one
 # connection) and divides the instruction count by N. __rand_int__ in a
 # key or argument is replaced by redis-benchmark with a random number per
-# call (e.g. a fresh replay key). Needs valgrind and redis-tools.
+# call (e.g. a fresh replay key). The script run is prologue.lua (from
+# SCRIPT.lua's directory, when there is one) followed by SCRIPT.lua, as
+# scripts.go composes it; a copy from before the shared prologue is run
+# alone. Needs valgrind and redis-tools.
 #
-#   redisstore/testdata/callgrind.sh redisstore/take_gcra.lua 3000 1 k 10000000 "0 0" 1 100000000
+# The arguments start with the prologue's two (ARGV[1] "" for TIME, ARGV[2]
+# the call id or ""):
+#
+#   redisstore/testdata/callgrind.sh redisstore/take_gcra.lua 3000 1 k "" "" 10000000 "0 0" 1 100000000
 set -e
 lua=$1; shift; n=$1; shift
 port=$((20000 + RANDOM % 20000))
@@ -19,7 +25,13 @@ trap 'rm -rf "$dir"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port $port --save '' --appendonly no >/dev/null 2>"$dir/vg.log" &
 vpid=$!
 for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.2; done
-sha=$(redis-cli -p $port script load "$(cat "$lua")")
+prologue=$(dirname "$lua")/prologue.lua
+if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
+	cat "$prologue" "$lua" >"$dir/script.lua"
+else
+	cp "$lua" "$dir/script.lua"
+fi
+sha=$(redis-cli -p $port script load "$(cat "$dir/script.lua")")
 redis-benchmark -p $port -n 200 -c 1 -r 1000000000 EVALSHA "$sha" "$@" >/dev/null
 callgrind_control -z $vpid >/dev/null 2>&1
 redis-benchmark -p $port -n "$n" -c 1 -r 1000000000 EVALSHA "$sha" "$@" >/dev/null

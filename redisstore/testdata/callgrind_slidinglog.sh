@@ -2,8 +2,10 @@
 # callgrind_slidinglog.sh TAKE.lua ENTRIES CALLS [refused]
 #
 # Counts the user-space instructions redis-server executes per EVALSHA of
-# TAKE.lua (take.lua, whose ARGV[6] counts carried releases since issue 18;
-# for an older copy drop that argument: OLD=1) deciding
+# TAKE.lua (take.lua after prologue.lua, as scripts.go composes them;
+# LAYOUT=before-prologue for a copy from before the shared prologue, whose
+# ARGV[6] counts carried releases since issue 18: OLD=1 as well for an
+# older copy, without that argument) deciding
 # one sliding-log limit whose log holds ENTRIES entries, as
 # BenchmarkSlidingLog does: a limit of Rate ENTRIES per ENTRIES ms, filled
 # by ENTRIES takes 1 ms apart on the script's test clock (ARGV[1]); then
@@ -26,14 +28,24 @@ trap 'rm -rf "$dir"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port $port --save '' --appendonly no >/dev/null 2>"$dir/vg.log" &
 vpid=$!
 for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.2; done
-sha=$(redis-cli -p $port script load "$(cat "$lua")")
+if [ -n "${LAYOUT:-}" ]; then
+	cp "$lua" "$dir/script.lua"
+else
+	cat "$(dirname "$lua")/prologue.lua" "$lua" >"$dir/script.lua"
+fi
+sha=$(redis-cli -p $port script load "$(cat "$dir/script.lua")")
 t0=1700000000000000
 per=$((entries * 1000))
 # take AT MAXWAIT ID: one take.lua call (no pause, no replay key, no
 # carried release).
 carried=" 0"
 if [ -n "${OLD:-}" ]; then carried=""; fi
-take() { echo "EVALSHA $sha 1 {b}:l:log:k $1 $2 0 0 $3$carried 2 $per $((entries - 1)) 1"; }
+# The layout of prologue.lua and take.lua: clock, id, MaxWait, pause
+# keys, reply TTL, carried releases, then the limit.
+take() { echo "EVALSHA $sha 1 {b}:l:log:k $1 $3 $2 0 0 0 2 $per $((entries - 1)) 1"; }
+if [ -n "${LAYOUT:-}" ]; then
+	take() { echo "EVALSHA $sha 1 {b}:l:log:k $1 $2 0 0 $3$carried 2 $per $((entries - 1)) 1"; }
+fi
 for i in $(seq 1 "$entries"); do take $((t0 + i * 1000)) 3600000000 f$i; done >"$dir/fill"
 last=$((t0 + entries * 1000))
 for i in $(seq 1 "$calls"); do

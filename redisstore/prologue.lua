@@ -1,0 +1,48 @@
+-- prologue.lua: the start of every script of the package. Redis scripts
+-- cannot include one another, so scripts.go puts this text before each
+-- script's body and Redis runs the two as one script (its SHA is that of
+-- the whole).
+--
+-- Every script takes the same two arguments first:
+--
+-- ARGV[1]  "" to read Redis's clock (TIME); from tests only, the current
+--          instant instead
+-- ARGV[2]  the call id: the decision or lease id, or "" for a call that
+--          needs none. "R" when go-redis sends a marked call again
+--          (ReplayDetect, resend.go): the call is refused with an error
+--          beginning "RESENT" and nothing is decided or given back
+-- ARGV[3]  and on: the script's own arguments, listed in its header
+--
+-- Units: every instant and duration is an integer number of microseconds
+-- of Redis's clock. Lua numbers are doubles; every value stays below 2^53
+-- (Go checks Per*max(Rate,Burst) < 2^53), so the arithmetic is exact.
+-- Numbers that go back into Redis are formatted with '%d' (fmt), since
+-- Lua's default number format has only 14 significant digits.
+--
+-- Defined here for the body:
+--   now, slack  the current instant; and ms added to every TTL: 0, or an
+--               hour under a test clock, which need not advance with
+--               Redis's
+--   id          ARGV[2]
+--   fmt, floor  string.format, math.floor
+--   GCRA .. CONCURRENCY  the algorithm codes of the scripts' arguments,
+--               the codes of algoCodes in scripts.go (a test checks both
+--               agree)
+--   GRID        the expiry grid of GCRA keys, µs (see take_gcra.lua)
+
+local id = ARGV[2]
+if id == 'R' then
+  return redis.error_reply('RESENT: call sent again, not decided again')
+end
+local now, slack
+if ARGV[1] == '' then
+  local tm = redis.call('TIME')
+  now = tm[1] * 1000000 + tm[2]
+  slack = 0
+else
+  now = tonumber(ARGV[1])
+  slack = 3600000
+end
+local fmt, floor = string.format, math.floor
+local GCRA, FIXED_WINDOW, SLIDING_LOG, SLIDING_WINDOW, CONCURRENCY = '0', '1', '2', '3', '4'
+local GRID = 1000000
