@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/quotakit/throttle"
@@ -60,4 +61,27 @@ func TestLearnedPauseIsShared(t *testing.T) {
 	})
 	assert.Equal(t, int64(1), srv.Admitted())
 	assert.Equal(t, int64(1), srv.Refused(), "no call reached the server during the pause")
+}
+
+// A stream the server refuses teaches the same pause as a unary call.
+func TestStreamLearnsPause(t *testing.T) {
+	srv := startServer(t, quotaserver.Quota{Rate: 1, Per: time.Minute, Burst: 1})
+	hc := dial(t, srv.Addr(), newLimiter(t, []throttle.Rule{{Name: watchRule, Limits: []throttle.Limit{perHour("watches", 100)}, Wait: waiters.FailFast()}}))
+	ctx := context.Background()
+	w, err := hc.Watch(ctx, &grpc_health_v1.HealthCheckRequest{})
+	require.NoError(t, err)
+	drain(t, w)
+
+	w, err = hc.Watch(ctx, &grpc_health_v1.HealthCheckRequest{})
+	require.NoError(t, err, "the stream opens; the server's refusal comes with the first message")
+	_, err = w.Recv()
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	require.NotErrorIs(t, err, throttle.ErrLimited)
+
+	_, err = hc.Watch(ctx, &grpc_health_v1.HealthCheckRequest{})
+	var le *throttle.LimitError
+	require.ErrorAs(t, err, &le, "refused by the learned pause")
+	assert.Empty(t, le.Limit)
+	assert.InDelta(t, time.Minute, le.RetryAfter, float64(5*time.Second))
+	assert.Equal(t, int64(1), srv.Refused(), "the third stream was not sent")
 }
