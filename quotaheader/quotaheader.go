@@ -217,14 +217,6 @@ func Parse(h http.Header, now time.Time, o Options) Feedback {
 	return f
 }
 
-// HasAny reports whether the response said anything about limits: a
-// count, a reset still ahead, a retry time (even 0), a resource or a
-// window.
-func (f Feedback) HasAny() bool {
-	return f.Limit >= 0 || f.Remaining >= 0 || f.Used >= 0 || !f.Reset.IsZero() ||
-		f.HasRetryAfter || f.Resource != "" || f.Window > 0
-}
-
 // PauseFor returns how long a caller should hold off after this response,
 // from now: RetryAfter if the response gave one (even 0, as GitHub
 // documents: Retry-After comes before the reset), else the time until

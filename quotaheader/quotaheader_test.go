@@ -353,27 +353,3 @@ func TestFeedbackZeroValuePauseFor(t *testing.T) {
 	assert.Equal(t, quotaheader.DefaultMaxPause, f.PauseFor(now))
 	assert.Equal(t, time.Duration(0), quotaheader.Feedback{}.PauseFor(now))
 }
-
-func TestFeedbackHasAny(t *testing.T) {
-	tests := []struct {
-		name string
-		h    http.Header
-		want bool
-	}{
-		{"nothing", hdr("Content-Type", "text/plain"), false},
-		{"garbage only", hdr("Retry-After", "soon", "X-RateLimit-Remaining", "-1", "RateLimit", `"x`), false},
-		{"retry-after zero", hdr("Retry-After", httpDateIn(-time.Minute)), true},
-		{"remaining", hdr("X-RateLimit-Remaining", "0"), true},
-		{"limit", hdr("RateLimit-Limit", "10"), true},
-		{"used", hdr("X-RateLimit-Used", "3"), true},
-		{"resource", hdr("X-RateLimit-Resource", "core"), true},
-		{"reset", hdr("RateLimit-Reset", "5"), true},
-		{"window only", hdr("RateLimit-Limit", "junk;w=60"), false},
-		{"policy", hdr("RateLimit-Policy", `"default";w=60`), true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, quotaheader.Parse(tt.h, now, quotaheader.Options{}).HasAny())
-		})
-	}
-}

@@ -14,11 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A State is what [Store.Inspect] reports about one counter or pause of a
-// scope: the root's [quota.LimitState], under the name this package
-// used first.
-type State = quota.LimitState
-
 var _ quota.Inspector = (*Store)(nil)
 
 // Inspect implements [quota.Inspector.Inspect]: it reports the live
@@ -28,7 +23,7 @@ var _ quota.Inspector = (*Store)(nil)
 // Cluster), reads Redis's clock once and each key once; it writes
 // nothing, and runs no script. States come sorted by limit, then key;
 // pauses first.
-func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit) ([]State, error) {
+func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit) ([]quota.LimitState, error) {
 	byName := make(map[string]quota.Limit, len(limits))
 	for _, l := range limits {
 		byName[algTag(l.Algorithm)+l.Name] = l
@@ -42,7 +37,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 	}
-	var out []State
+	var out []quota.LimitState
 	for _, name := range names {
 		rest := strings.TrimPrefix(name, ks.base)
 		if key, ok := strings.CutPrefix(rest, "p:"); ok {
@@ -54,7 +49,7 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 				return nil, fmt.Errorf("redisstore: inspect: %w", s.configErr(err))
 			}
 			if end > now {
-				out = append(out, State{Key: key, Reset: quotamath.Micros(end - now)})
+				out = append(out, quota.LimitState{Key: key, Reset: quotamath.Micros(end - now)})
 			}
 			continue
 		}
@@ -105,10 +100,10 @@ func (s *Store) clockMicros(ctx context.Context) (int64, error) {
 
 // inspectLimit reads one limit key; the state is package quotamath's,
 // as the in-process store's.
-func (s *Store) inspectLimit(ctx context.Context, name string, l quota.Limit, key string, now int64) (State, error) {
+func (s *Store) inspectLimit(ctx context.Context, name string, l quota.Limit, key string, now int64) (quota.LimitState, error) {
 	c, err := s.readCounter(ctx, name, l.Algorithm, now)
 	if err != nil {
-		return State{}, err
+		return quota.LimitState{}, err
 	}
 	st := quotamath.Of(l).State(c, now)
 	st.Limit, st.Algorithm, st.Key = l.Name, l.Algorithm, key
