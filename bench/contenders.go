@@ -133,13 +133,22 @@ type oursConfig struct {
 
 	// granted, if set, is called with every granted reservation.
 	granted func(*quota.Reservation)
+
+	// multiExec makes the store redisstore.NewMultiExec's.
+	multiExec bool
 }
 
 // ours returns our redisstore as a library: each instance is a Store made
 // with c.opts on its client, taking one demand.
 func ours(c oursConfig) library {
 	return library{name: c.name, new: func(rc *redis.Client, key string, r int) (decider, error) {
-		s, err := redisstore.New(rc, c.opts...)
+		var s quota.Store
+		var err error
+		if c.multiExec {
+			s, err = redisstore.NewMultiExec(rc, c.opts...)
+		} else {
+			s, err = redisstore.New(rc, c.opts...)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +162,7 @@ func ours(c oursConfig) library {
 				c.granted(dec.Reservation)
 			}
 			if c.release {
-				if err := s.Release(ctx, dec.Reservation); err != nil {
+				if err := s.(quota.LeaseStore).Release(ctx, dec.Reservation); err != nil {
 					return false, 0, err
 				}
 			}

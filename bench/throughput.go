@@ -134,7 +134,7 @@ func throughputContenders(e *env, variants bool) ([]contender, error) {
 			lib{ours(oursConfig{name: "ours: fixed window, 1 limit, replay ids", opts: replayIDs, buckets: one(quota.FixedWindow)}), c},
 			lib{ours(oursConfig{name: "ours: sliding log, 1 limit (a log of about 1 s of decisions)", buckets: one(quota.SlidingLog)}), c},
 			lib{ours(oursConfig{name: "ours: MULTI/EXEC fixed window, 1 limit, client without retries",
-				opts: append(noRetries, redisstore.WithMultiExec()), buckets: one(quota.FixedWindow)}), noRetry},
+				opts: noRetries, multiExec: true, buckets: one(quota.FixedWindow)}), noRetry},
 		)
 	}
 	for _, l := range libs {
