@@ -43,7 +43,7 @@ for i = 1, #KEYS do
     -- by its cost, so that the cost after any entry is still total minus
     -- its score. The later entries are those granted after this one (or
     -- a Sync filler after it): usually reservations still waiting.
-    local member = mark .. ':' .. cost .. ':' .. id
+    local member = mark .. ':' .. cost .. ':' .. callID
     local score = redis.call('ZSCORE', key, member)
     if score then
       redis.call('ZREM', key, member)
@@ -59,7 +59,7 @@ for i = 1, #KEYS do
       end
     end
   elseif algo == CONCURRENCY then
-    if redis.call('ZREM', key, id) == 1 then
+    if redis.call('ZREM', key, callID) == 1 then
       redis.call('PUBLISH', ARGV[arg + 1], '1')
     end
   else

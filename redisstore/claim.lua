@@ -41,7 +41,7 @@ local slotKeys = #KEYS - carried
 local held, leases = {}, {} -- per key: the live expiry of this id; the number of leases
 for i = 1, slotKeys do
   local key = KEYS[i]
-  local expiry = tonumber(redis.call('ZSCORE', key, id))
+  local expiry = tonumber(redis.call('ZSCORE', key, callID))
   if expiry and expiry > now then
     held[i] = expiry
   else
@@ -62,7 +62,7 @@ for i = 1, slotKeys do
   local key = KEYS[i]
   local expiry = now + tonumber(ARGV[2 + 2 * i])
   if held[i] and held[i] > expiry then expiry = held[i] end
-  redis.call('ZADD', key, fmt('%d', expiry), id)
+  redis.call('ZADD', key, fmt('%d', expiry), callID)
   local ttl = math.ceil((expiry - now) / 1000) + slack
   if leases[i] == 0 then
     redis.call('PEXPIRE', key, ttl) -- a new key, which has no TTL yet

@@ -23,21 +23,21 @@
 --   now, slack  the current instant; and ms added to every TTL: 0, or an
 --               hour under a test clock, which need not advance with
 --               Redis's
---   id          ARGV[2]
+--   callID      ARGV[2]
 --   fmt, floor  string.format, math.floor
 --   GCRA .. CONCURRENCY  the algorithm codes of the scripts' arguments,
 --               the codes of algoCodes in scripts.go (a test checks both
 --               agree)
 --   GRID        the expiry grid of GCRA keys, µs (see take_gcra.lua)
 
-local id = ARGV[2]
-if id == 'R' then
+local callID = ARGV[2]
+if callID == 'R' then
   return redis.error_reply('RESENT: call sent again, not decided again')
 end
 local now, slack
 if ARGV[1] == '' then
-  local tm = redis.call('TIME')
-  now = tm[1] * 1000000 + tm[2]
+  local clock = redis.call('TIME')
+  now = clock[1] * 1000000 + clock[2]
   slack = 0
 else
   now = tonumber(ARGV[1])

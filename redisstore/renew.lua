@@ -20,15 +20,15 @@
 local lost = 0
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local expiry = tonumber(redis.call('ZSCORE', key, id))
+  local expiry = tonumber(redis.call('ZSCORE', key, callID))
   if expiry and expiry > now then
     local renewed = now + tonumber(ARGV[2 + i])
     if renewed > expiry then
-      redis.call('ZADD', key, 'XX', fmt('%d', renewed), id)
+      redis.call('ZADD', key, 'XX', fmt('%d', renewed), callID)
       redis.call('PEXPIRE', key, math.ceil((renewed - now) / 1000) + slack, 'GT')
     end
   else
-    if expiry then redis.call('ZREM', key, id) end
+    if expiry then redis.call('ZREM', key, callID) end
     if lost == 0 then lost = i end
   end
 end

@@ -49,13 +49,13 @@ if algo == SLIDING_LOG then
   -- upto(instant) is how many entries are at or before instant: a
   -- prefix, found by binary search over ranks.
   local function upto(instant)
-    local lo, hi = 0, entries
-    while lo < hi do
-      local mid = floor((lo + hi) / 2)
+    local low, high = 0, entries
+    while low < high do
+      local mid = floor((low + high) / 2)
       local member = redis.call('ZRANGE', key, mid, mid)[1]
-      if tonumber(string.match(member, '^%d+')) <= instant then lo = mid + 1 else hi = mid end
+      if tonumber(string.match(member, '^%d+')) <= instant then low = mid + 1 else high = mid end
     end
-    return lo
+    return low
   end
   -- before(rank) is the running total before the entry of rank (0-based).
   local function before(rank)
@@ -80,7 +80,7 @@ if algo == SLIDING_LOG then
     end
     redis.call('ZADD', key, unpack(zargs))
   end
-  redis.call('ZADD', key, fmt('%d', base + fill), fmt('%d:%d:%s', now, fill, id))
+  redis.call('ZADD', key, fmt('%d', base + fill), fmt('%d:%d:%s', now, fill, callID))
   extend(math.ceil(per / 1000) + slack)
   return 1
 end

@@ -231,7 +231,7 @@ for i = 1, limits do
       -- The lease runs from now to now + Per. The key lives until its
       -- latest lease expires.
       local expiry = now + param
-      redis.call('ZADD', key, fmt('%d', expiry), id)
+      redis.call('ZADD', key, fmt('%d', expiry), callID)
       local ttl = math.ceil((expiry - now) / 1000) + slack
       if state[i] == 0 then
         redis.call('PEXPIRE', key, ttl)
@@ -245,7 +245,7 @@ for i = 1, limits do
     -- is not before the newest entry, so it goes last).
     local per = param
     local total = logTotal[i] + tonumber(cost)
-    redis.call('ZADD', key, fmt('%d', total), fmt('%d:%s:%s', instant, cost, id))
+    redis.call('ZADD', key, fmt('%d', total), fmt('%d:%s:%s', instant, cost, callID))
     if logTotal[i] > 0 then
       -- Entries at or before now-Per can matter no more; they are a
       -- prefix. Read from the head in batches that double, so k of them

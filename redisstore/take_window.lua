@@ -26,21 +26,21 @@
 local fixed = ARGV[3] == FIXED_WINDOW
 local maxWait = ARGV[4]
 
-local t, pause = now, -1
+local instant, pause = now, -1
 local key = KEYS[1]
 if #KEYS == 2 then
   local pauseEnd = tonumber(redis.call('GET', key))
-  if pauseEnd and pauseEnd > t then t, pause = pauseEnd, 0 end
+  if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
   key = KEYS[2]
 end
 -- MaxWait is parsed only when there is a wait, and the cost goes to
 -- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
 -- more than the parse saved).
 local per, rate, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local window = floor(t / per)
+local window = floor(instant / per)
 local count, binding = nil, -1
 if fixed then
-  if t == now or t - now <= tonumber(maxWait) then
+  if instant == now or instant - now <= tonumber(maxWait) then
     -- Charge the window of t, and give the cost back if that overfills
     -- it (nothing is charged on refusal): one command when there is room.
     count = redis.call('HINCRBY', key, fmt('%d', window), ARGV[7])
@@ -56,19 +56,19 @@ if fixed then
     while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > room do
       window = window + 1
     end
-    if window * per > t then t, binding = window * per, 0 end
+    if window * per > instant then instant, binding = window * per, 0 end
   end
 else
-  -- Sliding window: the first instant from t, in this window or later, at
-  -- which prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset into the
-  -- window (take.lua's search).
+  -- Sliding window: the first instant from this one, in this window or
+  -- later, at which prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset
+  -- into the window (take.lua's search).
   local roomIfEmpty = rate - cost
   while true do
     local start = window * per
     local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
     local room = roomIfEmpty - (tonumber(counts[2]) or 0)
     if room >= 0 then
-      local offset = t - start
+      local offset = instant - start
       if offset < 0 then offset = 0 end
       local prev = tonumber(counts[1]) or 0
       if prev > 0 then
@@ -76,15 +76,15 @@ else
         if needed > offset then offset = needed end
       end
       if offset < per then
-        if start + offset > t then t, binding = start + offset, 0 end
+        if start + offset > instant then instant, binding = start + offset, 0 end
         break
       end
     end
     window = window + 1
   end
 end
-if t > now and t - now > tonumber(maxWait) then
-  return fmt('0 %d %d %d', t - now, binding, pause)
+if instant > now and instant - now > tonumber(maxWait) then
+  return fmt('0 %d %d %d', instant - now, binding, pause)
 end
 if not count then
   count = redis.call('HINCRBY', key, fmt('%d', window), ARGV[7])
@@ -108,5 +108,5 @@ if count == cost then
     end
   end
 end
-if t == now then return window end
-return fmt('1 %d -1 -1 %d', t - now, window)
+if instant == now then return window end
+return fmt('1 %d -1 -1 %d', instant - now, window)
