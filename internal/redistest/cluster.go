@@ -45,52 +45,25 @@ type Node struct {
 // arguments, so they may override them. All nodes are stopped in t.Cleanup.
 func StartCluster(t testing.TB, masters, replicasPerMaster int, opts ...Option) *Cluster {
 	t.Helper()
-	bin := requireBinary(t, "redis-server")
-	n := masters * (1 + replicasPerMaster)
-	dirs := make([]string, max(n, 0))
-	for i := range dirs {
-		dirs[i] = t.TempDir()
-	}
-	c, err := startCluster(bin, dirs, masters, replicasPerMaster, newConfig(opts).args)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("redistest: %v", err)
-		}
+	return startTest(t, masters*(1+replicasPerMaster), func(bin string, dirs []string) (*Cluster, error) {
+		return startCluster(bin, dirs, masters, replicasPerMaster, newConfig(opts).args)
 	})
-	return c
 }
 
 // StartClusterMain is [StartCluster] for TestMain, as [StartMain] is
 // [Start]: call the returned stop function after m.Run. It exits the test
 // binary if the cluster cannot start.
 func StartClusterMain(masters, replicasPerMaster int, opts ...Option) (*Cluster, func()) {
-	bin := mainBinary("redis-server")
-	root, err := os.MkdirTemp("", "redistest-cluster-")
-	if err != nil {
-		mainFatal(err)
-	}
-	n := masters * (1 + replicasPerMaster)
-	dirs := make([]string, max(n, 0))
-	for i := range dirs {
-		dirs[i] = filepath.Join(root, strconv.Itoa(i))
-		if err := os.Mkdir(dirs[i], 0o755); err != nil {
-			mainFatal(err)
+	return startMain("redistest-cluster-", func(bin, root string) (*Cluster, error) {
+		dirs := make([]string, max(masters*(1+replicasPerMaster), 0))
+		for i := range dirs {
+			dirs[i] = filepath.Join(root, strconv.Itoa(i))
+			if err := os.Mkdir(dirs[i], 0o755); err != nil {
+				return nil, err
+			}
 		}
-	}
-	c, err := startCluster(bin, dirs, masters, replicasPerMaster, newConfig(opts).args)
-	if err != nil {
-		_ = os.RemoveAll(root)
-		mainFatal(err)
-	}
-	return c, func() {
-		if err := c.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "redistest: %v\n", err)
-		}
-		_ = os.RemoveAll(root)
-	}
+		return startCluster(bin, dirs, masters, replicasPerMaster, newConfig(opts).args)
+	})
 }
 
 func startCluster(bin string, dirs []string, masters, replicasPerMaster int, extra []string) (*Cluster, error) {

@@ -16,18 +16,29 @@ import (
 // and THROTTLE_SKIP_REDIS=1 is set, it prints so and exits with status 0,
 // skipping the package. See the package documentation for an example.
 func StartMain(opts ...Option) (*Server, func()) {
+	return startMain("redistest-", func(bin, dir string) (*Server, error) {
+		s := newServer(bin, dir, newConfig(opts).args)
+		return s, s.startFresh(nil)
+	})
+}
+
+// startMain calls start with redis-server's path and a new temporary
+// directory named after pattern. If start fails, it removes the directory
+// and exits the test binary; otherwise it returns what start started and a
+// function that stops it and removes the directory.
+func startMain[T interface{ Stop() error }](pattern string, start func(bin, dir string) (T, error)) (T, func()) {
 	bin := mainBinary("redis-server")
-	dir, err := os.MkdirTemp("", "redistest-")
+	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
 		mainFatal(err)
 	}
-	s := newServer(bin, dir, newConfig(opts).args)
-	if err := s.startFresh(nil); err != nil {
+	v, err := start(bin, dir)
+	if err != nil {
 		_ = os.RemoveAll(dir)
 		mainFatal(err)
 	}
-	return s, func() {
-		if err := s.Stop(); err != nil {
+	return v, func() {
+		if err := v.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "redistest: %v\n", err)
 		}
 		_ = os.RemoveAll(dir)

@@ -89,26 +89,24 @@ func (c *conn) read() (any, error) {
 		return nil, RedisError(body)
 	case ':':
 		return strconv.ParseInt(body, 10, 64)
-	case '$':
+	case '$', '*':
 		n, err := strconv.Atoi(body)
 		if err != nil {
-			return nil, fmt.Errorf("malformed bulk length %q", body)
+			what := "bulk"
+			if kind == '*' {
+				what = "array"
+			}
+			return nil, fmt.Errorf("malformed %s length %q", what, body)
 		}
 		if n < 0 {
-			return nil, nil
+			return nil, nil // a null bulk string or array
 		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(c.r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, fmt.Errorf("malformed array length %q", body)
-		}
-		if n < 0 {
-			return nil, nil
+		if kind == '$' {
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(c.r, buf); err != nil {
+				return nil, err
+			}
+			return string(buf[:n]), nil
 		}
 		out := make([]any, n)
 		for i := range out {

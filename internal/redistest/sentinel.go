@@ -56,21 +56,9 @@ type Sentinel struct {
 // override them. Everything is stopped in t.Cleanup.
 func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	t.Helper()
-	bin := requireBinary(t, "redis-server")
-	dirs := make([]string, 2+sentinelCount)
-	for i := range dirs {
-		dirs[i] = t.TempDir()
-	}
-	s, err := startSentinel(bin, dirs, newConfig(opts).args)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("redistest: %v", err)
-		}
+	return startTest(t, 2+sentinelCount, func(bin string, dirs []string) (*Sentinel, error) {
+		return startSentinel(bin, dirs, newConfig(opts).args)
 	})
-	return s
 }
 
 func startSentinel(bin string, dirs []string, extra []string) (*Sentinel, error) {

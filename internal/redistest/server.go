@@ -50,17 +50,32 @@ type Server struct {
 // on PATH, unless THROTTLE_SKIP_REDIS=1 is set, when it skips it.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	return startTest(t, 1, func(bin string, dirs []string) (*Server, error) {
+		s := newServer(bin, dirs[0], newConfig(opts).args)
+		return s, s.startFresh(nil)
+	})
+}
+
+// startTest calls start with redis-server's path and n directories from
+// t.TempDir, fails the test if start does, and stops what it started in
+// t.Cleanup.
+func startTest[T interface{ Stop() error }](t testing.TB, n int, start func(bin string, dirs []string) (T, error)) T {
+	t.Helper()
 	bin := requireBinary(t, "redis-server")
-	s := newServer(bin, t.TempDir(), newConfig(opts).args)
-	if err := s.startFresh(nil); err != nil {
+	dirs := make([]string, max(n, 0))
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
+	v, err := start(bin, dirs)
+	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
+		if err := v.Stop(); err != nil {
 			t.Errorf("redistest: %v", err)
 		}
 	})
-	return s
+	return v
 }
 
 // requireBinary finds name on PATH or ends the test.
@@ -269,7 +284,7 @@ func (s *Server) stopLocked() error {
 	if s.proc == nil {
 		return nil
 	}
-	if err := s.resumeLocked(); err != nil {
+	if err := s.setPausedLocked(false); err != nil {
 		return err
 	}
 	p := s.proc
@@ -314,14 +329,7 @@ func (s *Server) Kill() error {
 func (s *Server) Pause() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil || s.paused {
-		return nil
-	}
-	if err := s.proc.stop(); err != nil {
-		return fmt.Errorf("pause redis-server on port %d: %w", s.port, err)
-	}
-	s.paused = true
-	return nil
+	return s.setPausedLocked(true)
 }
 
 // Resume resumes a server suspended by [Server.Pause] with SIGCONT; it
@@ -330,17 +338,23 @@ func (s *Server) Pause() error {
 func (s *Server) Resume() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.resumeLocked()
+	return s.setPausedLocked(false)
 }
 
-func (s *Server) resumeLocked() error {
-	if s.proc == nil || !s.paused {
+// setPausedLocked pauses (SIGSTOP) or resumes (SIGCONT) a running server;
+// a stopped one, or one already so, is left as it is.
+func (s *Server) setPausedLocked(paused bool) error {
+	if s.proc == nil || s.paused == paused {
 		return nil
 	}
-	if err := s.proc.cont(); err != nil {
-		return fmt.Errorf("resume redis-server on port %d: %w", s.port, err)
+	signal, verb := s.proc.cont, "resume"
+	if paused {
+		signal, verb = s.proc.stop, "pause"
 	}
-	s.paused = false
+	if err := signal(); err != nil {
+		return fmt.Errorf("%s redis-server on port %d: %w", verb, s.port, err)
+	}
+	s.paused = paused
 	return nil
 }
 
