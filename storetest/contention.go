@@ -88,34 +88,27 @@ func (s *suite) contend(t *testing.T, a quota.Algorithm, stores []quota.Store) {
 		mu       sync.Mutex
 		admitted [categories]int
 		problems []error
-		wg       sync.WaitGroup
-		start    = make(chan struct{})
 	)
-	for g, st := range stores {
-		wg.Go(func() {
-			<-start
-			for r := range rounds {
-				for i := range categories {
-					cat := (g + r + i) % categories
-					dec, err := st.Take(t.Context(), demand(cat))
-					mu.Lock()
-					switch {
-					case err != nil:
-						problems = append(problems, fmt.Errorf("goroutine %d: category %d: %w", g, cat, err))
-					case dec.OK && dec.Delay != 0:
-						problems = append(problems, fmt.Errorf("goroutine %d: category %d: granted with Delay %v though MaxWait is 0", g, cat, dec.Delay))
-					case dec.OK:
-						admitted[cat]++
-					case dec.Limit != 0 && dec.Limit != 1 || dec.Reservation != nil:
-						problems = append(problems, fmt.Errorf("goroutine %d: category %d: refusal with Limit %d, Reservation %v", g, cat, dec.Limit, dec.Reservation))
-					}
-					mu.Unlock()
+	atOnce(len(stores), func(g int) {
+		for r := range rounds {
+			for i := range categories {
+				cat := (g + r + i) % categories
+				dec, err := stores[g].Take(t.Context(), demand(cat))
+				mu.Lock()
+				switch {
+				case err != nil:
+					problems = append(problems, fmt.Errorf("goroutine %d: category %d: %w", g, cat, err))
+				case dec.OK && dec.Delay != 0:
+					problems = append(problems, fmt.Errorf("goroutine %d: category %d: granted with Delay %v though MaxWait is 0", g, cat, dec.Delay))
+				case dec.OK:
+					admitted[cat]++
+				case dec.Limit != 0 && dec.Limit != 1 || dec.Reservation != nil:
+					problems = append(problems, fmt.Errorf("goroutine %d: category %d: refusal with Limit %d, Reservation %v", g, cat, dec.Limit, dec.Reservation))
 				}
+				mu.Unlock()
 			}
-		})
-	}
-	close(start)
-	wg.Wait()
+		}
+	})
 	require.NoError(t, errors.Join(problems...))
 	total := 0
 	for cat, n := range admitted {
@@ -175,30 +168,38 @@ func reserveAll(t *testing.T, stores []quota.Store, perG int, demand func(g, i i
 		demands  []*quota.Demand
 		decs     []quota.Decision
 		problems []error
-		wg       sync.WaitGroup
-		start    = make(chan struct{})
 	)
-	for g, st := range stores {
+	atOnce(len(stores), func(g int) {
+		for i := range perG {
+			d := demand(g, i)
+			dec, err := stores[g].Take(t.Context(), d)
+			mu.Lock()
+			if err != nil {
+				problems = append(problems, fmt.Errorf("goroutine %d demand %d: %w", g, i, err))
+			} else {
+				demands = append(demands, d)
+				decs = append(decs, dec)
+			}
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, errors.Join(problems...))
+	return demands, decs
+}
+
+// atOnce calls each(g) for g from 0 to n-1, one goroutine each, all
+// released together, and waits for them to return.
+func atOnce(n int, each func(g int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range n {
 		wg.Go(func() {
 			<-start
-			for i := range perG {
-				d := demand(g, i)
-				dec, err := st.Take(t.Context(), d)
-				mu.Lock()
-				if err != nil {
-					problems = append(problems, fmt.Errorf("goroutine %d demand %d: %w", g, i, err))
-				} else {
-					demands = append(demands, d)
-					decs = append(decs, dec)
-				}
-				mu.Unlock()
-			}
+			each(g)
 		})
 	}
 	close(start)
 	wg.Wait()
-	require.NoError(t, errors.Join(problems...))
-	return demands, decs
 }
 
 func (s *suite) reserveOne(t *testing.T, a quota.Algorithm, stores []quota.Store, clock *Clock) {

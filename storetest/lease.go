@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -14,13 +15,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// skipUnless skips t unless the suite's stores are an I.
+func skipUnless[I any](t *testing.T, s *suite) {
+	t.Helper()
+	st, _ := s.newStore(t)
+	if _, ok := st.(I); !ok {
+		t.Skipf("%T is not a %v", st, reflect.TypeFor[I]())
+	}
+}
+
 // testConcurrency runs the Concurrency cases when the stores are
 // [quota.LeaseStore]s.
 func (s *suite) testConcurrency(t *testing.T) {
-	st, _ := s.newStore(t)
-	if _, ok := st.(quota.LeaseStore); !ok {
-		t.Skipf("%T is not a quota.LeaseStore", st)
-	}
+	skipUnless[quota.LeaseStore](t, s)
 	t.Run("Steps", func(t *testing.T) { s.runCases(t, concurrencyCases()) })
 	// Each contention test runs on one store shared by 64 callers, and on
 	// 8 instances of 8 callers each.
@@ -257,34 +264,12 @@ func (s *suite) contendSlots(t *testing.T, stores []quota.Store) {
 		{Limit: gcra("rate", 1_000_000, sec, 0)},
 		{Limit: conc("inflight", slots, minute), Key: "k"},
 	}}
-	round := func() []*quota.Reservation {
-		var (
-			mu       sync.Mutex
-			held     []*quota.Reservation
-			problems []error
-			wg       sync.WaitGroup
-			start    = make(chan struct{})
-		)
+	round := func() map[int]*quota.Reservation {
+		takes := make([]func() (quota.Decision, error), len(stores))
 		for g, st := range stores {
-			wg.Go(func() {
-				<-start
-				dec, err := st.Take(t.Context(), d)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					problems = append(problems, fmt.Errorf("goroutine %d: %w", g, err))
-				case dec.OK:
-					held = append(held, dec.Reservation)
-				case dec.Limit != 1 || dec.Delay != minute:
-					problems = append(problems, fmt.Errorf("goroutine %d: refusal with Limit %d, Delay %v", g, dec.Limit, dec.Delay))
-				}
-			})
+			takes[g] = func() (quota.Decision, error) { return st.Take(t.Context(), d) }
 		}
-		close(start)
-		wg.Wait()
-		require.NoError(t, errors.Join(problems...))
-		return held
+		return race(t, takes)
 	}
 	held := round()
 	assert.Len(t, held, slots, "granted slots")
@@ -323,38 +308,17 @@ func (s *suite) contendClaims(t *testing.T, stores []quota.Store) {
 		require.True(t, dec.Reservation.Unclaimed, "reservation %d", i)
 		pending[i] = dec.Reservation
 	}
-	round := func() []*quota.Reservation {
-		var (
-			mu       sync.Mutex
-			held     []*quota.Reservation
-			problems []error
-			wg       sync.WaitGroup
-			start    = make(chan struct{})
-		)
-		for g, st := range stores {
-			r := pending[g]
-			if r == nil {
-				continue
+	round := func() map[int]*quota.Reservation {
+		takes := make([]func() (quota.Decision, error), len(stores))
+		for g, r := range pending {
+			if r != nil {
+				takes[g] = func() (quota.Decision, error) { return stores[g].(quota.LeaseStore).Claim(t.Context(), r) }
 			}
-			wg.Go(func() {
-				<-start
-				dec, err := st.(quota.LeaseStore).Claim(t.Context(), r)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					problems = append(problems, fmt.Errorf("goroutine %d: %w", g, err))
-				case dec.OK:
-					held = append(held, dec.Reservation)
-					pending[g] = nil
-				case dec.Limit != 1 || dec.Delay != minute:
-					problems = append(problems, fmt.Errorf("goroutine %d: refusal with Limit %d, Delay %v", g, dec.Limit, dec.Delay))
-				}
-			})
 		}
-		close(start)
-		wg.Wait()
-		require.NoError(t, errors.Join(problems...))
+		held := race(t, takes)
+		for g := range held {
+			pending[g] = nil
+		}
 		return held
 	}
 	held := round()
@@ -428,4 +392,33 @@ func flush(t *testing.T, s quota.Store) {
 	if f, ok := s.(interface{ Flush(context.Context) error }); ok {
 		require.NoError(t, f.Flush(t.Context()))
 	}
+}
+
+// race calls the takes at once, one goroutine each (none for a nil take),
+// and returns the reservations granted, by index. An error, or a refusal
+// other than by limit 1 with a delay of a minute, fails t.
+func race(t *testing.T, takes []func() (quota.Decision, error)) map[int]*quota.Reservation {
+	var (
+		mu       sync.Mutex
+		held     = map[int]*quota.Reservation{}
+		problems []error
+	)
+	atOnce(len(takes), func(g int) {
+		if takes[g] == nil {
+			return
+		}
+		dec, err := takes[g]()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Errorf("goroutine %d: %w", g, err))
+		case dec.OK:
+			held[g] = dec.Reservation
+		case dec.Limit != 1 || dec.Delay != minute:
+			problems = append(problems, fmt.Errorf("goroutine %d: refusal with Limit %d, Delay %v", g, dec.Limit, dec.Delay))
+		}
+	})
+	require.NoError(t, errors.Join(problems...))
+	return held
 }

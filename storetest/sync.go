@@ -8,10 +8,7 @@ import (
 
 // testSync runs the Sync cases when the stores are [quota.Syncer]s.
 func (s *suite) testSync(t *testing.T) {
-	st, _ := s.newStore(t)
-	if _, ok := st.(quota.Syncer); !ok {
-		t.Skipf("%T is not a quota.Syncer", st)
-	}
+	skipUnless[quota.Syncer](t, s)
 	s.runCases(t, syncCases())
 }
 
