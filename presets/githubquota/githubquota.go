@@ -63,6 +63,7 @@ package githubquota
 
 import (
 	"bytes"
+	"cmp"
 	"io"
 	"net/http"
 	"strings"
@@ -185,19 +186,9 @@ func Policy(o Options) throttle.Policy { return throttle.Policy{Rules: Rules(o)}
 // without a token, code search, search, GraphQL, REST POSTs, other REST
 // writes, REST reads. Put your own rules before them to override.
 func Rules(o Options) []throttle.Rule {
-	host := o.Host
-	if host == "" {
-		host = "api.github.com"
-	}
-	oauthHost := o.OAuthHost
-	if oauthHost == "" {
-		oauthHost = "github.com"
-	}
-	margin := o.Margin
-	if margin == 0 {
-		margin = time.Second
-	}
-	margin = max(margin, 0)
+	host := cmp.Or(o.Host, "api.github.com")
+	oauthHost := cmp.Or(o.OAuthHost, "github.com")
+	margin := max(cmp.Or(o.Margin, time.Second), 0)
 	minute, hour := time.Minute+margin, time.Hour+margin
 	hourly := o.Token.Hourly()
 	if o.Hourly > 0 {

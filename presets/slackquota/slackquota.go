@@ -44,6 +44,7 @@
 package slackquota
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -243,14 +244,8 @@ func Policy(o Options) throttle.Policy {
 // your own rules before them to override; validate the result with
 // [throttle.Policy.Validate] (NewTransport does).
 func Rules(o Options) []throttle.Rule {
-	apiHost := o.APIHost
-	if apiHost == "" {
-		apiHost = "slack.com"
-	}
-	hookHost := o.WebhookHost
-	if hookHost == "" {
-		hookHost = "hooks.slack.com"
-	}
+	apiHost := cmp.Or(o.APIHost, "slack.com")
+	hookHost := cmp.Or(o.WebhookHost, "hooks.slack.com")
 	ws := o.Workspace
 	if ws == nil {
 		ws = TokenWorkspace

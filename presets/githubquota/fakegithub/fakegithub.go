@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -165,10 +166,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := s.stats
-	out.ByResource = make(map[string]int, len(s.stats.ByResource))
-	for k, v := range s.stats.ByResource {
-		out.ByResource[k] = v
-	}
+	out.ByResource = maps.Clone(s.stats.ByResource)
 	return out
 }
 

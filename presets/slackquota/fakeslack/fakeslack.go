@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
@@ -109,10 +110,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := s.stats
-	out.ByMethod = make(map[string]int, len(s.stats.ByMethod))
-	for k, v := range s.stats.ByMethod {
-		out.ByMethod[k] = v
-	}
+	out.ByMethod = maps.Clone(s.stats.ByMethod)
 	return out
 }
 
