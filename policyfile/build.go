@@ -14,15 +14,6 @@ import (
 	"github.com/quotakit/throttle/waiters"
 )
 
-// The fields a file may give, in the order the docs list them.
-var (
-	documentFields = []string{"presets", "instances", "on_store_failure", "refuse_unmatched", "rules"}
-	ruleFields     = []string{"name", "host", "method", "path", "scope", "wait", "cost", "cost_by_method", "shadow", "on_store_failure", "limits", "learn", "retry"}
-	limitFields    = []string{"name", "rate", "per", "burst", "algorithm", "key"}
-	learnFields    = []string{"off", "max_pause", "default_pause", "jitter", "sync", "sync_resource", "pause_by"}
-	retryFields    = []string{"max", "max_wait"}
-)
-
 // at is where a value is: its rule and its field, as an Error names them.
 type at struct {
 	rule  int    // the rule's index in the file, -1 for the document
@@ -190,6 +181,32 @@ func (b *builder) fields(n *node, w at, known []string, set func(name string, v 
 	}
 }
 
+// field is a field a mapping may give: its name in the file and what
+// reads its value. A mapping's table lists its fields in the order the
+// docs list them, which is also the order messages name them in.
+type field struct {
+	name string
+	read func(v *node, w at)
+}
+
+// mapping reads the mapping n by table: each field it gives is read by
+// the reader of that name. It reports what [builder.fields] reports.
+func (b *builder) mapping(n *node, w at, table []field) {
+	names := make([]string, len(table))
+	for i, f := range table {
+		names[i] = f.name
+	}
+	b.fields(n, w, names, func(name string, v *node, w at) {
+		table[slices.Index(names, name)].read(v, w)
+	})
+}
+
+// into returns a field reader that stores what read makes of the value
+// in dst.
+func into[T any](dst *T, read func(*node, at) T) func(*node, at) {
+	return func(v *node, w at) { *dst = read(v, w) }
+}
+
 // describe says what n is, for messages: "5.5", "\"5\"", "a list".
 func (n *node) describe() string {
 	switch {
@@ -257,6 +274,12 @@ func (b *builder) integer(n *node, w at) (int, bool) {
 	return int(f), true // 5.0, 1e3
 }
 
+// whole is [builder.integer] for a field whose range validation checks.
+func (b *builder) whole(n *node, w at) int {
+	i, _ := b.integer(n, w)
+	return i
+}
+
 func (b *builder) duration(n *node, w at) time.Duration {
 	if n.kind == scalarNode && (n.typ == stringScalar || n.loose) {
 		if d, err := time.ParseDuration(n.text); err == nil {
@@ -272,19 +295,12 @@ func (b *builder) policy(n *node) throttle.Policy {
 	var p throttle.Policy
 	var rules, presets []*node
 	var presetsAt at
-	b.fields(n, at{rule: -1}, documentFields, func(name string, v *node, w at) {
-		switch name {
-		case "presets":
-			presets, presetsAt = b.list(v, w), w
-		case "instances":
-			p.Instances, _ = b.integer(v, w)
-		case "on_store_failure":
-			p.OnStoreFailure = b.failureMode(v, w)
-		case "refuse_unmatched":
-			p.RefuseUnmatched = b.boolean(v, w)
-		case "rules":
-			rules = b.list(v, w)
-		}
+	b.mapping(n, at{rule: -1}, []field{
+		{"presets", func(v *node, w at) { presets, presetsAt = b.list(v, w), w }},
+		{"instances", into(&p.Instances, b.whole)},
+		{"on_store_failure", into(&p.OnStoreFailure, b.failureMode)},
+		{"refuse_unmatched", into(&p.RefuseUnmatched, b.boolean)},
+		{"rules", func(v *node, w at) { rules = b.list(v, w) }},
 	})
 	for i, item := range rules {
 		p.Rules = append(p.Rules, b.rule(i, item))
@@ -318,37 +334,24 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 	var r throttle.Rule
 	var cost, costs *node
 	var costAt, costsAt at
-	b.fields(n, w, ruleFields, func(name string, v *node, w at) {
-		switch name {
-		case "name":
-			r.Name = b.str(v, w)
-		case "host":
-			r.Host = b.str(v, w)
-		case "method":
-			r.Method = b.str(v, w)
-		case "path":
-			r.Path = b.str(v, w)
-		case "scope":
-			r.Scope = b.str(v, w)
-		case "wait":
-			r.Wait = b.waiter(v, w)
-		case "cost":
-			cost, costAt = v, w
-		case "cost_by_method":
-			costs, costsAt = v, w
-		case "shadow":
-			r.Shadow = b.boolean(v, w)
-		case "on_store_failure":
-			r.OnStoreFailure = b.failureMode(v, w)
-		case "limits":
+	b.mapping(n, w, []field{
+		{"name", into(&r.Name, b.str)},
+		{"host", into(&r.Host, b.str)},
+		{"method", into(&r.Method, b.str)},
+		{"path", into(&r.Path, b.str)},
+		{"scope", into(&r.Scope, b.str)},
+		{"wait", into(&r.Wait, b.waiter)},
+		{"cost", func(v *node, w at) { cost, costAt = v, w }},
+		{"cost_by_method", func(v *node, w at) { costs, costsAt = v, w }},
+		{"shadow", into(&r.Shadow, b.boolean)},
+		{"on_store_failure", into(&r.OnStoreFailure, b.failureMode)},
+		{"limits", func(v *node, w at) {
 			for j, item := range b.list(v, w) {
 				r.Limits = append(r.Limits, b.limit(item, w.index(j)))
 			}
-		case "learn":
-			r.Learn = b.learning(v, w)
-		case "retry":
-			r.Retry = b.retry(v, w)
-		}
+		}},
+		{"learn", into(&r.Learn, b.learning)},
+		{"retry", into(&r.Retry, b.retry)},
 	})
 	switch {
 	case cost != nil && costs != nil:
@@ -382,21 +385,13 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 func (b *builder) limit(n *node, w at) throttle.Limit {
 	var l throttle.Limit
 	perGiven := false
-	b.fields(n, w, limitFields, func(name string, v *node, w at) {
-		switch name {
-		case "name":
-			l.Name = b.str(v, w)
-		case "rate":
-			l.Rate, _ = b.integer(v, w)
-		case "per":
-			l.Per, perGiven = b.duration(v, w), true
-		case "burst":
-			l.Burst, _ = b.integer(v, w)
-		case "algorithm":
-			l.Algorithm = b.algorithm(v, w)
-		case "key":
-			l.Key = b.key(v, w)
-		}
+	b.mapping(n, w, []field{
+		{"name", into(&l.Name, b.str)},
+		{"rate", into(&l.Rate, b.whole)},
+		{"per", func(v *node, w at) { l.Per, perGiven = b.duration(v, w), true }},
+		{"burst", into(&l.Burst, b.whole)},
+		{"algorithm", into(&l.Algorithm, b.algorithm)},
+		{"key", into(&l.Key, b.key)},
 	})
 	if n.kind == mappingNode && !perGiven {
 		b.bad(w.in("per"), n.line, "missing: give a duration such as 1m or 30m")
@@ -406,40 +401,29 @@ func (b *builder) limit(n *node, w at) throttle.Limit {
 
 func (b *builder) learning(n *node, w at) throttle.Learning {
 	var l throttle.Learning
-	b.fields(n, w, learnFields, func(name string, v *node, w at) {
-		switch name {
-		case "off":
-			l.Off = b.boolean(v, w)
-		case "max_pause":
-			l.MaxPause = b.duration(v, w)
-		case "default_pause":
-			l.DefaultPause = b.duration(v, w)
-		case "jitter":
+	b.mapping(n, w, []field{
+		{"off", into(&l.Off, b.boolean)},
+		{"max_pause", into(&l.MaxPause, b.duration)},
+		{"default_pause", into(&l.DefaultPause, b.duration)},
+		{"jitter", func(v *node, w at) {
 			if v.kind == scalarNode && v.text == "off" {
 				l.Jitter = -1
 			} else {
 				l.Jitter = b.duration(v, w)
 			}
-		case "sync":
-			l.Sync = b.str(v, w)
-		case "sync_resource":
-			l.SyncResource = b.str(v, w)
-		case "pause_by":
-			l.PauseBy = b.str(v, w)
-		}
+		}},
+		{"sync", into(&l.Sync, b.str)},
+		{"sync_resource", into(&l.SyncResource, b.str)},
+		{"pause_by", into(&l.PauseBy, b.str)},
 	})
 	return l
 }
 
 func (b *builder) retry(n *node, w at) throttle.Retry {
 	var r throttle.Retry
-	b.fields(n, w, retryFields, func(name string, v *node, w at) {
-		switch name {
-		case "max":
-			r.Max, _ = b.integer(v, w)
-		case "max_wait":
-			r.MaxWait = b.duration(v, w)
-		}
+	b.mapping(n, w, []field{
+		{"max", into(&r.Max, b.whole)},
+		{"max_wait", into(&r.MaxWait, b.duration)},
 	})
 	return r
 }

@@ -314,6 +314,23 @@ func (p *jsonParser) next() (json.Token, *syntaxError) {
 	return tok, nil
 }
 
+// until calls each with every token up to the closing delimiter end,
+// which it consumes; each reads the rest of the item its token starts.
+func (p *jsonParser) until(end json.Delim, each func(tok json.Token) *syntaxError) *syntaxError {
+	for {
+		tok, err := p.next()
+		if err != nil {
+			return err
+		}
+		if tok == end {
+			return nil
+		}
+		if err := each(tok); err != nil {
+			return err
+		}
+	}
+}
+
 // value reads the value that starts with tok.
 func (p *jsonParser) value(tok json.Token, depth int) (*node, *syntaxError) {
 	line := p.line()
@@ -324,41 +341,30 @@ func (p *jsonParser) value(tok json.Token, depth int) (*node, *syntaxError) {
 	case json.Delim:
 		if t == '{' {
 			n := &node{kind: mappingNode, line: line}
-			for {
-				tok, err := p.next()
-				if err != nil {
-					return nil, err
-				}
-				if tok == json.Delim('}') {
-					return n, nil
-				}
+			return n, p.until('}', func(tok json.Token) *syntaxError {
 				key, _ := tok.(string) // the tokenizer gives a string here, or an error
 				keyLine := p.line()
-				if tok, err = p.next(); err != nil {
-					return nil, err
+				tok, err := p.next()
+				if err != nil {
+					return err
 				}
 				v, err := p.value(tok, depth+1)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				n.entries = append(n.entries, entry{key: key, line: keyLine, val: v})
-			}
+				return nil
+			})
 		}
 		n := &node{kind: listNode, line: line}
-		for {
-			tok, err := p.next()
-			if err != nil {
-				return nil, err
-			}
-			if tok == json.Delim(']') {
-				return n, nil
-			}
+		return n, p.until(']', func(tok json.Token) *syntaxError {
 			v, err := p.value(tok, depth+1)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			n.items = append(n.items, v)
-		}
+			return nil
+		})
 	case string:
 		return &node{kind: scalarNode, line: line, typ: stringScalar, text: t}, nil
 	case json.Number:
