@@ -140,7 +140,7 @@ func (lim *Limiter) call(ctx context.Context, name string, n int, budget time.Du
 	if n < 1 {
 		return nil, fmt.Errorf("throttle: rule %s: %w: cost must be at least 1, got %d", r.id, ErrInvalidPolicy, n)
 	}
-	if reserve && hasLeases(&demand{Demand: quota.Demand{Limits: bucketsOf(r)}}) {
+	if reserve && r.inFlight() >= 0 {
 		return nil, fmt.Errorf("throttle: rule %s: %w: Reserve cannot hold an in-flight (Concurrency) slot for later; use Wait", r.id, ErrInvalidPolicy)
 	}
 	d := lim.newDemand(r)
@@ -155,15 +155,6 @@ func (lim *Limiter) call(ctx context.Context, name string, n int, budget time.Du
 	}
 	p.h = lim.hold(r, d)
 	return p, nil
-}
-
-// bucketsOf returns r's limits as buckets with no keys.
-func bucketsOf(r *rule) []quota.Bucket {
-	bs := make([]quota.Bucket, len(r.limits))
-	for i, l := range r.limits {
-		bs[i] = quota.Bucket{Limit: l}
-	}
-	return bs
 }
 
 // callRequest is the request a call outside HTTP is decided as: it
@@ -248,10 +239,8 @@ func (lim *Limiter) checkLeases() error {
 		return nil
 	}
 	for _, r := range lim.policy.rules {
-		for j, l := range r.Limits {
-			if l.Algorithm == Concurrency {
-				return &PolicyError{Rule: r.id, Field: fmt.Sprintf("Limits[%d].Algorithm", j), Err: fmt.Errorf("the store (%T) has no concurrency limits: it does not implement quota.LeaseStore", lim.store)}
-			}
+		if j := r.inFlight(); j >= 0 {
+			return &PolicyError{Rule: r.id, Field: fmt.Sprintf("Limits[%d].Algorithm", j), Err: fmt.Errorf("the store (%T) has no concurrency limits: it does not implement quota.LeaseStore", lim.store)}
 		}
 	}
 	return nil

@@ -160,6 +160,16 @@ type rule struct {
 	queue    *waitQueue    // nil when MaxQueue is 0
 }
 
+// inFlight returns the index of r's first Concurrency limit, or -1.
+func (r *rule) inFlight() int {
+	for j, l := range r.limits {
+		if l.Algorithm == Concurrency {
+			return j
+		}
+	}
+	return -1
+}
+
 // compiledPolicy is a validated Policy, ready to match requests.
 type compiledPolicy struct {
 	rules  []rule

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
 )
@@ -213,8 +214,8 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			l := &d.Limits[i].Limit
 			switch l.Algorithm {
 			case quota.GCRA:
-				t := gcraInterval(l)
-				args = append(args, algoCode(l.Algorithm), cost*t, int64(l.BurstOrRate())*t-cost*t, cost)
+				charge, room := gcraArgs(l, cost)
+				args = append(args, algoCode(l.Algorithm), charge, room, cost)
 			case quota.Concurrency: // lease.go
 				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1)
 			default:
@@ -264,17 +265,19 @@ func gcraMode(pauses int, replayMS int64) string {
 func appendGCRAPairs(args []any, d *quota.Demand) []any {
 	cost := int64(d.Cost)
 	for i := range d.Limits {
-		l := &d.Limits[i].Limit
-		t := gcraInterval(l)
-		args = append(args, cost*t, int64(l.BurstOrRate())*t-cost*t)
+		charge, room := gcraArgs(&d.Limits[i].Limit, cost)
+		args = append(args, charge, room)
 	}
 	return args
 }
 
-// gcraInterval is the GCRA emission interval T = ceil(Per/Rate) in µs.
-func gcraInterval(l *quota.Limit) int64 {
-	p, r := l.Per.Microseconds(), int64(l.Rate)
-	return (p + r - 1) / r
+// gcraArgs returns what the scripts take per GCRA limit l for cost: the
+// charge cost*T and the room Burst*T - cost*T, T being the emission
+// interval ([quotamath.Limit.Emission]).
+func gcraArgs(l *quota.Limit, cost int64) (charge, room int64) {
+	ql := quotamath.Of(*l)
+	t := ql.Emission()
+	return cost * t, ql.Burst*t - cost*t
 }
 
 // takeKeys returns the keys of a take, in the scripts' order: pauses,

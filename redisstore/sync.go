@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -35,7 +36,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 	ks := newKeys(s.prefix, scope)
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	w := (within + time.Microsecond - 1) / time.Microsecond
+	w := quotamath.CeilMicros(within)
 	var args []any
 	switch l.Algorithm {
 	case quota.GCRA:
@@ -43,7 +44,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		if left >= bu {
 			return nil
 		}
-		t := (p + rate - 1) / rate
+		t := quotamath.Of(l).Emission()
 		args, _ = s.scriptArgs(3, "", false)
 		args = append(args, algoCode(l.Algorithm), int64(w), (bu-left)*t)
 	default:

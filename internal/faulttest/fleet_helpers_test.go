@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/waiters"
@@ -464,7 +465,7 @@ func (b bound) checkGCRA(ss []send) verdict {
 // the runs of mMin to mMax windows.
 func (b bound) checkWindows(ss []send, mMin, mMax int) verdict {
 	p := int64(b.l.Per)
-	win := func(ns int64) int64 { return floorDiv(ns, p) }
+	win := func(ns int64) int64 { return quotamath.FloorDiv(ns, p) }
 	worst := verdict{}
 	first, last := int64(1<<62), int64(-1<<62)
 	for _, s := range ss {
@@ -484,14 +485,6 @@ func (b bound) checkWindows(ss []send, mMin, mMax int) verdict {
 		}
 	}
 	return cmp.Or(worst, b.noSends(mMin))
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }
 
 // clock prints a wall-clock instant (Unix ns) as seconds and
