@@ -225,7 +225,7 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 		if b == nil || b.alg != l.Limit.Algorithm {
 			continue
 		}
-		p := newParams(l.Limit, d.Cost)
+		p := newParams(l.Limit, d.CostOf(i))
 		if p.Algorithm == quota.Concurrency {
 			s.drop(bucketID{d.Scope, l.Limit.Name, l.Key}, b, r.ID)
 			continue
@@ -278,8 +278,8 @@ func checkDemand(d *quota.Demand, ps []params) ([]params, error) {
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
 	}
-	for _, b := range d.Limits {
-		ps = append(ps, newParams(b.Limit, d.Cost))
+	for i, b := range d.Limits {
+		ps = append(ps, newParams(b.Limit, d.CostOf(i)))
 	}
 	return ps, nil
 }

@@ -116,8 +116,8 @@ type Demand struct {
 	// pause set with [Store.Pause] on any of them delays the demand.
 	Pauses []string
 
-	// Cost is how much the demand takes from every limit. It must be at
-	// least 1.
+	// Cost is how much the demand takes from every limit whose
+	// Bucket.Cost is zero. It must be at least 1.
 	Cost int
 
 	// MaxWait is the longest the caller is willing to wait for its quota.
@@ -149,11 +149,24 @@ func (d *Demand) Validate() error {
 					Err: fmt.Errorf("same counter as Limits[%d] (limit %s, same key): a demand charges each counter once", j, l.Name)}
 			}
 		}
-		if c := l.Capacity(); d.Cost > c {
-			return fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, l.Name, c, d.Cost)
+		if c := d.Limits[i].Cost; c < 0 {
+			return &FieldError{Field: fmt.Sprintf("Limits[%d].Cost", i), Err: fmt.Errorf("must not be negative, got %d", c)}
+		}
+		if c, cost := l.Capacity(), d.CostOf(i); cost > c {
+			return fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, l.Name, c, cost)
 		}
 	}
 	return nil
+}
+
+// CostOf returns what the demand charges to its limit i: Limits[i].Cost,
+// or Cost when that is zero. A [Concurrency] limit takes one slot
+// whatever its cost.
+func (d *Demand) CostOf(i int) int {
+	if c := d.Limits[i].Cost; c > 0 {
+		return c
+	}
+	return d.Cost
 }
 
 // A Bucket is one limit resolved for one request: the limit's parameters
@@ -167,6 +180,12 @@ type Bucket struct {
 	// already escaped: they contain only the bytes [A-Za-z0-9._~%:@+=-] and
 	// are at most 128 bytes long.
 	Key string
+
+	// Cost is what the demand charges to this limit; zero means
+	// Demand.Cost. Limits of one demand may cost different amounts (a
+	// write costs 5 points of one limit and 1 of another); they are still
+	// decided together, all charged or none.
+	Cost int
 }
 
 // A Decision is a [Store]'s answer to a [Demand].
@@ -193,6 +212,19 @@ type Decision struct {
 	// Reservation describes what was charged, for [Store.Cancel]. It is nil
 	// when the decision was refused.
 	Reservation *Reservation
+
+	// Remaining is how much the demand's limits still admit at once, now,
+	// after what this decision charged: the least, over its limits, of
+	// what each has left as [LimitState.Remaining] counts it (free slots
+	// for a Concurrency limit). It is 0 while a pause of the demand is in
+	// force, and usually 0 after a reservation or a refusal.
+	Remaining int64
+
+	// ResetAfter is how long until every limit of the demand is back to
+	// full if nothing more is charged (the longest [LimitState.Reset] of
+	// its limits, after this decision's charge), or until a pause of the
+	// demand ends, if that is later.
+	ResetAfter time.Duration
 }
 
 // A Reservation records what a granted [Decision] charged, so that

@@ -107,7 +107,7 @@ func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decis
 		for i := range d.Limits {
 			b := &d.Limits[i]
 			key := ks.txCounter(b)
-			counts[i] = p.IncrBy(ctx, key, int64(d.Cost))
+			counts[i] = p.IncrBy(ctx, key, int64(d.CostOf(i)))
 			p.Do(ctx, "pexpire", key, ceilMillis(b.Limit.Per), "nx")
 			ttls[i] = p.PTTL(ctx, key)
 		}

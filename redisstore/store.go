@@ -185,7 +185,6 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	}
 	keys := s.takeKeys(d, replayID)
 	maxWait := max(d.MaxWait, 0).Microseconds()
-	cost := int64(d.Cost)
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
@@ -197,7 +196,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
 		args, mark = s.scriptArgs(5, id, true)
-		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, cost)
+		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, d.CostOf(0))
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
@@ -211,7 +210,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		args, mark = s.scriptArgs(4+4*len(d.Limits)+2*len(carried), id, true)
 		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried))
 		for i := range d.Limits {
-			l := &d.Limits[i].Limit
+			l, cost := &d.Limits[i].Limit, int64(d.CostOf(i))
 			switch l.Algorithm {
 			case quota.GCRA:
 				charge, room := gcraArgs(l, cost)
@@ -263,9 +262,8 @@ func gcraMode(pauses int, replayMS int64) string {
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
 // whose limits are all GCRA: a = cost*T and b = Burst*T - cost*T.
 func appendGCRAPairs(args []any, d *quota.Demand) []any {
-	cost := int64(d.Cost)
 	for i := range d.Limits {
-		charge, room := gcraArgs(&d.Limits[i].Limit, cost)
+		charge, room := gcraArgs(&d.Limits[i].Limit, int64(d.CostOf(i)))
 		args = append(args, charge, room)
 	}
 	return args
@@ -426,9 +424,8 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	ks := newKeys(s.prefix, d.Scope)
 	keys := make([]string, len(d.Limits))
 	args, mark := s.scriptArgs(4*len(d.Limits), r.ID, true)
-	cost := int64(d.Cost)
 	for i := range d.Limits {
-		b := &d.Limits[i]
+		b, cost := &d.Limits[i], int64(d.CostOf(i))
 		keys[i] = ks.limit(b)
 		l := b.Limit
 		p, rate := l.Per.Microseconds(), int64(l.Rate)

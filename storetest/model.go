@@ -191,11 +191,10 @@ func (m *model) instant(d *quota.Demand, now int64) int64 {
 	for _, p := range d.Pauses {
 		t = max(t, m.pauses[d.Scope+"\x00"+p])
 	}
-	c := int64(d.Cost)
 	for changed := true; changed; {
 		changed = false
-		for _, b := range d.Limits {
-			if e := m.earliest(bucketID(d.Scope, b), b.Limit, c, t); e > t {
+		for i, b := range d.Limits {
+			if e := m.earliest(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t); e > t {
 				t, changed = e, true
 			}
 		}
@@ -207,7 +206,7 @@ func (m *model) instant(d *quota.Demand, now int64) int64 {
 // t: the limits that do not admit it at t-1µs and the pauses in force then.
 func (m *model) binding(d *quota.Demand, t int64) (limits []int, pauses []string) {
 	for i, b := range d.Limits {
-		if !m.admits(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t-1) {
+		if !m.admits(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t-1) {
 			limits = append(limits, i)
 		}
 	}
@@ -260,7 +259,7 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 			}
 			continue
 		}
-		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.Cost), t)
+		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t)
 	}
 	return quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
 }
@@ -275,7 +274,7 @@ func (m *model) cancel(r *quota.Reservation) error {
 			m.drop(bucketID(d.Scope, b), r.ID)
 			continue
 		}
-		m.refund(bucketID(d.Scope, b), b.Limit, int64(d.Cost), r.Marks[i])
+		m.refund(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), r.Marks[i])
 	}
 	return nil
 }
