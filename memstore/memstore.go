@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -183,6 +184,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		if b == nil {
 			b = &memBucket{alg: l.Limit.Algorithm}
 			s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}] = b
+			bs[i] = b
 		}
 		if l.Limit.Algorithm == quota.Concurrency {
 			r.Marks[i] = b.hold(ps[i], now, r.ID)
@@ -191,7 +193,26 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		r.Marks[i] = b.commit(ps[i], t)
 	}
 	s.ops++
-	return quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}, nil
+	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
+	left(&dec, ps, bs, now)
+	return dec, nil
+}
+
+// left sets Remaining and ResetAfter of dec, a decision granted at now
+// whose charges bs hold (quota.Decision defines them).
+func left(dec *quota.Decision, ps []params, bs []*memBucket, now int64) {
+	end := now
+	for i := range ps {
+		end = max(end, ps[i].ChargeEnd(dec.Reservation.Marks[i]))
+	}
+	dec.ResetAfter = quotamath.Micros(end - now)
+	if dec.Delay > 0 || len(bs) == 0 {
+		return
+	}
+	dec.Remaining = math.MaxInt64
+	for i, b := range bs {
+		dec.Remaining = min(dec.Remaining, ps[i].State(b.counter(), now).Remaining)
+	}
 }
 
 // reservation is a Reservation with room for the marks of a few limits,

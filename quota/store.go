@@ -213,17 +213,21 @@ type Decision struct {
 	// when the decision was refused.
 	Reservation *Reservation
 
-	// Remaining is how much the demand's limits still admit at once, now,
-	// after what this decision charged: the least, over its limits, of
-	// what each has left as [LimitState.Remaining] counts it (free slots
-	// for a Concurrency limit). It is 0 while a pause of the demand is in
-	// force, and usually 0 after a reservation or a refusal.
+	// Remaining is, when the demand is granted at once (OK, Delay 0), how
+	// much its limits still admit now, after its charge: the least, over
+	// its limits, of [LimitState.Remaining] (free slots for a Concurrency
+	// limit). It is 0 for a reservation (Delay > 0), for a refusal, and
+	// for a demand without limits.
 	Remaining int64
 
-	// ResetAfter is how long until every limit of the demand is back to
-	// full if nothing more is charged (the longest [LimitState.Reset] of
-	// its limits, after this decision's charge), or until a pause of the
-	// demand ends, if that is later.
+	// ResetAfter is, when the demand is granted, how long until what it
+	// charged stops counting against its limits, the longest over them:
+	// for GCRA until the bucket is full again (its arrival time), for
+	// FixedWindow until the end of the window charged, for SlidingWindow
+	// until the end of the window after it (which weighs it as its
+	// previous), for SlidingLog until Per after the charged instant. A
+	// Concurrency slot frees when it is released, so those limits do not
+	// count. It is 0 for a refusal (see Delay).
 	ResetAfter time.Duration
 }
 
