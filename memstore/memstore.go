@@ -75,7 +75,7 @@ type pauseID struct{ scope, key string }
 // the algorithm.
 type memBucket struct {
 	alg     quota.Algorithm
-	tat     int64                // GCRA: theoretical arrival time, µs
+	tat     quotamath.Time       // GCRA: theoretical arrival time
 	windows []window             // FixedWindow, SlidingWindow: counts by window, ascending
 	log     []quotamath.LogEntry // SlidingLog: admitted demands, ascending by time
 	leases  []lease              // Concurrency: slots held
@@ -329,8 +329,8 @@ func (b *memBucket) commit(p params, t int64) int64 {
 	switch p.Algorithm {
 	case quota.GCRA:
 		b.tat = p.GCRACharge(b.tat, t, p.cost)
-		b.expire = b.tat
-		return b.tat
+		b.expire = b.tat.Ceil()
+		return p.Mark(b.tat)
 	case quota.FixedWindow, quota.SlidingWindow:
 		k := p.Window(t)
 		b.add(k, p.cost)
@@ -358,7 +358,7 @@ func (b *memBucket) expireWindow(p params, k int64) {
 func (b *memBucket) refund(p params, mark int64) {
 	switch p.Algorithm {
 	case quota.GCRA:
-		if b.tat == mark { // no later grant sits on the time this one skipped
+		if p.Mark(b.tat) == mark { // no later grant sits on the time this one skipped
 			b.tat = p.GCRARefund(b.tat, p.cost)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:

@@ -46,9 +46,9 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 func (b *memBucket) lower(p params, now, within, left int64) {
 	switch p.Algorithm {
 	case quota.GCRA:
-		if tat := p.GCRASync(now, within, left); tat > b.tat {
+		if tat := p.GCRASync(now, within, left); b.tat.Before(tat) {
 			b.tat = tat
-			b.expire = max(b.expire, tat)
+			b.expire = max(b.expire, tat.Ceil())
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
 		k := p.Window(now)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -19,18 +20,23 @@ type Limit struct {
 
 	// Rate is how many units of cost are admitted per Per; for a
 	// [Concurrency] limit, how many requests may be in flight at once. It
-	// must be positive.
+	// must be positive and at most [MaxRate]; a rate is at most one unit
+	// per nanosecond of Per (10^9 a second), and a [SlidingLog]'s at most
+	// [MaxSlidingLogRate].
 	Rate int
 
 	// Per is the period Rate is counted over. It must be at least one
-	// microsecond; any length works (30*time.Minute, time.Hour, 24*time.Hour).
-	// For a [Concurrency] limit it is the lease time instead: how long a
-	// slot stays held without renewal (at least [MinLease]).
+	// microsecond and at most [MaxPer]; any length between works
+	// (30*time.Minute, time.Hour, 24*time.Hour, 31 days). For a
+	// [Concurrency] limit it is the lease time instead: how long a slot
+	// stays held without renewal (at least [MinLease]).
 	Per time.Duration
 
 	// Burst is, for GCRA only, how much cost may be admitted at once after
 	// an idle period. Zero means Rate. The window algorithms admit up to Rate
-	// per window and reject a non-zero Burst that differs from Rate.
+	// per window and reject a non-zero Burst that differs from Rate. It is
+	// at most [MaxRate], and Burst units take at most [MaxPer] to
+	// replenish (Burst*Per/Rate).
 	Burst int
 
 	// Algorithm selects how the limit counts. The zero value is GCRA.
@@ -59,9 +65,12 @@ func (l Limit) Capacity() int {
 }
 
 // An Algorithm selects how a [Limit] counts. Every store implements every
-// algorithm with the same semantics; all arithmetic is in integer
-// microseconds of the store's clock, so decisions are exact and identical
-// across stores.
+// algorithm with the same semantics; all arithmetic is in integers, on
+// instants in whole microseconds of the store's clock, so decisions are
+// exact and identical across stores. Nothing is rounded in a limit's
+// favour or against it: any Rate and Per within the bounds of
+// [Limit.Validate] (10^9 units per 31 days, 10^7 a second, 7 per 3
+// seconds) lets every unit of the quota through, and never one more.
 //
 // In the descriptions, P is Per in microseconds, R is Rate, B is Burst, c is
 // the cost of a demand and t the instant it is decided for.
@@ -70,12 +79,15 @@ type Algorithm int
 const (
 	// GCRA (the generic cell rate algorithm, a token bucket kept as one
 	// timestamp) admits a steady flow with bursts. Each unit of cost takes
-	// an emission interval T = ceil(P/R) microseconds. The state is the
-	// theoretical arrival time TAT. A demand at t is admitted when
-	// max(TAT, t) + c*T - t <= B*T, and sets TAT to max(TAT, t) + c*T; so
-	// the earliest instant for c is max(now, TAT + c*T - B*T). Over any
-	// interval of length d at most B + R*d/P units are admitted. Memory: one
-	// integer per key. Pick it by default: smooth, O(1), with bursts.
+	// an emission interval T = P/R microseconds, exactly: the state, the
+	// theoretical arrival time TAT, is kept as whole microseconds plus a
+	// remainder in units of 1/R µs, so T need not be a whole number of
+	// microseconds (10^7 a second is T = 0.1 µs). A demand at t is
+	// admitted when max(TAT, t) + c*T - t <= B*T, and sets TAT to
+	// max(TAT, t) + c*T; so the earliest instant for c is max(now,
+	// TAT + c*T - B*T), rounded up to the microsecond. Over any interval of
+	// length d at most B + R*d/P units are admitted. Memory: one number
+	// per key. Pick it by default: smooth, O(1), with bursts.
 	GCRA Algorithm = iota
 
 	// FixedWindow counts cost in windows of length P aligned to the epoch
@@ -92,14 +104,23 @@ const (
 	// at most R, and t is not before the latest recorded instant (demands
 	// never overtake reservations). Exact: no interval of length P ever
 	// holds more than R. Memory grows with R (one entry per admitted
-	// demand), so pick it for small R when exactness matters.
+	// demand, up to R of them), so pick it for small R when exactness
+	// matters; R is at most [MaxSlidingLogRate].
 	SlidingLog
 
 	// SlidingWindow approximates a sliding window with two fixed-window
 	// counters: at t in window k, with e = t - k*P microseconds elapsed, the
 	// estimate is prev*(P-e)/P + cur, where prev and cur are the counts of
-	// windows k-1 and k. A demand is admitted when prev*(P-e) + (cur+c)*P <=
-	// R*P (integer arithmetic). O(1) memory like FixedWindow without its
+	// windows k-1 and k. The previous window's weight falls in steps of s
+	// microseconds: with W = ceil(P/s) steps a window and j = floor(e/s)
+	// of them elapsed, a demand is admitted when prev*(W-j) + (cur+c)*W <=
+	// R*W (integer arithmetic). The step is 1 µs (W = P: the weight is
+	// exact) while P*R <= 2^52: any rate per second, up to 75 million a
+	// minute, 1.25 million an hour, 52,000 a day. Above, s is the least
+	// step with W*R <= 2^52, about P*R/2^52 µs (20 µs for 10^6 a day, 0.6
+	// s for 10^9 per 31 days); the weight is then rounded up to its step,
+	// so the estimate is at most 2*prev/W units (2*R/W: 444 of 10^9) above
+	// the exact one, never below. O(1) memory like FixedWindow without its
 	// boundary burst; it assumes cost was spread evenly over the previous
 	// window, so it can admit somewhat more or less than a true sliding
 	// window.
@@ -160,10 +181,24 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalid, s)
 }
 
-// maxUnits bounds Per (in microseconds) times max(Rate, Burst), so the
-// integer arithmetic above is exact in every store, including Lua's
-// double-precision numbers (2^53).
-const maxUnits = 1 << 53
+// The bounds of a [Limit]'s numbers. Within them every product and sum
+// the algorithms compute stays exact in Go's int64 and in the Redis
+// store's Lua numbers (doubles, exact to 2^53); see [Algorithm].
+const (
+	// MaxRate is the largest Rate, and Burst: 10^12 units. A rate is
+	// also at most one unit per nanosecond of Per (10^9 a second).
+	MaxRate = 1_000_000_000_000
+
+	// MaxPer is the longest Per: 100 years of 365 days. A GCRA burst
+	// replenishes within it too (Burst*Per/Rate).
+	MaxPer = 100 * 365 * 24 * time.Hour
+
+	// MaxSlidingLogRate is the largest Rate of a [SlidingLog] limit. Its
+	// log holds one entry per admitted demand of the last Per, up to Rate
+	// of them, about 100 bytes each in Redis: 10^6 entries are about 100
+	// MB for one key. Above it, use [SlidingWindow] (two counters).
+	MaxSlidingLogRate = 1_000_000
+)
 
 // Validate checks the limit's fields. A problem is a [*FieldError]
 // naming the field ("Rate", "Per", ...), matching [ErrInvalid].
@@ -195,9 +230,31 @@ func (l Limit) check() (field string, err error) {
 	case l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate:
 		return "Burst", fmt.Errorf("only GCRA has a burst; %v admits Rate per window", l.Algorithm)
 	}
-	units := max(l.Rate, l.BurstOrRate())
-	if int64(units) > maxUnits/l.Per.Microseconds() {
-		return "Rate", fmt.Errorf("%d per %v is too large to count exactly", units, l.Per)
+	return l.checkBounds()
+}
+
+// checkBounds checks the limit against MaxRate, MaxPer,
+// MaxSlidingLogRate and one unit per nanosecond.
+func (l Limit) checkBounds() (field string, err error) {
+	switch {
+	case l.Per > MaxPer:
+		return "Per", fmt.Errorf("must be at most %v (quota.MaxPer), got %v", MaxPer, l.Per)
+	case int64(l.Rate) > MaxRate:
+		return "Rate", fmt.Errorf("must be at most %d (quota.MaxRate), got %d", int64(MaxRate), l.Rate)
+	case int64(l.Burst) > MaxRate:
+		return "Burst", fmt.Errorf("must be at most %d (quota.MaxRate), got %d", int64(MaxRate), l.Burst)
+	case l.Algorithm == Concurrency:
+		return "", nil
+	case int64(l.Rate) > l.Per.Nanoseconds():
+		return "Rate", fmt.Errorf("%d per %v is more than one unit per nanosecond", l.Rate, l.Per)
+	case l.Algorithm == SlidingLog && l.Rate > MaxSlidingLogRate:
+		return "Rate", fmt.Errorf("a sliding log keeps one entry per admitted demand: at most %d (quota.MaxSlidingLogRate), got %d; use %v for more", MaxSlidingLogRate, l.Rate, SlidingWindow)
+	}
+	// Burst*P/R <= MaxPer, in 128 bits: Burst*P <= MaxPer*R.
+	bh, bl := bits.Mul64(uint64(l.BurstOrRate()), uint64(l.Per.Microseconds()))
+	mh, ml := bits.Mul64(uint64(MaxPer.Microseconds()), uint64(l.Rate))
+	if bh > mh || bh == mh && bl > ml {
+		return "Burst", fmt.Errorf("%d units of %d per %v take longer than %v (quota.MaxPer) to replenish", l.Burst, l.Rate, l.Per, MaxPer)
 	}
 	return "", nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle/internal/faultproxy"
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
@@ -170,21 +171,24 @@ func batchingContention(t *testing.T, opts ...redisstore.Option) {
 	wg.Wait()
 	c := newClient(t, srv.Addr())
 	for name, marks := range byLimit {
+		// Marks are arrival times in ns, rounded up (quotamath's Mark): two
+		// grants are at least T = 1e9/rate ns apart, less the rounding.
 		slices.Sort(marks)
-		T := int64(1_000_000 / globalRate)
-		key := prefix + "v1:{bc}:g:global:"
+		l, key := global, prefix+"v1:{bc}:g:global:"
 		if name != "global" {
-			T = (1_000_000 + catRate - 1) / catRate
-			key = prefix + "v1:{bc}:g:cat:" + name[len("cat:"):]
+			l, key = perCat, prefix+"v1:{bc}:G:cat:"+name[len("cat:"):] // T = 6666 2/3 µs
 		}
 		for i := 1; i < len(marks); i++ {
-			if !assert.GreaterOrEqual(t, marks[i]-marks[i-1], T, "%s: grants %d and %d", name, i-1, i) {
+			if !assert.GreaterOrEqual(t, (marks[i]-marks[i-1]+1)*int64(l.Rate), int64(1e9), "%s: grants %d and %d", name, i-1, i) {
 				break
 			}
 		}
-		v, err := c.Get(ctx(t), key).Int64()
+		v, err := c.Get(ctx(t), key).Result()
 		require.NoError(t, err, name)
-		assert.Equal(t, marks[len(marks)-1], v, "%s: the key holds the last grant's mark", name)
+		us, frac, err := redisstore.ParseArrival(v)
+		require.NoError(t, err, name)
+		mark := quotamath.Of(l).Mark(quotamath.Time{Micros: us, Frac: frac})
+		assert.Equal(t, marks[len(marks)-1], mark, "%s: the key holds the last grant's mark", name)
 	}
 	n := decisions.Load()
 	t.Logf("%d decisions, %d granted, in %d calls", n, len(byLimit["global"]), sent.Load())

@@ -7,9 +7,13 @@
 --                   sent again is refused there, and nothing is given back
 --                   (a window's refund must not be given twice)
 -- then 4 per limit, from ARGV[4*i - 1]: algorithm, param, mark, cost
---   GCRA              param = cost*T; mark = the arrival time the take
---                     set. It is given back only if no later take moved
---                     it since.
+--   GCRA              param = cost*T as "q:r:Rate" (q µs and r/Rate,
+--                     take_gcra.lua); mark = "us:ns", the arrival time
+--                     the take set in nanoseconds, rounded up, split at
+--                     the microsecond (internal/quotamath's Mark). It is
+--                     given back only if the arrival time still has that
+--                     mark: no later take moved it since (each moves it by
+--                     at least a nanosecond).
 --   FIXED_WINDOW,     mark = the window index charged
 --   SLIDING_WINDOW
 --   SLIDING_LOG       mark = the instant; the member is "instant:cost:id",
@@ -24,18 +28,33 @@ for i = 1, #KEYS do
   local algo, key = ARGV[arg], KEYS[i]
   local mark, cost = ARGV[arg + 2], ARGV[arg + 3]
   if algo == GCRA then
-    local charged = tonumber(ARGV[arg + 1])
-    if tonumber(redis.call('GET', key)) == tonumber(mark) then
-      local tat = mark - charged
-      if tat > now then
-        -- The expiry rule of GCRA keys (take_gcra.lua).
-        if slack > 0 then
-          redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    local raw = redis.call('GET', key)
+    local tat, frac = tonumber(raw), 0
+    if raw and not tat then
+      local us, f = string.match(raw, '^(%d+):(%d+)$')
+      tat, frac = tonumber(us), tonumber(f)
+    end
+    if tat then
+      local q, r, rate = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
+      local markUs, markNs = string.match(mark, '^(%d+):(%d+)$')
+      -- The stored arrival time's mark: ceil(1000*frac/Rate) ns past tat.
+      local us, ns = tat, math.ceil(frac * 1000 / rate)
+      if ns == 1000 then us, ns = us + 1, 0 end
+      if us == tonumber(markUs) and ns == tonumber(markNs) then
+        tat, frac = tat - q, frac - r
+        if frac < 0 then tat, frac = tat - 1, frac + rate end
+        if tat > now or tat == now and frac > 0 then
+          local value = fmt('%d', tat)
+          if frac > 0 then value = fmt('%d:%d', tat, frac) end
+          -- The expiry rule of GCRA keys (take_gcra.lua).
+          if slack > 0 then
+            redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+          else
+            redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+          end
         else
-          redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+          redis.call('DEL', key) -- the same as a fresh bucket
         end
-      else
-        redis.call('DEL', key) -- the same as a fresh bucket
       end
     end
   elseif algo == SLIDING_LOG then

@@ -40,7 +40,7 @@ func TestGCRAKeyExpiry(t *testing.T) {
 			opts := tc.opts
 			s := newStoreOn(t, tc.c, prefix, opts...)
 			fast := quota.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}  // stays within a second
-			slow := quota.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take
+			slow := quota.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take, with a fraction
 			third := quota.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100} // 3 limits: the general path
 			keys := map[string]bool{}
 			check := func(where string) {
@@ -60,10 +60,12 @@ func TestGCRAKeyExpiry(t *testing.T) {
 					if !isGCRAKey(k) {
 						continue
 					}
-					v, err := c.Get(ctx(t), k).Int64()
+					raw, err := c.Get(ctx(t), k).Result()
 					if err == redis.Nil {
 						continue // expired or refunded away
 					}
+					require.NoError(t, err, k)
+					v, _, err := redisstore.ParseArrival(raw) // the second of its whole µs
 					require.NoError(t, err, k)
 					exp, err := c.PExpireTime(ctx(t), k).Result()
 					require.NoError(t, err, k)
@@ -107,5 +109,6 @@ func TestGCRAKeyExpiry(t *testing.T) {
 	}
 }
 
-// isGCRAKey reports whether k is a GCRA limit's key (layout in keys.go).
-func isGCRAKey(k string) bool { return strings.Contains(k, "}:g:") }
+// isGCRAKey reports whether k is a GCRA limit's key (layout in keys.go):
+// g: when Rate divides Per, else G:.
+func isGCRAKey(k string) bool { return strings.Contains(k, "}:g:") || strings.Contains(k, "}:G:") }

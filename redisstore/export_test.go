@@ -78,3 +78,7 @@ func AlgoCodes() (codes map[string]string, algos map[string]quota.Algorithm) {
 
 // AlgoCode is the code of a in the scripts' arguments.
 var AlgoCode = algoCode
+
+// ParseArrival reads the value of a GCRA key: its arrival time, whole
+// microseconds and a fraction in units of 1/Rate µs ("us" or "us:frac").
+func ParseArrival(v string) (us, frac int64, err error) { return parseField(v) }

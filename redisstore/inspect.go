@@ -26,7 +26,7 @@ var _ quota.Inspector = (*Store)(nil)
 func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit) ([]quota.LimitState, error) {
 	byName := make(map[string]quota.Limit, len(limits))
 	for _, l := range limits {
-		byName[algTag(l.Algorithm)+l.Name] = l
+		byName[algTag(&l)+l.Name] = l
 	}
 	ks := newKeys(s.prefix, scope)
 	names, err := s.scopeKeys(ctx, ks)
@@ -115,9 +115,15 @@ func (s *Store) readCounter(ctx context.Context, name string, alg quota.Algorith
 	var c quotamath.Counter
 	switch alg {
 	case quota.GCRA:
-		tat, err := s.client.Get(ctx, name).Int64()
-		c.TAT = tat
-		return c, err
+		v, err := s.client.Get(ctx, name).Result()
+		if err != nil {
+			return c, err
+		}
+		// "us" or "us:frac" (take_gcra.lua).
+		if c.TAT.Micros, c.TAT.Frac, err = parseField(v); err != nil {
+			return c, fmt.Errorf("GCRA arrival time %s: malformed value %q", name, v)
+		}
+		return c, nil
 	case quota.FixedWindow, quota.SlidingWindow:
 		h, err := s.client.HGetAll(ctx, name).Result()
 		c.Count = func(k int64) int64 { return hashInt(h, k) }

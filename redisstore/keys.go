@@ -13,7 +13,8 @@ const schema = "v1"
 
 // Key layout (P is the configured prefix, "throttle:" by default):
 //
-//	P v1:{S}:g:NAME:KEY   GCRA theoretical arrival time, µs (string)
+//	P v1:{S}:g:NAME:KEY   GCRA theoretical arrival time, µs (string), when Rate divides Per
+//	P v1:{S}:G:NAME:KEY   GCRA theoretical arrival time otherwise, "us" or "us:frac" (string)
 //	P v1:{S}:f:NAME:KEY   fixed window counts, window index -> count (hash)
 //	P v1:{S}:w:NAME:KEY   sliding window counts, window index -> count (hash)
 //	P v1:{S}:l:NAME:KEY   sliding log, member "instant:cost:id", score the running total of costs (zset)
@@ -30,6 +31,20 @@ const schema = "v1"
 // (letters, digits and ._- only, checked), so the ':' after it ends it;
 // KEY is the rest of the key and may contain anything without changing the
 // slot, because Redis takes the tag from the first '{' to the next '}'.
+//
+// GCRA keys come in two kinds. When Rate divides Per (in µs), the emission
+// interval T is a whole number of microseconds and so is every arrival
+// time: g: keys hold the same integers, charged the same way, as before
+// arrival times were kept exactly, so a fleet upgrading from that version
+// shares them with its older instances. Any other GCRA limit (3 a second,
+// 10^9 per 31 days) keeps an exact arrival time with a fraction of a
+// microsecond, "us:frac" (take_gcra.lua), which the older version could
+// neither read nor charge the same way (it rounded T up to the
+// microsecond): its keys are G: keys, which the older version never
+// reads. While the two versions run side by side, each counts such a limit
+// apart; once every instance runs this one, the counters older instances
+// wrote under g: expire within 2 s of their arrival times, and the G:
+// counter starts from empty (a burst more at most).
 
 // keys builds the keys of one scope.
 type keys struct {
@@ -75,9 +90,10 @@ func escapeTag(s string) string {
 }
 
 // algTag is the one-letter part of a limit key naming its algorithm, so
-// state written under one algorithm is never read as another.
-func algTag(a quota.Algorithm) string {
-	switch a {
+// state written under one algorithm is never read as another; GCRA has
+// two, g: when Rate divides Per and G: otherwise (see the key layout).
+func algTag(l *quota.Limit) string {
+	switch l.Algorithm {
 	case quota.FixedWindow:
 		return "f:"
 	case quota.SlidingLog:
@@ -86,6 +102,9 @@ func algTag(a quota.Algorithm) string {
 		return "w:"
 	case quota.Concurrency:
 		return "c:"
+	}
+	if l.Rate > 0 && l.Per.Microseconds()%int64(l.Rate) != 0 {
+		return "G:"
 	}
 	return "g:"
 }
@@ -101,7 +120,7 @@ func (k keys) limit(b *quota.Bucket) string {
 // replay return, to build many keys in one allocation.
 func (k keys) writeLimit(sb *strings.Builder, b *quota.Bucket) {
 	sb.WriteString(k.base)
-	sb.WriteString(algTag(b.Limit.Algorithm))
+	sb.WriteString(algTag(&b.Limit))
 	sb.WriteString(b.Limit.Name)
 	sb.WriteByte(':')
 	sb.WriteString(b.Key)

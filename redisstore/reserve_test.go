@@ -60,7 +60,7 @@ func TestReservationsBlock(t *testing.T) {
 	require.Len(t, marks, requests)
 	slices.Sort(marks)
 	for i := 1; i < len(marks); i++ {
-		assert.GreaterOrEqual(t, marks[i]-marks[i-1], interval.Microseconds(), "grants %d and %d", i-1, i)
+		assert.GreaterOrEqual(t, marks[i]-marks[i-1], interval.Nanoseconds(), "grants %d and %d (marks in ns)", i-1, i)
 	}
 	st, err := commandStats(ctx(t), admin)
 	require.NoError(t, err)

@@ -261,7 +261,8 @@ func gcraMode(pauses int, replayMS int64) string {
 }
 
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
-// whose limits are all GCRA: a = cost*T and b = Burst*T - cost*T.
+// whose limits are all GCRA: the charge cost*T and the allowance
+// Burst*T - cost*T (gcraArgs).
 func appendGCRAPairs(args []any, d *quota.Demand) []any {
 	for i := range d.Limits {
 		charge, room := gcraArgs(&d.Limits[i].Limit, int64(d.CostOf(i)))
@@ -271,12 +272,32 @@ func appendGCRAPairs(args []any, d *quota.Demand) []any {
 }
 
 // gcraArgs returns what the scripts take per GCRA limit l for cost: the
-// charge cost*T and the room Burst*T - cost*T, T being the emission
-// interval ([quotamath.Limit.Emission]).
-func gcraArgs(l *quota.Limit, cost int64) (charge, room int64) {
+// charge cost*T and the allowance Burst*T - cost*T, T = Per/Rate exactly
+// ([quotamath.Limit.Emissions]). When T is a whole number of µs they are
+// integers, as they always were; else the charge is "q:r:Rate" and the
+// allowance "q:r", q µs and r/Rate of one (take_gcra.lua).
+func gcraArgs(l *quota.Limit, cost int64) (charge, room any) {
 	ql := quotamath.Of(*l)
-	t := ql.Emission()
-	return cost * t, ql.Burst*t - cost*t
+	if ql.Exact() {
+		t := ql.Per / ql.Rate
+		return cost * t, (ql.Burst - cost) * t
+	}
+	c, a := ql.Emissions(cost), ql.Emissions(ql.Burst-cost)
+	return timeArg(c, ql.Rate), timeArg(a, 0)
+}
+
+// timeArg formats t for the scripts: "q" when it is whole microseconds,
+// else "q:r", and "q:r:rate" when rate is not 0 (the scripts need it to
+// carry a sum's fraction).
+func timeArg(t quotamath.Time, rate int64) string {
+	b := strconv.AppendInt(make([]byte, 0, 48), t.Micros, 10)
+	if t.Frac != 0 || rate != 0 {
+		b = strconv.AppendInt(append(b, ':'), t.Frac, 10)
+	}
+	if rate != 0 {
+		b = strconv.AppendInt(append(b, ':'), rate, 10)
+	}
+	return string(b)
 }
 
 // takeKeys returns the keys of a take, in the scripts' order: pauses,
@@ -323,45 +344,74 @@ func (s *Store) takeKeys(d *quota.Demand, replayID string) []string {
 	return keys
 }
 
-// parseTakeFast reads the reply of take_gcra.lua and take_window.lua: an
-// int64 (granted at once on one limit, the mark) or the fields of take.lua's reply as a string of
-// integers separated by spaces.
+// parseTakeFast reads the reply of take_gcra.lua, take_batch.lua and
+// take_window.lua: the fields of take.lua's reply as a string of integers
+// separated by spaces (a GCRA arrival time may be "us:frac").
 func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) {
-	switch v := res.(type) {
-	case string:
-		var buf [8]int64
-		n := buf[:0]
-		for f := range strings.SplitSeq(v, " ") {
-			x, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
-			}
-			n = append(n, x)
-		}
-		return decide(n, d, id, v)
+	v, ok := res.(string)
+	if !ok {
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 	}
-	return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
+	var buf, fbuf [8]int64
+	n, fr := buf[:0], fbuf[:0]
+	for f := range strings.SplitSeq(v, " ") {
+		x, frac, err := parseField(f)
+		if err != nil {
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+		}
+		n, fr = append(n, x), append(fr, frac)
+	}
+	return decide(n, fr, d, id, v)
 }
 
 // parseTake reads take.lua's reply.
 func parseTake(res []any, d *quota.Demand, id string) (quota.Decision, error) {
-	var buf [8]int64
-	n := buf[:0]
+	var buf, fbuf [8]int64
+	n, fr := buf[:0], fbuf[:0]
 	for _, x := range res {
-		v, ok := x.(int64)
-		if !ok {
+		var v, frac int64
+		switch x := x.(type) {
+		case int64:
+			v = x
+		case string: // a GCRA arrival time with a fraction
+			var err error
+			if v, frac, err = parseField(x); err != nil {
+				return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
+			}
+		default:
 			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 		}
-		n = append(n, v)
+		n, fr = append(n, v), append(fr, frac)
 	}
-	return decide(n, d, id, res)
+	return decide(n, fr, d, id, res)
+}
+
+// parseField reads one field of a take's reply: an integer, or a GCRA
+// arrival time "us:frac" (whole microseconds and a fraction in units of
+// 1/Rate µs, take_gcra.lua).
+func parseField(f string) (v, frac int64, err error) {
+	if v, err = strconv.ParseInt(f, 10, 64); err == nil {
+		return v, 0, nil
+	}
+	us, fs, ok := strings.Cut(f, ":")
+	if !ok {
+		return 0, 0, err
+	}
+	if v, err = strconv.ParseInt(us, 10, 64); err != nil {
+		return 0, 0, err
+	}
+	if frac, err = strconv.ParseInt(fs, 10, 64); err != nil || frac <= 0 {
+		return 0, 0, fmt.Errorf("bad fraction in %q", f)
+	}
+	return v, frac, nil
 }
 
 // decide makes the Decision of a take's reply n: granted or not, the
 // delay in µs, the binding limit and pause indexes, and for a grant the
-// store's clock, what the limits admit now (-1: compute it from the GCRA
-// marks) and the marks. reply is only printed in errors.
-func decide(n []int64, d *quota.Demand, id string, reply any) (quota.Decision, error) {
+// store's clock, what the limits other than GCRA admit now (-1: none has
+// a say) and the marks, with fr the fractions of the GCRA arrival times
+// (0 elsewhere). reply is only printed in errors.
+func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decision, error) {
 	if len(n) < 4 || n[0] == 1 && len(n) < 6 {
 		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
 	}
@@ -380,40 +430,42 @@ func decide(n []int64, d *quota.Demand, id string, reply any) (quota.Decision, e
 		}
 		return dec, nil
 	}
-	now, remaining, marks := n[4], n[5], n[6:]
+	now, remaining, marks, fracs := n[4], n[5], n[6:], fr[6:]
 	if len(marks) != len(d.Limits) {
 		return quota.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(marks), len(d.Limits))
 	}
 	r := newReservation(d, id)
-	copy(r.Marks, marks)
-	markUnclaimed(r) // lease.go
 	dec.Reservation = r
-	left(&dec, now, remaining)
-	return dec, nil
-}
-
-// left sets Remaining and ResetAfter of dec, granted at now (the store's
-// clock), from its marks (quota.Decision defines them). remaining is what
-// the reply says the limits admit now, or -1 when every limit is GCRA
-// and the marks tell it.
-func left(dec *quota.Decision, now, remaining int64) {
-	r := dec.Reservation
-	end := now
-	gcra := remaining < 0 && dec.Delay == 0 && len(r.Marks) > 0
-	if gcra {
+	// Remaining and ResetAfter (quota.Decision defines them): the reply's
+	// remaining for the other limits, GCRA's from the arrival times; the
+	// latest end of the charges.
+	if remaining < 0 {
 		remaining = math.MaxInt64
 	}
-	for i := range r.Demand.Limits {
-		l := quotamath.Of(r.Demand.Limits[i].Limit)
-		end = max(end, l.ChargeEnd(r.Marks[i]))
-		if gcra {
-			remaining = min(remaining, l.State(quotamath.Counter{TAT: r.Marks[i]}, now).Remaining)
+	end := now
+	for i := range d.Limits {
+		l := quotamath.Of(d.Limits[i].Limit)
+		r.Marks[i] = marks[i]
+		if l.Algorithm == quota.GCRA {
+			tat := quotamath.Time{Micros: marks[i], Frac: fracs[i]}
+			if tat.Frac >= l.Rate {
+				return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+			}
+			r.Marks[i] = l.Mark(tat)
+			if dec.Delay == 0 {
+				remaining = min(remaining, l.State(quotamath.Counter{TAT: tat}, now).Remaining)
+			}
+		} else if fracs[i] != 0 {
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
 		}
+		end = max(end, l.ChargeEnd(r.Marks[i]))
 	}
+	markUnclaimed(r) // lease.go
 	dec.ResetAfter = quotamath.Micros(end - now)
-	if dec.Delay == 0 {
+	if dec.Delay == 0 && len(d.Limits) > 0 {
 		dec.Remaining = max(remaining, 0)
 	}
+	return dec, nil
 }
 
 // newReservation returns a Reservation of d with room for its marks, in
@@ -449,10 +501,13 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 		l := b.Limit
 		p, rate := l.Per.Microseconds(), int64(l.Rate)
 		if l.Algorithm == quota.GCRA {
-			if rate <= 0 {
+			if rate <= 0 || p <= 0 || cost < 0 {
 				return errors.New("redisstore: cancel: malformed reservation")
 			}
-			args = append(args, algoCode(l.Algorithm), cost*((p+rate-1)/rate), r.Marks[i], cost)
+			// The charge "q:r:Rate" and the mark "us:ns" (cancel.lua).
+			ql, us := quotamath.Of(l), quotamath.FloorDiv(r.Marks[i], 1000)
+			mark := formatInt(us) + ":" + formatInt(r.Marks[i]-us*1000)
+			args = append(args, algoCode(l.Algorithm), timeArg(ql.Emissions(cost), rate), mark, cost)
 		} else if l.Algorithm == quota.Concurrency { // lease.go
 			args = append(args, algoCode(l.Algorithm), ks.released(b), r.Marks[i], 1)
 		} else {

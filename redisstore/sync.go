@@ -44,9 +44,9 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		if left >= bu {
 			return nil
 		}
-		t := quotamath.Of(l).Emission()
+		// (Burst - left)*T, "q" or "q:r" (sync.lua).
 		args, _ = s.scriptArgs(3, "", false)
-		args = append(args, algoCode(l.Algorithm), int64(w), (bu-left)*t)
+		args = append(args, algoCode(l.Algorithm), int64(w), timeArg(quotamath.Of(l).Emissions(bu-left), 0))
 	default:
 		if left >= rate {
 			return nil

@@ -8,7 +8,8 @@
 --          sliding log, the id names the filler entry's member
 -- ARGV[3]  the algorithm: GCRA, FIXED_WINDOW, SLIDING_LOG or SLIDING_WINDOW
 -- ARGV[4]  within: time until the vendor's reset (positive)
--- ARGV[5]  GCRA: (Burst - remaining) * T; others: Per
+-- ARGV[5]  GCRA: (Burst - remaining) * T, "q" or "q:r" (q µs and r/Rate
+--          of one, take_gcra.lua); others: Per
 -- ARGV[6]  others: the count the current window (or the last Per of the
 --          log) must reach, Rate - remaining
 --
@@ -26,14 +27,27 @@ end
 if algo == GCRA then
   -- From now to the reset at most `remaining` units may pass, so the
   -- arrival time is at least now + within + (Burst - remaining) * T.
-  local tat = now + within + tonumber(ARGV[5])
-  local current = tonumber(redis.call('GET', key)) or 0
-  if tat <= current then return 0 end
+  local tat, frac = tonumber(ARGV[5]), 0
+  if not tat then
+    local q, r = string.match(ARGV[5], '^(%d+):(%d+)$')
+    tat, frac = tonumber(q), tonumber(r)
+  end
+  tat = now + within + tat
+  local raw = redis.call('GET', key)
+  local current, currentFrac = tonumber(raw), 0
+  if raw and not current then
+    local us, f = string.match(raw, '^(%d+):(%d+)$')
+    current, currentFrac = tonumber(us), tonumber(f)
+  end
+  current = current or 0
+  if tat < current or tat == current and frac <= currentFrac then return 0 end
+  local value = fmt('%d', tat)
+  if frac > 0 then value = fmt('%d:%d', tat, frac) end
   -- The expiry rule of GCRA keys (take_gcra.lua).
   if slack > 0 then
-    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
   else
-    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
   end
   return 1
 end

@@ -16,7 +16,8 @@
 -- then 4 per limit, limit i's from ARGV[3 + 4*i]: algorithm, param,
 -- allowance, cost
 --   GCRA            param = cost*T, allowance = Burst*T - cost*T
---                   (T = ceil(Per/Rate))
+--                   (T = Per/Rate, exactly; see take_gcra.lua for the
+--                   "q" and "q:r:Rate" forms and the arrival times)
 --   FIXED_WINDOW    param = Per,    allowance = Rate - cost
 --   SLIDING_LOG     param = Per,    allowance = Rate - cost
 --   SLIDING_WINDOW  param = Per,    allowance = Rate - cost
@@ -32,11 +33,13 @@
 -- first, as release.lua does: ZREM by id (idempotent) and PUBLISH.
 --
 -- Reply: {1, delay, -1, -1, now, remaining, mark...} when granted (the
--- clock; what the limits admit now after the charge, the least over
--- them, when granted at once, else 0; a mark per limit: the GCRA arrival
--- time set, the window charged, the log instant, or the lease's expiry, 0
--- for a slot left unclaimed), or {0, delay, binding limit index, binding
--- pause index} when refused; indexes are 0-based, -1 for none.
+-- clock; when granted at once, what the limits other than GCRA admit now
+-- after the charge, the least over them, or -1 if every limit is GCRA
+-- (Go computes theirs from the arrival times), else 0; a mark per limit:
+-- the GCRA arrival time set, "us" or "us:frac" as stored (take_gcra.lua),
+-- the window charged, the log instant, or the lease's expiry, 0 for a
+-- slot left unclaimed), or {0, delay, binding limit index, binding pause
+-- index} when refused; indexes are 0-based, -1 for none.
 
 -- Carried releases first (as in release.lua); a second run is a no-op.
 local carried = tonumber(ARGV[6])
@@ -55,7 +58,7 @@ if replyTTL > 0 then
   if prev then
     local reply = {1, 0, -1, -1, now, 0}
     for word in string.gmatch(prev, '%S+') do
-      reply[#reply + 1] = tonumber(word)
+      reply[#reply + 1] = tonumber(word) or word -- "us:frac": a GCRA mark
     end
     local granted = table.remove(reply, 7)
     if granted > now then reply[2] = granted - now end
@@ -75,6 +78,7 @@ end
 -- before instant, at which the limit admits the cost; repeat until no
 -- limit raises it.
 local state = {} -- per limit, read once: GCRA arrival time, sliding log floor, concurrency leases
+local fracs = {} -- GCRA: the arrival time's fraction, in 1/Rate µs (take_gcra.lua)
 local logTotal = {} -- sliding log: the running total of its newest entry, 0 if none
 local binding, rounds = -1, 0
 while true do
@@ -85,12 +89,30 @@ while true do
     local key = KEYS[pauses + i]
     local earliest = instant
     if algo == GCRA then
+      -- The arrival time, "us" or "us:frac", and the allowance, "q" or
+      -- "q:r" (take_gcra.lua): the earliest instant is ceil(TAT -
+      -- allowance).
       local tat = state[i]
       if not tat then
-        tat = tonumber(redis.call('GET', key)) or 0
+        local raw = redis.call('GET', key)
+        tat, fracs[i] = tonumber(raw), 0
+        if not tat then
+          tat = 0
+          if raw then
+            local us, frac = string.match(raw, '^(%d+):(%d+)$')
+            tat, fracs[i] = tonumber(us) or 0, tonumber(frac) or 0
+          end
+        end
         state[i] = tat
       end
-      if tat - allowance > earliest then earliest = tat - allowance end
+      local roomFrac = 0
+      if not allowance then
+        local q, r = string.match(ARGV[arg + 2], '^(%d+):(%d+)$')
+        allowance, roomFrac = tonumber(q), tonumber(r)
+      end
+      local first = tat - allowance
+      if fracs[i] > roomFrac then first = first + 1 end
+      if first > earliest then earliest = first end
     elseif algo == CONCURRENCY then
       -- Decided below, for now only.
     elseif algo == FIXED_WINDOW then
@@ -102,23 +124,30 @@ while true do
       end
       if window * per > earliest then earliest = window * per end
     elseif algo == SLIDING_WINDOW then
-      -- prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset into the window.
+      -- prev*(W-j) <= (Rate-cur-cost)*W, j the steps of the window gone
+      -- (take_window.lua).
       local per = param
+      local step, steps = 1, per
+      local rate = allowance + ARGV[arg + 3]
+      if per * rate > 4503599627370496 then
+        local most = floor(4503599627370496 / rate)
+        step = floor((per - 1) / most) + 1
+        steps = floor((per - 1) / step) + 1
+      end
       local window = floor(instant / per)
       while true do
         local start = window * per
         local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
         local room = allowance - (tonumber(counts[2]) or 0)
         if room >= 0 then
-          local offset = instant - start
-          if offset < 0 then offset = 0 end
+          local at = instant
+          if at < start then at = start end
           local prev = tonumber(counts[1]) or 0
-          if prev > 0 then
-            local needed = per - floor(room * per / prev)
-            if needed > offset then offset = needed end
-          end
-          if offset < per then
-            earliest = start + offset
+          local need = 0
+          if prev > 0 then need = steps - floor(room * steps / prev) end
+          if need < steps then
+            if start + need * step > at then at = start + need * step end
+            earliest = at
             break
           end
         end
@@ -202,10 +231,11 @@ end
 -- expiry rule, see take_gcra.lua), at the end of the window (one window
 -- later for the sliding window, which reads it as the previous one), or
 -- Per after the newest log entry.
--- When granted at once, remaining is the least, over the limits, of what
--- each admits now after the charge (quotamath's State): GCRA B - ceil((tat
--- - now)/T), windows Rate less the (weighted) count, the log Rate less the
--- cost after now-Per, Concurrency its free slots.
+-- When granted at once, remaining is the least, over the limits other
+-- than GCRA, of what each admits now after the charge (quotamath's State):
+-- windows Rate less the (weighted) count, the log Rate less the cost
+-- after now-Per, Concurrency its free slots. Go adds GCRA's, from the
+-- arrival times, with the 128-bit arithmetic it needs.
 local reply = {1, instant - now, -1, -1, now, 0}
 local remaining = nil
 local function leaves(left)
@@ -216,24 +246,37 @@ for i = 1, limits do
   local algo, param, cost = ARGV[arg], tonumber(ARGV[arg + 1]), ARGV[arg + 3]
   local key = KEYS[pauses + i]
   if algo == GCRA then
-    local old = state[i]
-    local tat = old
-    if tat < instant then tat = instant end
-    tat = tat + param
+    -- TAT' = max(TAT, instant) + cost*T, the charge "q" or "q:r:Rate"
+    -- (take_gcra.lua).
+    local old, oldFrac = state[i], fracs[i]
+    local tat, frac = old, oldFrac
+    if tat < instant then tat, frac = instant, 0 end
+    local charge = tonumber(param)
+    if charge then
+      tat = tat + charge
+    else
+      local q, r, rate = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
+      tat, frac = tat + q, frac + r
+      if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+    end
+    local value = fmt('%d', tat)
+    if frac > 0 then value = fmt('%d:%d', tat, frac) end
     -- The expiry rule of GCRA keys (take_gcra.lua): at the end of the
     -- second after the one that holds the value, rewritten only when the
-    -- value moves to another second (INCRBY keeps the TTL).
+    -- value moves to another second (INCRBY, or SET KEEPTTL for a
+    -- fraction, keeps the TTL).
     if slack > 0 then
-      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
     elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-      redis.call('INCRBY', key, fmt('%d', tat - old))
+      if frac == 0 and oldFrac == 0 then
+        redis.call('INCRBY', key, fmt('%d', tat - old))
+      else
+        redis.call('SET', key, value, 'KEEPTTL')
+      end
     else
-      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+      redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
-    reply[6 + i] = tat
-    local t = param / tonumber(cost)
-    local burst = (tonumber(ARGV[arg + 2]) + param) / t
-    leaves(burst - math.min(math.ceil((tat - now) / t), burst))
+    if frac > 0 then reply[6 + i] = value else reply[6 + i] = tat end
   elseif algo == CONCURRENCY then
     if instant > now then
       -- A reservation holds no slot while it waits: its holder claims
@@ -319,21 +362,37 @@ for i = 1, limits do
     end
     reply[6 + i] = window
     if instant == now then
-      local left = tonumber(ARGV[arg + 2]) + tonumber(cost) - count
+      local rate = tonumber(ARGV[arg + 2]) + tonumber(cost)
+      local left = rate - count
       if algo == SLIDING_WINDOW then
+        -- Less the weight of the previous window, ceil(prev*(W-j)/W).
+        local step, steps = 1, per
+        if per * rate > 4503599627370496 then
+          local most = floor(4503599627370496 / rate)
+          step = floor((per - 1) / most) + 1
+          steps = floor((per - 1) / step) + 1
+        end
         local prev = tonumber(redis.call('HGET', key, fmt('%d', window - 1))) or 0
-        left = left - math.ceil(prev * (per - (now - window * per)) / per)
+        left = left - math.ceil(prev * (steps - floor((now - window * per) / step)) / steps)
         if left < 0 then left = 0 end
       end
       leaves(left)
     end
   end
 end
-if remaining then reply[6] = remaining end
+if remaining then
+  reply[6] = remaining
+elseif instant == now then
+  reply[6] = -1 -- every limit is GCRA
+end
 
 if replyTTL > 0 then
   local remembered = fmt('%d', instant)
-  for i = 1, limits do remembered = remembered .. ' ' .. fmt('%d', reply[6 + i]) end
+  for i = 1, limits do
+    local mark = reply[6 + i]
+    if type(mark) == 'number' then mark = fmt('%d', mark) end -- else "us:frac"
+    remembered = remembered .. ' ' .. mark
+  end
   redis.call('SET', replayKey, remembered, 'PX', replyTTL)
 end
 return reply

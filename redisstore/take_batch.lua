@@ -14,21 +14,32 @@
 -- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
 -- ARGV[3]  the number of demands
 -- then per demand: P (pause keys), L (limits), MaxWait, then L pairs
---          charge = cost*T, allowance = Burst*T - cost*T (T = ceil(Per/Rate))
+--          charge = cost*T, allowance = Burst*T - cost*T (T = Per/Rate,
+--          "q" or "q:r:Rate" and "q:r": take_gcra.lua)
 --
 -- Reply: a table with one entry per demand, in take_gcra.lua's format: a
 -- string "1 delay -1 -1 now -1 TAT..." when granted, "0 delay limit
 -- pause" when refused.
 
 -- current holds every key read so far: its value as the demands decided
--- so far left it. stored holds the value Redis had, and changed lists the
--- limit keys to write back, once each, at the end.
-local current, stored, changed = {}, {}, {}
+-- so far left it, whole microseconds, and in fraction its GCRA fraction
+-- (take_gcra.lua). stored and storedFrac hold the value Redis had, and
+-- changed lists the limit keys to write back, once each, at the end.
+local current, fraction, stored, storedFrac, changed = {}, {}, {}, {}, {}
 local function get(key)
   local value = current[key]
   if value == nil then
-    value = tonumber(redis.call('GET', key)) or 0
-    current[key], stored[key] = value, value
+    local raw = redis.call('GET', key)
+    local frac = 0
+    value = tonumber(raw)
+    if not value then
+      value = 0
+      if raw then
+        local us, f = string.match(raw, '^(%d+):(%d+)$')
+        value, frac = tonumber(us) or 0, tonumber(f) or 0
+      end
+    end
+    current[key], stored[key], fraction[key], storedFrac[key] = value, value, frac, frac
   end
   return value
 end
@@ -46,24 +57,41 @@ for demand = 1, tonumber(ARGV[3]) do
   end
   nextKey = nextKey + pauses
   for i = 0, limits - 1 do
-    local earliest = get(KEYS[nextKey + i]) - ARGV[nextArg + 2 * i + 1]
+    local key, room, roomFrac = KEYS[nextKey + i], tonumber(ARGV[nextArg + 2 * i + 1]), 0
+    if not room then
+      local q, r = string.match(ARGV[nextArg + 2 * i + 1], '^(%d+):(%d+)$')
+      room, roomFrac = tonumber(q), tonumber(r)
+    end
+    local earliest = get(key) - room
+    if fraction[key] > roomFrac then earliest = earliest + 1 end
     if earliest > instant then instant, binding = earliest, i end
   end
   if instant > now and instant - now > tonumber(maxWait) then
     replies[demand] = fmt('0 %d %d %d', instant - now, binding, pause)
   else
-    local marks, tat = ''
+    local marks = ''
     for i = 0, limits - 1 do
       local key = KEYS[nextKey + i]
-      tat = current[key]
-      if tat < instant then tat = instant end
-      tat = tat + ARGV[nextArg + 2 * i]
+      local tat, frac = current[key], fraction[key]
+      if tat < instant then tat, frac = instant, 0 end
+      local charge = tonumber(ARGV[nextArg + 2 * i])
+      if charge then
+        tat = tat + charge
+      else
+        local q, r, rate = string.match(ARGV[nextArg + 2 * i], '^(%d+):(%d+):(%d+)$')
+        tat, frac = tat + q, frac + r
+        if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+      end
       if not changed[key] then
         changed[#changed + 1] = key
         changed[key] = true
       end
-      current[key] = tat
-      marks = marks .. ' ' .. fmt('%d', tat)
+      current[key], fraction[key] = tat, frac
+      if frac > 0 then
+        marks = marks .. fmt(' %d:%d', tat, frac)
+      else
+        marks = marks .. ' ' .. fmt('%d', tat)
+      end
     end
     replies[demand] = fmt('1 %d -1 -1 %d -1', instant - now, now) .. marks
   end
@@ -75,13 +103,19 @@ end
 -- value's second decides the expiry; it is kept while the value stays in
 -- the second it was in.
 for _, key in ipairs(changed) do
-  local old, tat = stored[key], current[key]
+  local old, tat, frac = stored[key], current[key], fraction[key]
+  local value = fmt('%d', tat)
+  if frac > 0 then value = fmt('%d:%d', tat, frac) end
   if slack > 0 then
-    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
   elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-    redis.call('INCRBY', key, fmt('%d', tat - old))
+    if frac == 0 and storedFrac[key] == 0 then
+      redis.call('INCRBY', key, fmt('%d', tat - old))
+    else
+      redis.call('SET', key, value, 'KEEPTTL')
+    end
   else
-    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
   end
 end
 return replies

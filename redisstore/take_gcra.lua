@@ -20,24 +20,39 @@
 -- ARGV[3]  MaxWait
 -- ARGV[4]  "P M": P pause keys, and remember the reply for M ms (0: not)
 -- then 2 per limit: charge = cost*T, allowance = Burst*T - cost*T
---          (T = ceil(Per/Rate)), limit i's at ARGV[3 + 2*i], ARGV[4 + 2*i]
+--          (T = Per/Rate), limit i's at ARGV[3 + 2*i], ARGV[4 + 2*i]
 --
 -- Reply: a string of integers, "1 delay -1 -1 now -1 TAT..." (the clock,
--- and one TAT per limit) when granted, "0 delay limit pause" when refused,
--- with the binding limit and pause as 0-based indexes, -1 for none. The
--- -1 after the clock leaves Decision.Remaining to Go, which knows Burst and
--- T and computes it from the TATs and the clock (a replay sends 0).
+-- and one TAT per limit, as stored: "us" or "us:frac") when granted, "0
+-- delay limit pause" when refused, with the binding limit and pause as
+-- 0-based indexes, -1 for none. The -1 after the clock leaves
+-- Decision.Remaining to Go, which knows Burst and T and computes it from
+-- the TATs and the clock (a replay sends 0).
+--
+-- Exact arrival times. T = Per/Rate is seldom a whole number of
+-- microseconds (3 a second is 333333 1/3 µs, 10^7 a second 0.1 µs), so
+-- an arrival time is whole microseconds plus a fraction in units of
+-- 1/Rate µs, stored "us:frac" (0 < frac < Rate), or "us" when the
+-- fraction is 0, as it always is when Rate divides Per. Go sends each n*T
+-- (internal/quotamath's Emissions: n*Per/Rate in 128 bits) the same way:
+-- "q" when it is whole, else the charge as "q:r:Rate" and the allowance
+-- as "q:r" (q microseconds plus r/Rate). So every value stays below 2^53
+-- and exact in Lua, and the common case, whole microseconds, parses one
+-- number as before:
+--   earliest = ceil(TAT - allowance): tat - q, plus 1 if frac > r
+--   charged  = max(TAT, instant) + charge, frac carried into tat at Rate
 --
 -- Expiry rule, shared by every script that writes a GCRA key: a key
 -- whose value (its arrival time) lies in second n of Redis's clock expires
--- at the end of second n + 1, i.e. at (floor(tat/GRID) + 2) * GRID µs. While
--- a value stays within one second, as it does under load, its expiry need
--- not be rewritten: the value moves by an INCRBY of the difference, which
--- keeps the TTL and costs Redis less than SET KEEPTTL (the number is
--- changed in place and the reply is an integer, not a status table), let
--- alone SET PX. A key thus outlives its arrival time by 1 to 2 s. Test
--- clocks (slack > 0) keep SET PX. (The rule is inlined: a Lua closure per
--- call costs more than it.)
+-- at the end of second n + 1, i.e. at (floor(tat/GRID) + 2) * GRID µs (tat
+-- the whole microseconds). While a value stays within one second, as it
+-- does under load, its expiry need not be rewritten: the value moves by
+-- an INCRBY of the difference, which keeps the TTL and costs Redis less
+-- than SET KEEPTTL (the number is changed in place and the reply is an
+-- integer, not a status table), let alone SET PX; a value with a fraction
+-- uses SET KEEPTTL. A key thus outlives its arrival time by 1 to 2 s.
+-- Test clocks (slack > 0) keep SET PX. (The rule is inlined: a Lua
+-- closure per call costs more than it.)
 
 local limits = (#ARGV - 4) / 2
 local mode = ARGV[4]
@@ -71,39 +86,85 @@ if limits <= 2 and pauses <= 1 then
     if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
     first = 2
   end
-  local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
-  local old2, binding = 0, -1
-  local earliest = old1 - ARGV[6]
+  local raw = redis.call('GET', KEYS[first])
+  local old1, frac1 = tonumber(raw), 0
+  if not old1 then
+    old1 = 0
+    if raw then
+      local us, frac = string.match(raw, '^(%d+):(%d+)$')
+      old1, frac1 = tonumber(us) or 0, tonumber(frac) or 0
+    end
+  end
+  local old2, frac2, binding = 0, 0, -1
+  local room, roomFrac = tonumber(ARGV[6]), 0
+  if not room then
+    local q, r = string.match(ARGV[6], '^(%d+):(%d+)$')
+    room, roomFrac = tonumber(q), tonumber(r)
+  end
+  local earliest = old1 - room
+  if frac1 > roomFrac then earliest = earliest + 1 end
   if earliest > instant then instant, binding = earliest, 0 end
   if limits == 2 then
-    old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
-    earliest = old2 - ARGV[8]
+    raw = redis.call('GET', KEYS[first + 1])
+    old2 = tonumber(raw)
+    if not old2 then
+      old2 = 0
+      if raw then
+        local us, frac = string.match(raw, '^(%d+):(%d+)$')
+        old2, frac2 = tonumber(us) or 0, tonumber(frac) or 0
+      end
+    end
+    room, roomFrac = tonumber(ARGV[8]), 0
+    if not room then
+      local q, r = string.match(ARGV[8], '^(%d+):(%d+)$')
+      room, roomFrac = tonumber(q), tonumber(r)
+    end
+    earliest = old2 - room
+    if frac2 > roomFrac then earliest = earliest + 1 end
     if earliest > instant then instant, binding = earliest, 1 end
   end
   -- MaxWait is read only when there is a wait (one number less to parse).
   if instant > now and instant - now > tonumber(ARGV[3]) then
     return fmt('0 %d %d %d', instant - now, binding, pause)
   end
-  local tat1, tat2
+  local tat1, tat2, tf1, tf2
   for i = 1, limits do
-    local old = old1
-    if i == 2 then old = old2 end
-    local tat = old
-    if tat < instant then tat = instant end
-    tat = tat + ARGV[3 + 2 * i]
+    local old, oldFrac = old1, frac1
+    if i == 2 then old, oldFrac = old2, frac2 end
+    local tat, frac = old, oldFrac
+    if tat < instant then tat, frac = instant, 0 end
+    local charge = tonumber(ARGV[3 + 2 * i])
+    if charge then
+      tat = tat + charge
+    else
+      local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
+      tat, frac = tat + q, frac + r
+      if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+    end
     local key = KEYS[first + i - 1]
-    if slack > 0 then
-      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+    if frac == 0 and oldFrac == 0 and slack == 0 and old > 0 and floor(old / GRID) == floor(tat / GRID) then
       redis.call('INCRBY', key, fmt('%d', tat - old))
     else
-      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+      local value = fmt('%d', tat)
+      if frac > 0 then value = fmt('%d:%d', tat, frac) end
+      if slack > 0 then
+        redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+      elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+        redis.call('SET', key, value, 'KEEPTTL')
+      else
+        redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+      end
     end
-    if i == 1 then tat1 = tat else tat2 = tat end
+    if i == 1 then tat1, tf1 = tat, frac else tat2, tf2 = tat, frac end
   end
-  if replyTTL == 0 and limits == 1 then return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1) end
-  local marks
-  if limits == 2 then marks = fmt('%d %d', tat1, tat2) else marks = fmt('%d', tat1) end
+  if replyTTL == 0 and limits == 1 and tf1 == 0 then
+    return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1)
+  end
+  local marks = fmt('%d', tat1)
+  if tf1 > 0 then marks = fmt('%d:%d', tat1, tf1) end
+  if limits == 2 then
+    if tf2 > 0 then marks = marks .. fmt(' %d:%d', tat2, tf2) else marks = marks .. fmt(' %d', tat2) end
+  end
   if replyTTL > 0 then
     redis.call('SET', replayKey, fmt('%d ', instant) .. marks, 'PX', replyTTL)
   end
@@ -114,18 +175,32 @@ end
 local values = redis.call('MGET', unpack(KEYS, 1, pauses + limits))
 
 -- With GCRA only, take.lua's fixpoint is one pass: a limit's earliest
--- instant, TAT - allowance, does not depend on the instant. The first of
--- equals binds.
+-- instant, ceil(TAT - allowance), does not depend on the instant. The
+-- first of equals binds.
 local instant, pause, binding = now, -1, -1
 for i = 1, pauses do
   local pauseEnd = tonumber(values[i])
   if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, i - 1 end
 end
-local olds = {}
+local olds, fracs = {}, {}
 for i = 1, limits do
-  local old = tonumber(values[pauses + i]) or 0
-  olds[i] = old
-  local earliest = old - ARGV[4 + 2 * i]
+  local raw = values[pauses + i]
+  local old, oldFrac = tonumber(raw), 0
+  if not old then
+    old = 0
+    if raw then
+      local us, frac = string.match(raw, '^(%d+):(%d+)$')
+      old, oldFrac = tonumber(us) or 0, tonumber(frac) or 0
+    end
+  end
+  olds[i], fracs[i] = old, oldFrac
+  local room, roomFrac = tonumber(ARGV[4 + 2 * i]), 0
+  if not room then
+    local q, r = string.match(ARGV[4 + 2 * i], '^(%d+):(%d+)$')
+    room, roomFrac = tonumber(q), tonumber(r)
+  end
+  local earliest = old - room
+  if oldFrac > roomFrac then earliest = earliest + 1 end
   if earliest > instant then instant, binding = earliest, i - 1 end
 end
 if instant > now and instant - now > tonumber(ARGV[3]) then
@@ -135,18 +210,31 @@ end
 -- Charge every limit at the instant, by the expiry rule above.
 local marks = ''
 for i = 1, limits do
-  local key, old = KEYS[pauses + i], olds[i]
-  local tat = old
-  if tat < instant then tat = instant end
-  tat = tat + ARGV[3 + 2 * i]
-  if slack > 0 then
-    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-    redis.call('INCRBY', key, fmt('%d', tat - old))
+  local key, old, oldFrac = KEYS[pauses + i], olds[i], fracs[i]
+  local tat, frac = old, oldFrac
+  if tat < instant then tat, frac = instant, 0 end
+  local charge = tonumber(ARGV[3 + 2 * i])
+  if charge then
+    tat = tat + charge
   else
-    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
+    tat, frac = tat + q, frac + r
+    if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
   end
-  marks = marks .. ' ' .. fmt('%d', tat)
+  local value = fmt('%d', tat)
+  if frac > 0 then value = fmt('%d:%d', tat, frac) end
+  if slack > 0 then
+    redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+    if frac == 0 and oldFrac == 0 then
+      redis.call('INCRBY', key, fmt('%d', tat - old))
+    else
+      redis.call('SET', key, value, 'KEEPTTL')
+    end
+  else
+    redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+  end
+  marks = marks .. ' ' .. value
 end
 if replyTTL > 0 then
   redis.call('SET', replayKey, fmt('%d', instant) .. marks, 'PX', replyTTL)

@@ -40,6 +40,7 @@ end
 local per, rate, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window = floor(instant / per)
 local count, binding, prev = nil, -1, 0
+local step, steps = 1, per -- the sliding window's weight steps, below
 if fixed then
   if instant == now or instant - now <= tonumber(maxWait) then
     -- Charge the window of t, and give the cost back if that overfills
@@ -61,23 +62,30 @@ if fixed then
   end
 else
   -- Sliding window: the first instant from this one, in this window or
-  -- later, at which prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset
-  -- into the window (take.lua's search).
+  -- later, at which prev*(W-j) <= (Rate-cur-cost)*W, j the steps of the
+  -- window gone (take.lua's search). The weight of the previous window
+  -- falls in steps of s µs, W = ceil(Per/s) of them (quotamath's Steps):
+  -- s = 1, W = Per while Per*Rate <= 2^52, else the least s with W*Rate
+  -- <= 2^52, so that every product here stays exact in a double.
+  if per * rate > 4503599627370496 then
+    local most = floor(4503599627370496 / rate)
+    step = floor((per - 1) / most) + 1
+    steps = floor((per - 1) / step) + 1
+  end
   local roomIfEmpty = rate - cost
   while true do
     local start = window * per
     local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
     local room = roomIfEmpty - (tonumber(counts[2]) or 0)
     if room >= 0 then
-      local offset = instant - start
-      if offset < 0 then offset = 0 end
+      local at = instant
+      if at < start then at = start end
       prev = tonumber(counts[1]) or 0
-      if prev > 0 then
-        local needed = per - floor(room * per / prev)
-        if needed > offset then offset = needed end
-      end
-      if offset < per then
-        if start + offset > instant then instant, binding = start + offset, 0 end
+      local need = 0
+      if prev > 0 then need = steps - floor(room * steps / prev) end
+      if need < steps then
+        if start + need * step > at then at = start + need * step end
+        if at > instant then instant, binding = at, 0 end
         break
       end
     end
@@ -110,13 +118,13 @@ if count == cost then
   end
 end
 -- What the window admits now: Rate less the count, for the sliding
--- window less the weighted count cur + ceil(prev*(P-e)/P) (quotamath's
+-- window less the weighted count cur + ceil(prev*(W-j)/W) (quotamath's
 -- State).
 local remaining = 0
 if instant == now then
   remaining = rate - count
   if not fixed and prev > 0 then
-    remaining = remaining - math.ceil(prev * (per - (now - window * per)) / per)
+    remaining = remaining - math.ceil(prev * (steps - floor((now - window * per) / step)) / steps)
     if remaining < 0 then remaining = 0 end
   end
 end

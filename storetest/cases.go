@@ -212,12 +212,18 @@ func slidingWindowCases() []stepCase {
 
 func oddPeriodCases() []stepCase {
 	return []stepCase{{
-		// T = ceil(1e6/3) = 333334µs; B*T = 1000002µs.
+		// T = 1e6/3 µs exactly, B*T = 1s: the n-th unit after the burst
+		// comes at ceil(n*T), 333334µs, 666667µs, 1s.
 		name:    "3 per second GCRA",
 		buckets: on(gcra("g", 3, sec, 0)),
 		steps: steps(repeat(3, step{ok: true}), []step{
 			{delay: 333334 * us},
 			{advance: 333333 * us, delay: us},
+			{advance: us, ok: true},
+			{delay: 333333 * us},
+			{advance: 333333 * us, ok: true},
+			{delay: 333333 * us},
+			{advance: 333332 * us, delay: us},
 			{advance: us, ok: true},
 			{delay: 333334 * us},
 		}),

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 	"github.com/stretchr/testify/require"
 )
@@ -274,7 +275,7 @@ func unambiguousCancel(m *model, g *granted, lastGrant map[string]int) bool {
 			continue
 		}
 		id := bucketID(g.demand.Scope, b)
-		tail := m.tat[id] == g.model.Marks[i]
+		tail := quotamath.Of(b.Limit).Mark(m.tat[id]) == g.model.Marks[i]
 		noLater := lastGrant[id] == g.seq
 		if tail != noLater {
 			return false

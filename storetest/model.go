@@ -31,7 +31,7 @@ import (
 // of a service sharing one backend.
 type model struct {
 	mu     sync.Mutex
-	tat    map[string]int64                // GCRA: theoretical arrival time per bucket
+	tat    map[string]quotamath.Time       // GCRA: theoretical arrival time per bucket
 	win    map[string]map[int64]int64      // FixedWindow, SlidingWindow: count per window index
 	log    map[string][]quotamath.LogEntry // SlidingLog: entries in order of instant
 	pauses map[string]int64                // end of the pause per scope and pause key
@@ -48,7 +48,7 @@ type lease struct {
 
 func newModel() *model {
 	return &model{
-		tat:    map[string]int64{},
+		tat:    map[string]quotamath.Time{},
 		win:    map[string]map[int64]int64{},
 		log:    map[string][]quotamath.LogEntry{},
 		pauses: map[string]int64{},
@@ -110,15 +110,6 @@ func burst(l quota.Limit) int64 { return int64(l.BurstOrRate()) }
 // capacity is the largest cost l can ever admit.
 func capacity(l quota.Limit) int64 { return int64(l.Capacity()) }
 
-// emission is GCRA's emission interval T = ceil(P/R), written here apart
-// from package quotamath on purpose: checkAdmissions bounds what a GCRA
-// limit admitted with it, and a bound that called the arithmetic it
-// checks could not fail when that arithmetic is wrong.
-func emission(l quota.Limit) int64 {
-	p, r := per(l), int64(l.Rate)
-	return (p + r - 1) / r
-}
-
 // counter is bucket id's state as package quotamath reads it.
 func (m *model) counter(id string) quotamath.Counter {
 	w := m.win[id]
@@ -144,7 +135,7 @@ func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
 	switch l.Algorithm {
 	case quota.GCRA:
 		m.tat[id] = q.GCRACharge(m.tat[id], t, c)
-		return m.tat[id]
+		return q.Mark(m.tat[id])
 	case quota.FixedWindow, quota.SlidingWindow:
 		if m.win[id] == nil {
 			m.win[id] = map[int64]int64{}
@@ -165,8 +156,8 @@ func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
 func (m *model) refund(id string, l quota.Limit, c, mark int64) {
 	switch l.Algorithm {
 	case quota.GCRA:
-		if m.tat[id] == mark { // no later grant on the bucket
-			m.tat[id] = quotamath.Of(l).GCRARefund(mark, c)
+		if q := quotamath.Of(l); q.Mark(m.tat[id]) == mark { // no later grant on the bucket
+			m.tat[id] = q.GCRARefund(m.tat[id], c)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
 		m.win[id][mark] -= c
@@ -276,8 +267,8 @@ func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.
 	for i, b := range d.Limits {
 		p := per(b.Limit)
 		switch b.Limit.Algorithm {
-		case quota.GCRA:
-			end = max(end, marks[i])
+		case quota.GCRA: // the arrival time in ns, up to the µs
+			end = max(end, (marks[i]+999)/1000)
 		case quota.FixedWindow:
 			end = max(end, (marks[i]+1)*p)
 		case quota.SlidingWindow:

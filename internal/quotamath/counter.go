@@ -6,7 +6,7 @@ import "github.com/quotakit/throttle/quota"
 // is read depends on the limit's algorithm. The zero Counter is a fresh
 // one.
 type Counter struct {
-	TAT      int64               // GCRA: the theoretical arrival time
+	TAT      Time                // GCRA: the theoretical arrival time
 	Count    func(k int64) int64 // FixedWindow, SlidingWindow: window k's count; nil: all zero
 	Log      []LogEntry          // SlidingLog: the entries, in order of instant
 	Expiries []int64             // Concurrency: the leases' expiries
@@ -73,14 +73,15 @@ func (l Limit) State(c Counter, now int64) quota.LimitState {
 
 // ChargeEnd returns the instant at which a charge stops counting against
 // l, given its mark (what the store records of it): for GCRA the arrival
-// time it set, at which the bucket is full again; for FixedWindow the end
+// time it set, rounded up to the microsecond, at which the bucket is full
+// again (the mark is in nanoseconds, [Limit.Mark]); for FixedWindow the end
 // of the window charged; for SlidingWindow the end of the window after
 // it, which weighs it as its previous; for SlidingLog Per after the
 // charged instant. A Concurrency slot frees when it is released: 0.
 func (l Limit) ChargeEnd(mark int64) int64 {
 	switch l.Algorithm {
 	case quota.GCRA:
-		return mark
+		return -FloorDiv(-mark, 1000)
 	case quota.FixedWindow:
 		return (mark + 1) * l.Per
 	case quota.SlidingWindow:

@@ -4,11 +4,17 @@
 // The Redis store's Lua scripts are the only other copy; the differential
 // and conformance tests compare them with this one.
 //
-// Everything is in integer microseconds of a store's clock, so decisions
-// are exact and the same in every store. [quota.Limit.Validate] keeps
-// P*max(R, B) below 2^53, so no product here overflows, and Lua's doubles
-// hold every value exactly. The functions are pure: state goes in as
-// arguments, results come out, nothing is kept.
+// Instants are integer microseconds of a store's clock, and every value
+// is an integer, so decisions are exact and the same in every store.
+// Values must also stay exact in the Redis store's Lua, whose numbers are
+// doubles (integers exact to 2^53): no formula here multiplies Per by
+// Rate. The bounds of [quota.Limit.Validate] (Rate and Burst at most
+// 10^12, one unit per nanosecond, Per and Burst*P/R at most 100 years)
+// keep every instant, span, count and weighted count below 2^53; the few
+// products that would pass it (n*P for GCRA, the arrival time over T for
+// inspection) are taken in 128 bits in Go ([Limit.Emissions]), which
+// hands Lua only their quotient and remainder. The functions are pure:
+// state goes in as arguments, results come out, nothing is kept.
 //
 // # Notation
 //
@@ -22,19 +28,30 @@
 //
 // # GCRA
 //
-// The emission interval is T = ceil(P/R) microseconds per unit of cost;
-// rounding up means a limit never admits faster than R per P. The state
-// is the theoretical arrival time TAT.
+// The emission interval is T = P/R microseconds per unit of cost,
+// exactly: the arrival time TAT is a [Time], whole microseconds plus a
+// remainder Frac in units of 1/R µs (0 <= Frac < R), and n intervals
+// are floor(n*P/R) µs plus (n*P mod R)/R ([Limit.Emissions]). Sums carry
+// the remainder into the microseconds, so no charge is rounded: a limit
+// admits exactly B + R*d/P units over any interval of length d, never one
+// more. Frac is 0 when R divides P ([Limit.Exact]): those limits keep
+// whole microseconds, as versions before it did.
 //
 //   - admitted at t:  max(TAT, t) + c*T - t <= B*T
-//   - earliest:       max(t, TAT + c*T - B*T)
+//   - earliest:       max(t, ceil(TAT - (B-c)*T))
 //   - charged at t:   TAT' = max(TAT, t) + c*T            ([Limit.GCRACharge])
 //   - refunded:       TAT' = TAT - c*T, only while TAT is still what the
-//     charge set                                          ([Limit.GCRARefund])
+//     charge set, told by its mark                        ([Limit.GCRARefund])
+//   - marked:         the arrival time in nanoseconds, rounded up,
+//     Micros*1000 + ceil(1000*Frac/R): at one unit per nanosecond at most,
+//     every later grant changes it                         ([Limit.Mark])
 //   - synced to left units within w: TAT' = max(TAT, now + w + (B-left)*T)
 //     ([Limit.GCRASync])
 //   - inspected at now: Used = min(ceil((TAT-now)/T), B), Remaining = B -
-//     Used, Reset = TAT - now, when TAT > now
+//     Used, Reset = ceil(TAT) - now, when TAT > now
+//
+// The Redis store keeps TAT as the decimal "Micros" when Frac is 0, else
+// "Micros:Frac", and receives each n*T from Go the same way.
 //
 // # FixedWindow
 //
@@ -48,12 +65,22 @@
 // # SlidingWindow
 //
 // At t in window k, with e = t - k*P elapsed, the estimate is
-// prev*(P-e)/P + cur (prev and cur the counts of windows k-1 and k). A
-// demand is admitted when prev*(P-e) + (cur+c)*P <= R*P, in integers. In
-// a window where cur + c <= R, the least such e is
-// P - floor((R-cur-c)*P/prev) (0 when prev is 0); when that is below P
-// the window admits from k*P + e. Inspection rounds the estimate up:
-// Used = cur + ceil(prev*(P-e)/P).
+// prev*(P-e)/P + cur (prev and cur the counts of windows k-1 and k). The
+// weight of prev falls in steps of s µs, W = ceil(P/s) to a window
+// ([Limit.Steps]): s = 1 and W = P (the exact weight) while P*R <= 2^52,
+// else the least s with W*R <= 2^52. With j = floor(e/s) steps elapsed,
+// a demand is admitted when prev*(W-j) <= (R-cur-c)*W, both sides at
+// most R*W <= 2^52, in integers. In a window where room = R - cur - c >=
+// 0, the least such j is W - floor(room*W/prev) (0 when prev is 0); when
+// that is below W the window admits from k*P + j*s. Inspection rounds
+// the estimate up: Used = cur + ceil(prev*(W-j)/W).
+//
+// The resolution is the step: s = 1 µs for any rate a second, up to 75
+// million a minute, 1.25 million an hour or 52,000 a day; about P*R/2^52
+// µs above (20 µs at 10^6 a day, 0.6 s at 10^9 per 31 days). The stepped
+// weight, (W-j)/W, is never below the exact (P-e)/P and at most 2/W
+// above it, so the estimate counts at most 2*prev/W units too many (444
+// at 10^9 per 31 days) and never too few.
 //
 // # SlidingLog
 //

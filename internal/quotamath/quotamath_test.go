@@ -2,6 +2,7 @@ package quotamath
 
 import (
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -15,8 +16,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// maxUnits is quota's bound on P*max(R, B): the largest products the
-// arithmetic must carry exactly.
+// maxUnits is 2^53, past which Lua's doubles skip integers: the largest
+// values the arithmetic must carry exactly.
 const maxUnits = 1 << 53
 
 func TestFloorDiv(t *testing.T) {
@@ -88,23 +89,42 @@ func TestOf(t *testing.T) {
 	assert.Equal(t, Limit{Per: 1, Rate: 5, Burst: 9}, Of(quota.Limit{Rate: 5, Per: 1500 * time.Nanosecond, Burst: 9}))
 }
 
-func TestEmission(t *testing.T) {
+// Large and awkward quotas, P in µs.
+const (
+	day     = 86_400_000_000
+	month31 = 31 * day
+)
+
+func TestEmissions(t *testing.T) {
 	tests := []struct {
-		name      string
-		per, rate int64
-		want      int64
+		name         string
+		per, rate, n int64
+		want         Time
 	}{
-		{"exact", 60_000_000, 60, 1_000_000},
-		{"rounded up", 1_000_000, 3, 333_334},
-		{"rate above per", 1, 5, 1},
-		{"huge per", maxUnits - 1, 1, maxUnits - 1},
-		{"huge per and rate", maxUnits / 8, 8, maxUnits / 64},
+		{"exact", 60_000_000, 60, 1, Time{1_000_000, 0}},
+		{"a third of a second", 1_000_000, 3, 1, Time{333_333, 1}},
+		{"three thirds", 1_000_000, 3, 3, Time{1_000_000, 0}},
+		{"7 per 3 s", 3_000_000, 7, 5, Time{2_142_857, 1}},
+		{"10^7 a second: 0.1 µs", 1_000_000, 10_000_000, 1, Time{0, 1_000_000}},
+		{"10^7 a second, 25 units", 1_000_000, 10_000_000, 25, Time{2, 5_000_000}},
+		{"3*10^6 a second", 1_000_000, 3_000_000, 1, Time{0, 1_000_000}},
+		{"10^6 a day", day, 1_000_000, 1, Time{86_400, 0}},
+		{"10^9 per 31 days", month31, 1_000_000_000, 1, Time{2678, 400_000_000}},
+		{"10^9 per 31 days, n*P past 2^63", month31, 1_000_000_000, 1_000_000_000, Time{month31, 0}},
+		{"10^9 per 31 days, all but one", month31, 1_000_000_000, 999_999_999, Time{month31 - 2679, 600_000_000}},
+		{"negative", 1_000_000, 3, -1, Time{-333_334, 2}},
+		{"zero", 1_000_000, 3, 0, Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			T := Limit{Per: tt.per, Rate: tt.rate}.Emission()
-			assert.Equal(t, tt.want, T)
-			assert.GreaterOrEqual(t, T*tt.rate, tt.per, "R units never take less than P")
+			l := Limit{Per: tt.per, Rate: tt.rate}
+			got := l.Emissions(tt.n)
+			assert.Equal(t, tt.want, got)
+			// Micros*R + Frac == n*P, exactly.
+			sum := new(big.Int).Mul(big.NewInt(got.Micros), big.NewInt(tt.rate))
+			sum.Add(sum, big.NewInt(got.Frac))
+			assert.Equal(t, new(big.Int).Mul(big.NewInt(tt.n), big.NewInt(tt.per)).String(), sum.String())
+			assert.True(t, 0 <= got.Frac && got.Frac < tt.rate, "0 <= Frac < R")
 		})
 	}
 }
@@ -114,76 +134,200 @@ func TestEmission(t *testing.T) {
 func TestGCRA(t *testing.T) {
 	const T = 1_000_000
 	l := Limit{Algorithm: quota.GCRA, Per: 60 * T, Rate: 60, Burst: 10}
+	// T = 1/3 µs: 3*10^6 a second, burst 9.
+	third := Limit{Algorithm: quota.GCRA, Per: 1_000_000, Rate: 3_000_000, Burst: 9}
 	tests := []struct {
 		name     string
-		tat, at  int64 // state, decision instant
+		l        Limit
+		tat      Time
+		at       int64 // decision instant
 		cost     int64
 		earliest int64
-		newTAT   int64
+		newTAT   Time
 	}{
-		{"fresh bucket, cost == burst, at once", 0, 5 * T, 10, 5 * T, 15 * T},
-		{"an idle bucket forgets", 2 * T, 100 * T, 10, 100 * T, 110 * T},
-		{"cost == burst waits for the whole burst", 15 * T, 5 * T, 10, 15 * T, 25 * T},
-		{"full bucket, one unit", 15 * T, 5 * T, 1, 6 * T, 16 * T},
-		{"partly used", 8 * T, 5 * T, 7, 5 * T, 15 * T},
-		{"partly used, one too many", 8 * T, 5 * T, 8, 6 * T, 16 * T},
-		{"before the epoch", -15 * T, -20 * T, 1, -20 * T, -14 * T},
-		{"waits across the epoch", -5 * T, -20 * T, 10, -5 * T, 5 * T},
+		{"fresh bucket, cost == burst, at once", l, At(0), 5 * T, 10, 5 * T, At(15 * T)},
+		{"an idle bucket forgets", l, At(2 * T), 100 * T, 10, 100 * T, At(110 * T)},
+		{"cost == burst waits for the whole burst", l, At(15 * T), 5 * T, 10, 15 * T, At(25 * T)},
+		{"full bucket, one unit", l, At(15 * T), 5 * T, 1, 6 * T, At(16 * T)},
+		{"partly used", l, At(8 * T), 5 * T, 7, 5 * T, At(15 * T)},
+		{"partly used, one too many", l, At(8 * T), 5 * T, 8, 6 * T, At(16 * T)},
+		{"before the epoch", l, At(-15 * T), -20 * T, 1, -20 * T, At(-14 * T)},
+		{"waits across the epoch", l, At(-5 * T), -20 * T, 10, -5 * T, At(5 * T)},
+
+		{"a third: fresh, a full burst", third, At(0), 100, 9, 100, At(103)},
+		{"a third: one unit is a third of a µs", third, At(100), 100, 1, 100, Time{100, 1_000_000}},
+		{"a third: the fraction carries", third, Time{100, 2_000_000}, 100, 1, 100, At(101)},
+		{"a third: full, one more waits a third, rounded up", third, At(103), 100, 1, 101, Time{103, 1_000_000}},
+		{"a third: full, three more wait exactly 1 µs", third, At(103), 100, 3, 101, At(104)},
+		{"a third: a fractional arrival time waits to the next µs", third, Time{103, 1_000_000}, 100, 1, 101, Time{103, 2_000_000}},
+		{"a third: idle past a fractional arrival time", third, Time{103, 1_000_000}, 104, 1, 104, Time{104, 1_000_000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Counter{TAT: tt.tat}
-			e := l.Earliest(c, tt.at, tt.cost)
+			e := tt.l.Earliest(c, tt.at, tt.cost)
 			assert.Equal(t, tt.earliest, e)
-			assert.True(t, l.Admits(c, e, tt.cost), "admitted at earliest")
+			assert.True(t, tt.l.Admits(c, e, tt.cost), "admitted at earliest")
 			if e > tt.at {
-				assert.False(t, l.Admits(c, e-1, tt.cost), "never early")
+				assert.False(t, tt.l.Admits(c, e-1, tt.cost), "never early")
 			}
-			tat := l.GCRACharge(tt.tat, e, tt.cost)
+			tat := tt.l.GCRACharge(tt.tat, e, tt.cost)
 			assert.Equal(t, tt.newTAT, tat)
-			assert.Equal(t, max(tt.tat, e), l.GCRARefund(tat, tt.cost), "refund undoes the charge")
+			start := tt.tat
+			if start.Before(At(e)) {
+				start = At(e)
+			}
+			assert.Equal(t, start, tt.l.GCRARefund(tat, tt.cost), "refund undoes the charge")
+		})
+	}
+}
+
+// TestGCRALargeQuotas charges large and awkward quotas unit by unit, and
+// in one piece: the arrival time after R units is exactly P later, with
+// nothing lost to rounding (ceil(P/R) µs a unit admitted 89% of 10^6
+// units per 8.05 s).
+func TestGCRALargeQuotas(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		per, rate int64
+		step      int64 // cost of each charge
+	}{
+		{"7 per 3 s", 3_000_000, 7, 1},
+		{"10^6 per 8.05 s", 8_050_000, 1_000_000, 1},
+		{"3*10^6 a second", 1_000_000, 3_000_000, 7},
+		{"10^7 a second", 1_000_000, 10_000_000, 13},
+		{"10^6 a day", day, 1_000_000, 1},
+		{"10^9 per 31 days", month31, 1_000_000_000, 999_983},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := Limit{Algorithm: quota.GCRA, Per: tt.per, Rate: tt.rate, Burst: tt.rate}
+			const start = 1_728_000_000_000_000
+			tat := At(start)
+			var charged int64
+			for charged+tt.step <= tt.rate {
+				tat = l.GCRACharge(tat, start, tt.step)
+				charged += tt.step
+			}
+			tat = l.GCRACharge(tat, start, tt.rate-charged)
+			assert.Equal(t, At(start+tt.per), tat, "R units take exactly P")
+			assert.Equal(t, At(start+tt.per), l.GCRACharge(At(start), start, tt.rate), "in one charge")
+			// Full: one more unit waits T, rounded up to the µs.
+			one := l.Emissions(1)
+			assert.Equal(t, l.add(At(start), one).Ceil(), l.Earliest(Counter{TAT: tat}, start, 1))
+			st := l.State(Counter{TAT: tat}, start)
+			assert.Equal(t, quota.LimitState{Used: tt.rate, Remaining: 0, Reset: Micros(tt.per)}, st)
+			// Half the period later, what came back: R - ceil((P - P/2)*R/P).
+			st = l.State(Counter{TAT: tat}, start+tt.per/2)
+			used := new(big.Int).Mul(big.NewInt(tt.per-tt.per/2), big.NewInt(tt.rate))
+			used.Add(used, big.NewInt(tt.per-1)).Div(used, big.NewInt(tt.per))
+			assert.Equal(t, tt.rate-used.Int64(), st.Remaining, "%+v", st)
 		})
 	}
 }
 
 func TestGCRAHugePer(t *testing.T) {
-	// Per*Burst at quota's bound: one unit per 2^50µs (about 35 years),
-	// burst 8; every product stays exact.
-	l := Limit{Per: maxUnits / 8, Rate: 1, Burst: 8}
-	T := l.Emission()
-	tat := l.GCRACharge(0, 0, 8)
-	assert.Equal(t, 8*T, tat)
-	assert.Equal(t, T, l.Earliest(Counter{TAT: tat}, 0, 1))
-	assert.Equal(t, 8*T, l.Earliest(Counter{TAT: tat}, 0, 8))
+	// Per at quota.MaxPer (100 years), burst 8 at the same bound: one unit
+	// per 12.5 years; every value stays below 2^53.
+	per := quota.MaxPer.Microseconds()
+	l := Limit{Per: per, Rate: 8, Burst: 8}
+	T := l.Emissions(1)
+	assert.Equal(t, Time{per / 8, 0}, T)
+	tat := l.GCRACharge(At(0), 0, 8)
+	assert.Equal(t, At(per), tat)
+	assert.Equal(t, per/8, l.Earliest(Counter{TAT: tat}, 0, 1))
+	assert.Equal(t, per, l.Earliest(Counter{TAT: tat}, 0, 8))
 	st := l.State(Counter{TAT: tat}, 1)
-	assert.Equal(t, quota.LimitState{Used: 8, Remaining: 0, Reset: Micros(8*T - 1)}, st)
+	assert.Equal(t, quota.LimitState{Used: 8, Remaining: 0, Reset: Micros(per - 1)}, st)
 }
 
 func TestGCRASync(t *testing.T) {
 	// T = 1s, B = 60: 2 left within 30s puts the arrival time at now+30s+58s.
 	l := Limit{Per: 60_000_000, Rate: 60, Burst: 60}
-	assert.Equal(t, int64(1_000+30_000_000+58_000_000), l.GCRASync(1_000, 30_000_000, 2))
-	assert.Equal(t, int64(1_000+30_000_000+60_000_000), l.GCRASync(1_000, 30_000_000, 0))
+	assert.Equal(t, At(1_000+30_000_000+58_000_000), l.GCRASync(1_000, 30_000_000, 2))
+	assert.Equal(t, At(1_000+30_000_000+60_000_000), l.GCRASync(1_000, 30_000_000, 0))
+	// T = 1/3 µs, B = 9: 1 left within 10 µs is 8/3 µs more.
+	third := Limit{Per: 1_000_000, Rate: 3_000_000, Burst: 9}
+	assert.Equal(t, Time{1_012, 2_000_000}, third.GCRASync(1_000, 10, 1))
 }
 
 func TestGCRAState(t *testing.T) {
 	const T = 1000
 	l := Limit{Per: 10 * T, Rate: 10, Burst: 5}
+	third := Limit{Per: 1_000_000, Rate: 3_000_000, Burst: 9}
 	tests := []struct {
 		name string
-		tat  int64
+		l    Limit
+		tat  Time
 		want quota.LimitState
 	}{
-		{"fresh", 0, quota.LimitState{Remaining: 5}},
-		{"at now", 100 * T, quota.LimitState{Remaining: 5}},
-		{"one unit", 101 * T, quota.LimitState{Used: 1, Remaining: 4, Reset: Micros(T)}},
-		{"part of a unit counts whole", 100*T + 1, quota.LimitState{Used: 1, Remaining: 4, Reset: 1 * time.Microsecond}},
-		{"two and a half", 100*T + 2*T + T/2, quota.LimitState{Used: 3, Remaining: 2, Reset: Micros(2*T + T/2)}},
-		{"reserved past the burst", 108 * T, quota.LimitState{Used: 5, Remaining: 0, Reset: Micros(8 * T)}},
+		{"fresh", l, At(0), quota.LimitState{Remaining: 5}},
+		{"at now", l, At(100 * T), quota.LimitState{Remaining: 5}},
+		{"one unit", l, At(101 * T), quota.LimitState{Used: 1, Remaining: 4, Reset: Micros(T)}},
+		{"part of a unit counts whole", l, At(100*T + 1), quota.LimitState{Used: 1, Remaining: 4, Reset: 1 * time.Microsecond}},
+		{"two and a half", l, At(100*T + 2*T + T/2), quota.LimitState{Used: 3, Remaining: 2, Reset: Micros(2*T + T/2)}},
+		{"reserved past the burst", l, At(108 * T), quota.LimitState{Used: 5, Remaining: 0, Reset: Micros(8 * T)}},
+		{"a third: one unit", third, Time{100 * T, 1_000_000}, quota.LimitState{Used: 1, Remaining: 8, Reset: time.Microsecond}},
+		{"a third: a whole µs is three", third, At(100*T + 1), quota.LimitState{Used: 3, Remaining: 6, Reset: time.Microsecond}},
+		{"a third: four, rounded up", third, Time{100*T + 1, 1}, quota.LimitState{Used: 4, Remaining: 5, Reset: 2 * time.Microsecond}},
+		{"a third: far past the burst", third, At(100*T + 1_000_000_000), quota.LimitState{Used: 9, Remaining: 0, Reset: Micros(1_000_000_000)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, l.State(Counter{TAT: tt.tat}, 100*T))
+			assert.Equal(t, tt.want, tt.l.State(Counter{TAT: tt.tat}, 100*T))
+		})
+	}
+}
+
+// TestMark checks what stores record of a GCRA charge: every later grant,
+// on top or after an idle spell, changes it, even at 10^9 units a second
+// (T = 1 ns), and it rounds up to the arrival time's microsecond.
+func TestMark(t *testing.T) {
+	for _, l := range []Limit{
+		{Per: 1_000_000, Rate: 1_000_000_000, Burst: 1_000_000_000},
+		{Per: 1_000_000, Rate: 3_000_000, Burst: 9},
+		{Per: 3_000_000, Rate: 7, Burst: 7},
+		{Per: month31, Rate: 1_000_000_000, Burst: 1_000_000_000},
+	} {
+		rng := rand.New(rand.NewPCG(uint64(l.Rate), 1))
+		tat, now := At(1_000), int64(1_000)
+		for range 2000 {
+			now += rng.Int64N(3)
+			cost := 1 + rng.Int64N(3)
+			at := l.gcraEarliest(tat, now, cost)
+			next := l.GCRACharge(tat, at, cost)
+			if !assert.NotEqual(t, l.Mark(tat), l.Mark(next), "%+v: %+v to %+v", l, tat, next) {
+				break
+			}
+			assert.Equal(t, next.Ceil(), Limit{Algorithm: quota.GCRA}.ChargeEnd(l.Mark(next)))
+			tat = next
+		}
+	}
+	l := Limit{Per: 1_000_000, Rate: 3}
+	assert.Equal(t, int64(333_333_334), l.Mark(Time{333_333, 1}), "ns, rounded up")
+	assert.Equal(t, int64(5_000), l.Mark(At(5)))
+	assert.Equal(t, int64(-4_666), l.Mark(Time{-5, 1}))
+	assert.Equal(t, int64(-4), Limit{Algorithm: quota.GCRA}.ChargeEnd(-4_666))
+}
+
+func TestSteps(t *testing.T) {
+	tests := []struct {
+		name      string
+		per, rate int64
+		s, w      int64
+	}{
+		{"a second", 1_000_000, 10_000_000, 1, 1_000_000},
+		{"at the bound", 1 << 26, 1 << 26, 1, 1 << 26},
+		{"just past it", 1<<26 + 1, 1 << 26, 2, 1<<25 + 1},
+		{"10^6 a day", day, 1_000_000, 20, 4_320_000_000},
+		{"10^9 per 31 days", month31, 1_000_000_000, 594_725, 4_503_595},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, w := Limit{Per: tt.per, Rate: tt.rate}.Steps()
+			assert.Equal(t, [2]int64{tt.s, tt.w}, [2]int64{s, w})
+			assert.LessOrEqual(t, w*tt.rate, int64(1<<52), "W*R <= 2^52")
+			assert.GreaterOrEqual(t, s*w, tt.per, "W steps cover the window")
+			assert.Less(t, s*(w-1), tt.per, "every step starts in the window")
 		})
 	}
 }
@@ -204,6 +348,10 @@ func TestCounters(t *testing.T) {
 	fixed := Limit{Algorithm: quota.FixedWindow, Per: 1000, Rate: 3}
 	sliding := Limit{Algorithm: quota.SlidingWindow, Per: 1000, Rate: 4}
 	log := Limit{Algorithm: quota.SlidingLog, Per: 1000, Rate: 3}
+	// P*R = 1000*2^45 > 2^52: steps of s = ceil(1000/floor(2^52/2^45)) = 8
+	// µs, W = 125 to a window.
+	const huge = 1 << 45
+	stepped := Limit{Algorithm: quota.SlidingWindow, Per: 1000, Rate: huge}
 	windows := func(m map[int64]int64) Counter { return Counter{Count: func(k int64) int64 { return m[k] }} }
 	entries := func(log ...LogEntry) Counter { return Counter{Log: log} }
 	us := time.Microsecond
@@ -231,6 +379,14 @@ func TestCounters(t *testing.T) {
 		{"sliding: cost == rate waits for prev to fade", sliding, windows(map[int64]int64{0: 1}), 1000, 4, 2000, quota.LimitState{Used: 1, Remaining: 3, Reset: 1000 * us}},
 		{"sliding: current full", sliding, windows(map[int64]int64{1: 4}), 1100, 1, 2250, quota.LimitState{Used: 4, Remaining: 0, Reset: 1900 * us}},
 		{"sliding: before the epoch", sliding, windows(map[int64]int64{-2: 4}), -1000, 1, -750, quota.LimitState{Used: 4, Remaining: 0, Reset: 1000 * us}},
+		// A full previous window leaves room for one unit once it weighs
+		// (W-j)/W with huge*(125-j) <= (huge-1)*125: from j = 1, 8 µs in
+		// (exactly, from 1 µs in).
+		{"stepped: the weight falls a step at a time", stepped, windows(map[int64]int64{0: huge}), 1000, 1, 1008, quota.LimitState{Used: huge, Remaining: 0, Reset: 1000 * us}},
+		{"stepped: within the first step", stepped, windows(map[int64]int64{0: huge}), 1007, 1, 1008, quota.LimitState{Used: huge, Remaining: 0, Reset: 993 * us}},
+		// At j = 1 the estimate is ceil(huge*124/125) = huge - floor(huge/125).
+		{"stepped: one step in", stepped, windows(map[int64]int64{0: huge}), 1008, 1, 1008, quota.LimitState{Used: huge - huge/125, Remaining: huge / 125, Reset: 992 * us}},
+		{"stepped: half the quota waits half the window", stepped, windows(map[int64]int64{0: huge}), 1000, huge / 2, 1504, quota.LimitState{Used: huge, Remaining: 0, Reset: 1000 * us}},
 
 		{"log: empty", log, Counter{}, 500, 3, 500, quota.LimitState{Remaining: 3}},
 		{"log: room", log, entries(LogEntry{100, 1}), 500, 2, 500, quota.LimitState{Used: 1, Remaining: 2, Reset: 600 * us}},
@@ -293,12 +449,17 @@ func TestConcurrency(t *testing.T) {
 // TestEarliestIsFirstAdmitted checks every algorithm's closed form for the
 // earliest instant against a scan of its admission test, on random small
 // states: admitted at the earliest instant, and at no instant between t
-// and it (never early).
+// and it (never early). Half the limits are huge, with Per*Rate past
+// 2^52: GCRA's arrival times have fractions, sliding windows steps.
 func TestEarliestIsFirstAdmitted(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const span = 40
-	for i := range 3000 {
+	for i := range 6000 {
 		l := Limit{Per: 1 + rng.Int64N(9), Rate: 1 + rng.Int64N(5)}
+		if i%2 == 1 {
+			l.Per = 2 + rng.Int64N(8)
+			l.Rate = 1<<52/l.Per + 1 + rng.Int64N(1<<51/l.Per)
+		}
 		l.Burst = l.Rate + rng.Int64N(3)
 		at := rng.Int64N(2*span) - span // instants before the epoch too
 		windows := map[int64]int64{}
@@ -310,7 +471,7 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 			log = Insert(log, LogEntry{At: at + rng.Int64N(span) - span/2, Cost: 1 + rng.Int64N(l.Rate)})
 		}
 		c := Counter{
-			TAT:   at + rng.Int64N(span) - span/2,
+			TAT:   Time{at + rng.Int64N(span) - span/2, rng.Int64N(l.Rate)},
 			Count: func(k int64) int64 { return windows[k] },
 			Log:   log,
 		}
@@ -321,7 +482,7 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 			for !l.Admits(c, first, cost) {
 				first++
 			}
-			if !assert.Equal(t, first, l.Earliest(c, at, cost), "case %d: %+v at %d cost %d windows %v log %v tat %d", i, l, at, cost, windows, log, c.TAT) {
+			if !assert.Equal(t, first, l.Earliest(c, at, cost), "case %d: %+v at %d cost %d windows %v log %v tat %+v", i, l, at, cost, windows, log, c.TAT) {
 				t.FailNow()
 			}
 		}

@@ -36,46 +36,70 @@ func (l Limit) fixedWindowState(now int64, count func(k int64) int64) quota.Limi
 	return st
 }
 
+// maxWeight bounds R*W, W a sliding window's steps per window, so that
+// every weighted count, prev*(W-j) and (R-cur-c)*W, and the quotient
+// floor(room*W/prev) stay exact in Lua's doubles (see the package doc).
+const maxWeight = 1 << 52
+
+// Steps returns a sliding window's weight step s in microseconds and its
+// steps per window W = ceil(P/s): s is 1 and W is P while P*R <= 2^52;
+// above, s is the least step with W*R <= 2^52, ceil(P/floor(2^52/R)).
+func (l Limit) Steps() (s, w int64) {
+	most := max(maxWeight/l.Rate, 1)
+	if l.Per <= most {
+		return 1, l.Per
+	}
+	s = CeilDiv(l.Per, most)
+	return s, CeilDiv(l.Per, s)
+}
+
 // slidingWindowAdmits reports whether a sliding window admits cost at t:
-// prev*(P-e) + (cur+cost)*P <= R*P, with e = t - k*P and prev, cur the
-// counts of windows k-1 and k.
+// prev*(W-j) <= (R-cur-cost)*W, with j = floor(e/s) the steps elapsed of
+// window k (e = t - k*P) and prev, cur the counts of windows k-1 and k.
 func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	k := l.Window(t)
-	e := t - k*l.Per
-	return count(k-1)*(l.Per-e)+(count(k)+cost)*l.Per <= l.Rate*l.Per
+	s, w := l.Steps()
+	j := (t - k*l.Per) / s
+	room := l.Rate - count(k) - cost
+	return room >= 0 && count(k-1)*(w-j) <= room*w
 }
 
 // slidingWindowEarliest returns the earliest instant, not before t, at
 // which a sliding window admits cost (at most R). In window k, with
-// room = R - cur - cost >= 0, the weighted count fits from
-// e = P - floor(room*P/prev) on (prev*(P-e) <= room*P); a window where
-// that e is P or more, or cur + cost > R, admits nothing.
+// room = R - cur - cost >= 0, the weighted count fits from step
+// j = W - floor(room*W/prev) on (prev*(W-j) <= room*W), that is from
+// k*P + j*s; a window where that j is W or more, or cur + cost > R,
+// admits nothing.
 func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
+	s, w := l.Steps()
 	for k := l.Window(t); ; k++ {
 		start := k * l.Per
 		room := l.Rate - count(k) - cost
 		if room < 0 {
 			continue
 		}
-		e := max(t-start, 0)
+		at := max(t, start)
 		if prev := count(k - 1); prev > 0 {
-			e = max(e, l.Per-room*l.Per/prev)
+			j := w - room*w/prev
+			if j >= w {
+				continue
+			}
+			at = max(at, start+j*s)
 		}
-		if e < l.Per {
-			return start + e
-		}
+		return at
 	}
 }
 
 // slidingWindowState returns Used, Remaining and Reset of a sliding
 // window at now: Used is the weighted estimate rounded up,
-// cur + ceil(prev*(P-e)/P); Reset is the time until neither window counts
+// cur + ceil(prev*(W-j)/W); Reset is the time until neither window counts
 // (the end of the next window while cur > 0, of this one while only prev
 // > 0). Other fields are left zero.
 func (l Limit) slidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
-	cur, prev, e := count(k), count(k-1), now-k*l.Per
-	st := quota.LimitState{Used: cur + CeilDiv(prev*(l.Per-e), l.Per)}
+	s, w := l.Steps()
+	cur, prev, j := count(k), count(k-1), (now-k*l.Per)/s
+	st := quota.LimitState{Used: cur + CeilDiv(prev*(w-j), w)}
 	switch {
 	case cur > 0:
 		st.Reset = Micros((k+2)*l.Per - now)
