@@ -684,6 +684,22 @@ func errorCases() []stepCase {
 			{ok: true},
 		},
 	}, {
+		// quota.Limit's bounds: every store refuses a limit it could not
+		// count exactly.
+		name: "limits out of bounds",
+		buckets: on(gcra("ns", 2_000_000_000, sec, 0), slidingLog("log", quota.MaxSlidingLogRate+1, hour),
+			fixed("rate", quota.MaxRate+1, 100*day), gcra("per", 1, quota.MaxPer+sec, 0),
+			gcra("burst", 1, 30*day, 1300*12), gcra("ok", 1_000_000_000, month31, 0)),
+		steps: []step{
+			{use: []int{0}, err: quota.ErrInvalid}, // more than one a nanosecond
+			{use: []int{1}, err: quota.ErrInvalid},
+			{use: []int{2}, err: quota.ErrInvalid},
+			{use: []int{3}, err: quota.ErrInvalid},
+			{use: []int{4}, err: quota.ErrInvalid}, // a burst of 1300 years
+			{use: []int{5, 0}, err: quota.ErrInvalid},
+			{use: []int{5}, ok: true},
+		},
+	}, {
 		name:    "no limits and no pauses is granted now",
 		buckets: nil,
 		steps:   []step{{ok: true}, {cost: 1000, maxWait: hour, ok: true}},

@@ -19,24 +19,57 @@ import (
 // checks the limits' invariants over every admission not cancelled.
 func (s *suite) testDifferential(t *testing.T) {
 	mixes := []struct {
-		name string
-		algs []quota.Algorithm
+		name  string
+		algs  []quota.Algorithm
+		large bool // large and awkward rates (largeLimit)
 	}{
-		{"GCRA", []quota.Algorithm{quota.GCRA}},
-		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}},
-		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}},
-		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}},
-		{"mixed", algorithms},
+		{"GCRA", []quota.Algorithm{quota.GCRA}, false},
+		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}, false},
+		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}, false},
+		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, false},
+		{"mixed", algorithms, false},
+		{"large/GCRA", []quota.Algorithm{quota.GCRA}, true},
+		{"large/SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, true},
+		{"large/mixed", algorithms, true},
 	}
 	for _, mix := range mixes {
 		for seed := uint64(1); seed <= 4; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", mix.name, seed), func(t *testing.T) {
 				t.Parallel()
-				s.differential(t, mix.algs, seed)
+				s.differential(t, mix.algs, mix.large, seed)
 			})
 		}
 	}
 }
+
+// largeLimit returns a limit of algorithm alg with a large or awkward
+// rate: one of the quotas the issue names (7 per 3 s, 3*10^6 and 10^7 a
+// second, 10^6 a day, 10^9 per 31 days), or a random Rate up to 10^9 over
+// a random Per up to 40 days, within quota.Limit's bounds. A GCRA burst
+// is sometimes below or above the rate.
+func largeLimit(rng *rand.Rand, name string, alg quota.Algorithm) quota.Limit {
+	named := []struct {
+		rate int
+		per  time.Duration
+	}{{7, 3 * sec}, {3_000_000, sec}, {10_000_000, sec}, {1_000_000, day}, {1_000_000_000, month31}}
+	l := quota.Limit{Name: name, Algorithm: alg}
+	if i := rng.IntN(len(named) + 2); i < len(named) {
+		l.Rate, l.Per = named[i].rate, named[i].per
+	} else {
+		l.Per = time.Duration(1+rng.Int64N(40*day.Microseconds())) * us
+		l.Rate = 1 + rng.IntN(1_000_000_000)
+	}
+	if alg == quota.SlidingLog {
+		l.Rate = min(l.Rate, quota.MaxSlidingLogRate)
+	}
+	l.Rate = min(int64ToInt(l.Per.Nanoseconds()), l.Rate) // one unit a nanosecond at most
+	if alg == quota.GCRA && rng.IntN(2) == 0 {
+		l.Burst = 1 + rng.IntN(2*l.Rate)
+	}
+	return l
+}
+
+func int64ToInt(n int64) int { return int(min(n, int64(^uint(0)>>1))) }
 
 // granted is a reservation the differential test may cancel.
 type granted struct {
@@ -48,9 +81,13 @@ type granted struct {
 	adm    []int // indexes into the admissions of each limit of demand
 }
 
-func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) {
+func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, seed uint64) {
 	const steps = 400
-	rng := rand.New(rand.NewPCG(seed, uint64(len(algs))))
+	stream := uint64(len(algs))
+	if large {
+		stream += 100
+	}
+	rng := rand.New(rand.NewPCG(seed, stream))
 	store, clock := s.newStore(t)
 	m := newModel()
 	scope := s.scope(t, "")
@@ -67,6 +104,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 		}
 		if l.Algorithm == quota.GCRA && rng.IntN(2) == 0 {
 			l.Burst = 1 + rng.IntN(8)
+		}
+		if large {
+			l = largeLimit(rng, l.Name, l.Algorithm)
 		}
 		limits = append(limits, l)
 	}
@@ -182,16 +222,23 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 			}
 			if len(d.Limits) > 0 {
 				d.Cost = 1 + rng.IntN(int(capMin))
+				if large && rng.IntN(2) == 0 {
+					d.Cost = 1 + rng.IntN(int(min(capMin, 50))) // a few units: fractions of a µs
+				}
 				if rng.IntN(30) == 0 {
 					d.Cost = int(capMin) + 1
 				}
 			}
+			wait := maxPer
+			if large && rng.IntN(2) == 0 {
+				wait = min(maxPer, 1000)
+			}
 			switch w := rng.IntN(20); {
 			case w < 10:
 			case w == 10:
-				d.MaxWait = -time.Duration(rng.Int64N(maxPer)) * us
+				d.MaxWait = -time.Duration(rng.Int64N(wait)) * us
 			default:
-				d.MaxWait = time.Duration(rng.Int64N(3*maxPer)) * us
+				d.MaxWait = time.Duration(rng.Int64N(3*wait)) * us
 			}
 			dec, ok := take(step, d)
 			if !ok || dec.OK || rng.IntN(3) != 0 {
@@ -216,14 +263,27 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 				p := per(limits[rng.IntN(len(limits))])
 				now := clock.Now().UnixMicro()
 				d = (now/p+1)*p - now
+			case 2:
+				if large { // a few µs: within the emission interval of 10^7 a second
+					d = rng.Int64N(20)
+					break
+				}
+				d = rng.Int64N(maxPer)
 			default:
 				d = rng.Int64N(maxPer)
+				if large && rng.IntN(2) == 0 {
+					d = rng.Int64N(min(maxPer, sec.Microseconds()))
+				}
 			}
 			clock.Advance(time.Duration(d) * us)
 			trace = append(trace, fmt.Sprintf("  step %d: advance %dµs", step, d))
 		case r < 82: // pause
 			key := pauseKeys[rng.IntN(len(pauseKeys))]
-			d := time.Duration(rng.Int64N(4*maxPer)-maxPer) * us
+			span := maxPer
+			if large {
+				span = min(maxPer, sec.Microseconds())
+			}
+			d := time.Duration(rng.Int64N(4*span)-span) * us
 			require.NoError(t, store.Pause(t.Context(), scope, key, d), "step %d: pause %q for %v", step, key, d)
 			m.pause(scope, key, d, clock.Now().UnixMicro())
 			trace = append(trace, fmt.Sprintf("  step %d: pause %q for %v", step, key, d))

@@ -44,6 +44,8 @@ func Run(t *testing.T, c Config) {
 	t.Run("SlidingLog", func(t *testing.T) { s.runCases(t, slidingLogCases()) })
 	t.Run("SlidingWindow", func(t *testing.T) { s.runCases(t, slidingWindowCases()) })
 	t.Run("OddPeriods", func(t *testing.T) { s.runCases(t, oddPeriodCases()) })
+	t.Run("LargeQuotas", func(t *testing.T) { s.runCases(t, largeQuotaCases()) })
+	t.Run("Usable", s.testUsable)
 	t.Run("MultiLimit", func(t *testing.T) { s.runCases(t, multiLimitCases()) })
 	t.Run("LimitCosts", func(t *testing.T) { s.runCases(t, limitCostCases()) })
 	t.Run("Left", func(t *testing.T) { s.runCases(t, leftCases()) })

@@ -112,5 +112,16 @@ func syncCases() []stepCase {
 			{use: []int{0}, delay: 31 * sec, limit: 0},
 			{use: []int{0}, scope: "other", ok: true},
 		},
+	}, {
+		// Sync to 1 unit within 10 µs: TAT = now + 10 µs + (B-1)*T.
+		name:    "GCRA: 3*10^6 a second, the arrival time keeps its fraction",
+		buckets: on(gcra("g", 3_000_000, sec, 0)),
+		steps: []step{
+			{op: opSync, remaining: 1, d: 10 * us},
+			{cost: 2, delay: 11 * us}, // ceil(10 + 1/3)
+			{delay: 10 * us},
+			{advance: 10 * us, ok: true},
+			{delay: us},
+		},
 	}}
 }

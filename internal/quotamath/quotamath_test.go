@@ -352,6 +352,7 @@ func TestCounters(t *testing.T) {
 	// µs, W = 125 to a window.
 	const huge = 1 << 45
 	stepped := Limit{Algorithm: quota.SlidingWindow, Per: 1000, Rate: huge}
+	month := Limit{Algorithm: quota.SlidingWindow, Per: month31, Rate: 1e9}
 	windows := func(m map[int64]int64) Counter { return Counter{Count: func(k int64) int64 { return m[k] }} }
 	entries := func(log ...LogEntry) Counter { return Counter{Log: log} }
 	us := time.Microsecond
@@ -387,6 +388,10 @@ func TestCounters(t *testing.T) {
 		// At j = 1 the estimate is ceil(huge*124/125) = huge - floor(huge/125).
 		{"stepped: one step in", stepped, windows(map[int64]int64{0: huge}), 1008, 1, 1008, quota.LimitState{Used: huge - huge/125, Remaining: huge / 125, Reset: 992 * us}},
 		{"stepped: half the quota waits half the window", stepped, windows(map[int64]int64{0: huge}), 1000, huge / 2, 1504, quota.LimitState{Used: huge, Remaining: 0, Reset: 1000 * us}},
+		// room*W/prev far above W: any step admits (and j*s must not
+		// overflow).
+		{"stepped: a small previous window", stepped, windows(map[int64]int64{0: 38}), 1000, 46, 1000, quota.LimitState{Used: 38, Remaining: huge - 38, Reset: 1000 * us}},
+		{"10^9 per 31 days: a small previous window", month, windows(map[int64]int64{0: 38}), month31, 46, month31, quota.LimitState{Used: 38, Remaining: 1e9 - 38, Reset: month31 * us}},
 
 		{"log: empty", log, Counter{}, 500, 3, 500, quota.LimitState{Remaining: 3}},
 		{"log: room", log, entries(LogEntry{100, 1}), 500, 2, 500, quota.LimitState{Used: 1, Remaining: 2, Reset: 600 * us}},
@@ -463,8 +468,12 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 		l.Burst = l.Rate + rng.Int64N(3)
 		at := rng.Int64N(2*span) - span // instants before the epoch too
 		windows := map[int64]int64{}
+		small := rng.IntN(2) == 0 // counts far below the rate
 		for k := l.Window(at) - 2; k <= l.Window(at)+2; k++ {
 			windows[k] = rng.Int64N(l.Rate + 1)
+			if small {
+				windows[k] = rng.Int64N(min(l.Rate+1, 100))
+			}
 		}
 		var log []LogEntry
 		for range rng.IntN(5) {

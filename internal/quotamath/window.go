@@ -80,11 +80,11 @@ func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) i
 		}
 		at := max(t, start)
 		if prev := count(k - 1); prev > 0 {
-			j := w - room*w/prev
+			j := w - room*w/prev // negative when room > prev: any step
 			if j >= w {
 				continue
 			}
-			at = max(at, start+j*s)
+			at = max(at, start+max(j, 0)*s)
 		}
 		return at
 	}
