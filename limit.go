@@ -47,7 +47,9 @@ func (l Limit) Quota() quota.Limit {
 
 // An Algorithm selects how a [Limit] counts; [quota.Algorithm] describes
 // each one's arithmetic. Every store implements every algorithm with the
-// same semantics, in integer microseconds of the store's clock.
+// same semantics, in integers on microseconds of the store's clock, with
+// nothing lost to rounding (quota.Limit.Validate gives the bounds:
+// 10^12 units, one a nanosecond, 100 years).
 type Algorithm = quota.Algorithm
 
 // The algorithms; [quota.Algorithm] gives each one's arithmetic.

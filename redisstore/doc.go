@@ -43,7 +43,8 @@
 //
 // With the default prefix "throttle:", a demand in scope S writes
 //
-//	throttle:v1:{S}:g:NAME:KEY   GCRA: the theoretical arrival time, µs
+//	throttle:v1:{S}:g:NAME:KEY   GCRA, when Rate divides Per: the theoretical arrival time, µs
+//	throttle:v1:{S}:G:NAME:KEY   GCRA otherwise: the same, exact, "us" or "us:frac" (frac/Rate µs more)
 //	throttle:v1:{S}:f:NAME:KEY   fixed window: hash of window index -> count
 //	throttle:v1:{S}:w:NAME:KEY   sliding window: the same, two windows kept
 //	throttle:v1:{S}:l:NAME:KEY   sliding log: sorted set, member "instant:cost:id", score the running total of costs
@@ -53,7 +54,19 @@
 //
 // NAME is the limit's name and KEY the bucket's key. "v1" is the schema
 // version: a release that changes the layout changes it, so it never
-// misreads keys written by another. Every key has a TTL that ends when its
+// misreads keys written by another.
+//
+// Upgrading from a version that rounded GCRA's emission interval up to
+// the microsecond (before quotas above 2^53 µs units were accepted): a
+// GCRA limit whose Rate divides Per in microseconds (100 a second, 60 a
+// minute, 5,000 an hour) keeps its g: keys, whose values and charges are
+// unchanged, so old and new instances share its counter during a rolling
+// upgrade. Any other GCRA limit (3 a second, 7 per 3 seconds) is counted
+// exactly under a G: key, which the old version never reads: while both
+// versions run, each counts it apart (up to twice its quota across the
+// fleet), and at the switch its counter starts empty (one burst more, at
+// most); the old g: key expires within 2 s of its arrival time. Window,
+// log and concurrency keys are unchanged. Every key has a TTL that ends when its
 // state can no longer affect a decision: at the GCRA arrival time, at the
 // end of the last window charged (one window later for the sliding
 // window), Per after the newest log entry, when the latest lease expires

@@ -14,8 +14,12 @@
 -- ARGV[3]  and on: the script's own arguments, listed in its header
 --
 -- Units: every instant and duration is an integer number of microseconds
--- of Redis's clock. Lua numbers are doubles; every value stays below 2^53
--- (Go checks Per*max(Rate,Burst) < 2^53), so the arithmetic is exact.
+-- of Redis's clock; a GCRA arrival time may carry a fraction of one in
+-- units of 1/Rate µs (take_gcra.lua). Lua numbers are doubles; every value
+-- stays below 2^53 (quota.Limit's bounds; Go sends products that would
+-- pass it, n*Per/Rate, as quotient and remainder; a sliding window's
+-- weights are kept below 2^52, take_window.lua), so the arithmetic is
+-- exact.
 -- Numbers that go back into Redis are formatted with '%d' (fmt), since
 -- Lua's default number format has only 14 significant digits.
 --

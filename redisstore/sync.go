@@ -12,10 +12,12 @@ import (
 
 var _ quota.Syncer = (*Store)(nil)
 
-// checkSyncLimit returns an error for a limit that Sync cannot lower.
+// checkSyncLimit returns an error for a limit that Sync cannot lower:
+// one that [quota.Limit.Validate] refuses (its arithmetic would not be
+// exact), or a concurrency limit.
 func checkSyncLimit(l *quota.Limit) error {
-	if l.Rate <= 0 || l.Per < time.Microsecond || l.Burst < 0 {
-		return errors.New("redisstore: sync: invalid limit")
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("redisstore: sync: invalid limit: %w", err)
 	}
 	if l.Algorithm == quota.Concurrency {
 		return errors.New("redisstore: sync: a concurrency limit is not a rate")

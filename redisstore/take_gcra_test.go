@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
@@ -83,19 +84,22 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 // scope "s" and keys "x" and "y".
 var (
 	gcraLimits = []quota.Limit{
-		{Name: "a", Rate: 3, Per: 10 * time.Millisecond},
-		{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},
-		{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},
+		{Name: "a", Rate: 3, Per: 10 * time.Millisecond},                     // T = 3333 1/3 µs
+		{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2},            // T = 1400 µs
+		{Name: "c", Rate: 2, Per: 999 * time.Microsecond, Burst: 6},          // T = 499.5 µs
+		{Name: "d", Rate: 10_000_000, Per: time.Second, Burst: 30_000},       // T = 0.1 µs
+		{Name: "e", Rate: 1_000_000_000, Per: 31 * 24 * time.Hour, Burst: 3}, // T = 2678.4 µs
 	}
 	gcraPauses = []string{"p", "q"}
 )
 
 // randomGCRADemand returns a demand of scope "s" with one to three of
 // gcraLimits on random keys, some of gcraPauses, cost 1 or 2 and a MaxWait
-// below 4 ms.
+// below 4 ms. A cost of 1 or 2 of limit d takes 0.1 or 0.2 µs: its
+// arrival times have fractions.
 func randomGCRADemand(rng *rand.Rand) *quota.Demand {
 	d := &quota.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
-	for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
+	for _, i := range rng.Perm(len(gcraLimits))[:1+rng.IntN(3)] {
 		d.Limits = append(d.Limits, quota.Bucket{Limit: gcraLimits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
 	}
 	for _, p := range gcraPauses {
@@ -146,7 +150,7 @@ func sameDecision(t *testing.T, want, got quota.Decision, where string) bool {
 // step took (see writeSpans).
 func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b quota.Bucket, written time.Duration, where string) {
 	t.Helper()
-	k := "v1:{s}:g:" + b.Limit.Name + ":" + b.Key
+	k := "v1:{s}:" + gcraTag(b.Limit) + b.Limit.Name + ":" + b.Key
 	start := time.Now()
 	wv, wt := keyState(t, c, want+k)
 	gv, gt := keyState(t, c, got+k)
@@ -188,4 +192,91 @@ func keyState(t *testing.T, c *redis.Client, key string) (string, int64) {
 	ttl, err := c.PTTL(ctx(t), key).Result()
 	require.NoError(t, err)
 	return v, ttl.Milliseconds()
+}
+
+// gcraTag is the algorithm part of a GCRA limit's key (keys.go): g: when
+// Rate divides Per, else G:.
+func gcraTag(l quota.Limit) string {
+	if l.Per.Microseconds()%int64(l.Rate) != 0 {
+		return "G:"
+	}
+	return "g:"
+}
+
+// TestArrivalTimesExact charges GCRA limits whose T is not a whole
+// microsecond back to back on Redis's own clock, the production path
+// (INCRBY, or SET KEEPTTL for a fraction, within a second; SET PXAT
+// across), through take_gcra.lua, take.lua and take_batch.lua: every
+// charge is a reservation, and the arrival time it stores is exactly
+// quotamath's, fraction included; the decision's mark is the stored
+// arrival time's.
+func TestArrivalTimesExact(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []redisstore.Option
+		batch bool
+	}{
+		{"take_gcra", []redisstore.Option{redisstore.WithBatching(0)}, false},
+		{"take", []redisstore.Option{redisstore.WithGenericTake()}, false},
+		{"take_batch", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, srv.Addr())
+			prefix := redistest.Prefix(t)
+			s := newStoreOn(t, c, prefix, tc.opts...)
+			// T = 3333 1/3 µs, and 2678.4 µs: 100 charges reserve 0.3 s
+			// ahead, so every charge lands on the last one's arrival time.
+			for _, l := range []quota.Limit{
+				{Name: "third", Rate: 3, Per: 10 * time.Millisecond, Burst: 2},
+				{Name: "month", Rate: 1_000_000_000, Per: 31 * 24 * time.Hour, Burst: 2},
+			} {
+				q := quotamath.Of(l)
+				key := prefix + "v1:{exact}:G:" + l.Name + ":"
+				read := func() quotamath.Time {
+					v, err := c.Get(ctx(t), key).Result()
+					require.NoError(t, err)
+					us, frac, err := redisstore.ParseArrival(v)
+					require.NoError(t, err, v)
+					return quotamath.Time{Micros: us, Frac: frac}
+				}
+				var last quotamath.Time
+				fractions := 0
+				for i := range 100 {
+					d := &quota.Demand{Scope: "exact", Cost: 1 + i%2, MaxWait: 10 * time.Second, Limits: []quota.Bucket{{Limit: l}}}
+					costs := []int64{int64(d.Cost)}
+					var dec quota.Decision
+					if tc.batch {
+						decs, errs := redisstore.TakeBatch(s, []*quota.Demand{d, {Scope: "exact", Cost: 1, MaxWait: 10 * time.Second, Limits: d.Limits}})
+						require.NoError(t, errs[0])
+						require.NoError(t, errs[1])
+						require.True(t, decs[0].OK)
+						dec, costs = decs[1], append(costs, 1)
+					} else {
+						var err error
+						dec, err = s.Take(ctx(t), d)
+						require.NoError(t, err)
+					}
+					require.True(t, dec.OK, "%s: charge %d refused", l.Name, i)
+					tat := read()
+					if i > 0 {
+						// Each charge is a reservation at the first instant
+						// the bucket admits it, ceil(TAT - (B-c)*T), after
+						// now: TAT' = max(TAT, that instant) + c*T.
+						want := last
+						for _, c := range costs {
+							at := q.Earliest(quotamath.Counter{TAT: want}, 0, c)
+							want = q.GCRACharge(want, at, c)
+						}
+						require.Equal(t, want, tat, "%s: charge %d of %v on %+v", l.Name, i, costs, last)
+					}
+					assert.Equal(t, q.Mark(tat), dec.Reservation.Marks[0], "%s: charge %d: the mark is the stored arrival time's", l.Name, i)
+					last = tat
+					if tat.Frac != 0 {
+						fractions++
+					}
+				}
+				assert.NotZero(t, fractions, "%s: no arrival time had a fraction", l.Name)
+			}
+		})
+	}
 }
