@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -189,7 +190,16 @@ func (s *Store) sendBatch(calls []*batchCall) {
 	}
 	keys := make([]string, 0, nk)
 	args, mark := s.scriptArgs(na, "", true)
-	args = append(args, len(calls))
+	// The number of demands, and " f" when some limit's arrival times
+	// have fractions (take_batch.lua).
+	var count any = len(calls)
+	for _, c := range calls {
+		if !gcraExact(c.d) {
+			count = strconv.Itoa(len(calls)) + " f"
+			break
+		}
+	}
+	args = append(args, count)
 	for _, c := range calls {
 		d := c.d
 		keys = append(keys, s.takeKeys(d, "")...)

@@ -87,6 +87,8 @@ func BenchmarkDecision(b *testing.B) {
 		{"gcra+gcra-nobatching", "evalsha", take(unbatched, demand(lim("g2g", quota.GCRA), lim("g2h", quota.GCRA)))},
 		{"gcra+gcra-ids", "evalsha", take(ids, demand(lim("g2e", quota.GCRA), lim("g2f", quota.GCRA)))},
 		{"gcra+gcra-noids", "evalsha", take(noIDs, demand(lim("g2c", quota.GCRA), lim("g2d", quota.GCRA)))},
+		// T = 1/3 µs: an arrival time with a fraction (a G: key, "us:frac").
+		{"gcra-fraction", "evalsha", take(detect, demand(quota.Bucket{Limit: quota.Limit{Name: "g1f", Rate: 3_000_000, Per: time.Second}, Key: "k"}))},
 		{"fixed-window", "evalsha", take(detect, demand(lim("f1", quota.FixedWindow)))},
 		{"fixed-window-ids", "evalsha", take(ids, demand(lim("f1i", quota.FixedWindow)))},
 		{"sliding-window", "evalsha", take(detect, demand(lim("w1", quota.SlidingWindow)))},

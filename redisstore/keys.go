@@ -3,7 +3,9 @@ package redisstore
 import (
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -103,7 +105,7 @@ func algTag(l *quota.Limit) string {
 	case quota.Concurrency:
 		return "c:"
 	}
-	if l.Rate > 0 && l.Per.Microseconds()%int64(l.Rate) != 0 {
+	if l.Rate > 0 && l.Per >= time.Microsecond && !quotamath.Of(*l).Exact() {
 		return "G:"
 	}
 	return "g:"

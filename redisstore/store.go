@@ -197,11 +197,11 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
 		args, mark = s.scriptArgs(5, id, true)
-		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, d.CostOf(0))
+		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate, d.CostOf(0))
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
-		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS))
+		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS, gcraExact(d)))
 		args = appendGCRAPairs(args, d)
 	default:
 		var err error
@@ -219,8 +219,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			case quota.Concurrency: // lease.go
 				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1)
 			default:
-				p, r := l.Per.Microseconds(), int64(l.Rate)
-				args = append(args, algoCode(l.Algorithm), p, r-cost, cost)
+				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-cost, cost)
 			}
 		}
 		keys, args = appendReleases(keys, args, carried)
@@ -247,9 +246,11 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 }
 
 // gcraMode is take_gcra.lua's ARGV[4]: "P M", P pause keys and
-// the reply remembered for M ms. The common ones are constants.
-func gcraMode(pauses int, replayMS int64) string {
-	if replayMS == 0 {
+// the reply remembered for M ms, and " f" after them unless exact (every
+// limit's emission interval is whole microseconds, gcraExact). The common
+// ones are constants.
+func gcraMode(pauses int, replayMS int64, exact bool) string {
+	if replayMS == 0 && exact {
 		switch pauses {
 		case 0:
 			return "0 0"
@@ -257,7 +258,23 @@ func gcraMode(pauses int, replayMS int64) string {
 			return "1 0"
 		}
 	}
-	return strconv.Itoa(pauses) + " " + formatInt(replayMS)
+	mode := strconv.Itoa(pauses) + " " + formatInt(replayMS)
+	if !exact {
+		mode += " f"
+	}
+	return mode
+}
+
+// gcraExact reports whether the emission interval of every limit of d,
+// all GCRA, is a whole number of microseconds: then no argument or
+// arrival time of the take has a fraction (take_gcra.lua).
+func gcraExact(d *quota.Demand) bool {
+	for i := range d.Limits {
+		if !quotamath.Of(d.Limits[i].Limit).Exact() {
+			return false
+		}
+	}
+	return true
 }
 
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
@@ -290,7 +307,8 @@ func gcraArgs(l *quota.Limit, cost int64) (charge, room any) {
 // else "q:r", and "q:r:rate" when rate is not 0 (the scripts need it to
 // carry a sum's fraction).
 func timeArg(t quotamath.Time, rate int64) string {
-	b := strconv.AppendInt(make([]byte, 0, 48), t.Micros, 10)
+	var buf [64]byte
+	b := strconv.AppendInt(buf[:0], t.Micros, 10)
 	if t.Frac != 0 || rate != 0 {
 		b = strconv.AppendInt(append(b, ':'), t.Frac, 10)
 	}
@@ -298,6 +316,20 @@ func timeArg(t quotamath.Time, rate int64) string {
 		b = strconv.AppendInt(append(b, ':'), rate, 10)
 	}
 	return string(b)
+}
+
+// windowPer is what the scripts take as Per of a window limit l: Per in
+// µs, except for a sliding window whose weight falls in steps of more
+// than 1 µs ([quotamath.Limit.Steps]): "Per:s:W", the step and the steps
+// per window (take_window.lua).
+func windowPer(l *quota.Limit) any {
+	ql := quotamath.Of(*l)
+	if l.Algorithm == quota.SlidingWindow {
+		if step, steps := ql.Steps(); step > 1 {
+			return formatInt(ql.Per) + ":" + formatInt(step) + ":" + formatInt(steps)
+		}
+	}
+	return ql.Per
 }
 
 // takeKeys returns the keys of a take, in the scripts' order: pauses,

@@ -20,7 +20,8 @@
 --                   "q" and "q:r:Rate" forms and the arrival times)
 --   FIXED_WINDOW    param = Per,    allowance = Rate - cost
 --   SLIDING_LOG     param = Per,    allowance = Rate - cost
---   SLIDING_WINDOW  param = Per,    allowance = Rate - cost
+--   SLIDING_WINDOW  param = Per, or "Per:s:W" (take_window.lua),
+--                   allowance = Rate - cost
 --   CONCURRENCY     param = lease time (Per), allowance = Rate (slots);
 --                   the member of a lease is the decision id. A slot is
 --                   taken only when the demand acts now; a reservation
@@ -126,13 +127,10 @@ while true do
     elseif algo == SLIDING_WINDOW then
       -- prev*(W-j) <= (Rate-cur-cost)*W, j the steps of the window gone
       -- (take_window.lua).
-      local per = param
-      local step, steps = 1, per
-      local rate = allowance + ARGV[arg + 3]
-      if per * rate > 4503599627370496 then
-        local most = floor(4503599627370496 / rate)
-        step = floor((per - 1) / most) + 1
-        steps = floor((per - 1) / step) + 1
+      local per, step, steps = param, 1, param
+      if not per then
+        local p, s, w = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
+        per, step, steps = tonumber(p), tonumber(s), tonumber(w)
       end
       local window = floor(instant / per)
       while true do
@@ -340,7 +338,11 @@ for i = 1, limits do
       leaves(tonumber(ARGV[arg + 2]) + tonumber(cost) - (newest - base))
     end
   else
-    local per = param
+    local per, step, steps = param, 1, param
+    if not per then -- a sliding window in steps: "Per:s:W"
+      local p, s, w = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
+      per, step, steps = tonumber(p), tonumber(s), tonumber(w)
+    end
     local window = floor(instant / per)
     local count = redis.call('HINCRBY', key, fmt('%d', window), cost)
     if count == tonumber(cost) then
@@ -362,16 +364,9 @@ for i = 1, limits do
     end
     reply[6 + i] = window
     if instant == now then
-      local rate = tonumber(ARGV[arg + 2]) + tonumber(cost)
-      local left = rate - count
+      local left = tonumber(ARGV[arg + 2]) + tonumber(cost) - count
       if algo == SLIDING_WINDOW then
         -- Less the weight of the previous window, ceil(prev*(W-j)/W).
-        local step, steps = 1, per
-        if per * rate > 4503599627370496 then
-          local most = floor(4503599627370496 / rate)
-          step = floor((per - 1) / most) + 1
-          steps = floor((per - 1) / step) + 1
-        end
         local prev = tonumber(redis.call('HGET', key, fmt('%d', window - 1))) or 0
         left = left - math.ceil(prev * (steps - floor((now - window * per) / step)) / steps)
         if left < 0 then left = 0 end

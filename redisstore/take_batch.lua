@@ -12,41 +12,53 @@
 -- tag {scope}; no other key is touched.
 --
 -- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
--- ARGV[3]  the number of demands
+-- ARGV[3]  the number of demands; "N f" when the emission interval of a
+--          limit is not a whole number of microseconds, so that its
+--          arguments and arrival times may carry fractions (take_gcra.lua)
 -- then per demand: P (pause keys), L (limits), MaxWait, then L pairs
 --          charge = cost*T, allowance = Burst*T - cost*T (T = Per/Rate,
---          "q" or "q:r:Rate" and "q:r": take_gcra.lua)
+--          "q" or, with fractions, "q:r:Rate" and "q:r": take_gcra.lua)
 --
 -- Reply: a table with one entry per demand, in take_gcra.lua's format: a
--- string "1 delay -1 -1 now -1 TAT..." when granted, "0 delay limit
--- pause" when refused.
+-- string "1 delay -1 -1 now -1 TAT..." when granted (a TAT "us" or
+-- "us:frac"), "0 delay limit pause" when refused.
 
 -- current holds every key read so far: its value as the demands decided
--- so far left it, whole microseconds, and in fraction its GCRA fraction
--- (take_gcra.lua). stored and storedFrac hold the value Redis had, and
--- changed lists the limit keys to write back, once each, at the end.
-local current, fraction, stored, storedFrac, changed = {}, {}, {}, {}, {}
+-- so far left it (whole microseconds; with fractions, fraction holds the
+-- rest). stored and storedFrac hold the value Redis had, and changed
+-- lists the limit keys to write back, once each, at the end. A batch of
+-- whole microseconds runs what it ran before fractions were kept.
+local demands, exact = tonumber(ARGV[3]), true
+if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), false end
+local current, stored, changed = {}, {}, {}
+local fraction, storedFrac
+if not exact then fraction, storedFrac = {}, {} end
 local function get(key)
   local value = current[key]
   if value == nil then
-    local raw = redis.call('GET', key)
-    local frac = 0
-    value = tonumber(raw)
-    if not value then
-      value = 0
-      if raw then
-        local us, f = string.match(raw, '^(%d+):(%d+)$')
-        value, frac = tonumber(us) or 0, tonumber(f) or 0
+    if exact then
+      value = tonumber(redis.call('GET', key)) or 0
+    else
+      local raw = redis.call('GET', key)
+      local frac = 0
+      value = tonumber(raw)
+      if not value then
+        value = 0
+        if raw then -- "us:frac"
+          local us, f = string.match(raw, '^(%d+):(%d+)$')
+          value, frac = tonumber(us) or 0, tonumber(f) or 0
+        end
       end
+      fraction[key], storedFrac[key] = frac, frac
     end
-    current[key], stored[key], fraction[key], storedFrac[key] = value, value, frac, frac
+    current[key], stored[key] = value, value
   end
   return value
 end
 
 local replies = {}
 local nextKey, nextArg = 1, 4 -- the next demand's first key and argument
-for demand = 1, tonumber(ARGV[3]) do
+for demand = 1, demands do
   local pauses, limits = tonumber(ARGV[nextArg]), tonumber(ARGV[nextArg + 1])
   local maxWait = ARGV[nextArg + 2]
   nextArg = nextArg + 3
@@ -57,41 +69,56 @@ for demand = 1, tonumber(ARGV[3]) do
   end
   nextKey = nextKey + pauses
   for i = 0, limits - 1 do
-    local key, room, roomFrac = KEYS[nextKey + i], tonumber(ARGV[nextArg + 2 * i + 1]), 0
-    if not room then
-      local q, r = string.match(ARGV[nextArg + 2 * i + 1], '^(%d+):(%d+)$')
-      room, roomFrac = tonumber(q), tonumber(r)
+    local earliest
+    if exact then
+      earliest = get(KEYS[nextKey + i]) - ARGV[nextArg + 2 * i + 1]
+    else
+      -- ceil(TAT - allowance): tat - q, plus 1 if frac > r.
+      local key, room, roomFrac = KEYS[nextKey + i], tonumber(ARGV[nextArg + 2 * i + 1]), 0
+      if not room then
+        local q, r = string.match(ARGV[nextArg + 2 * i + 1], '^(%d+):(%d+)$')
+        room, roomFrac = tonumber(q), tonumber(r)
+      end
+      earliest = get(key) - room
+      if fraction[key] > roomFrac then earliest = earliest + 1 end
     end
-    local earliest = get(key) - room
-    if fraction[key] > roomFrac then earliest = earliest + 1 end
     if earliest > instant then instant, binding = earliest, i end
   end
   if instant > now and instant - now > tonumber(maxWait) then
     replies[demand] = fmt('0 %d %d %d', instant - now, binding, pause)
   else
-    local marks = ''
+    local marks, tat = ''
     for i = 0, limits - 1 do
       local key = KEYS[nextKey + i]
-      local tat, frac = current[key], fraction[key]
-      if tat < instant then tat, frac = instant, 0 end
-      local charge = tonumber(ARGV[nextArg + 2 * i])
-      if charge then
-        tat = tat + charge
+      tat = current[key]
+      if exact then
+        if tat < instant then tat = instant end
+        tat = tat + ARGV[nextArg + 2 * i]
+        marks = marks .. ' ' .. fmt('%d', tat)
       else
-        local q, r, rate = string.match(ARGV[nextArg + 2 * i], '^(%d+):(%d+):(%d+)$')
-        tat, frac = tat + q, frac + r
-        if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+        -- TAT' = max(TAT, instant) + charge, the fraction carried at Rate.
+        local frac = fraction[key]
+        if tat < instant then tat, frac = instant, 0 end
+        local charge = tonumber(ARGV[nextArg + 2 * i])
+        if charge then
+          tat = tat + charge
+        else
+          local q, r, rate = string.match(ARGV[nextArg + 2 * i], '^(%d+):(%d+):(%d+)$')
+          tat, frac = tat + q, frac + r
+          if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+        end
+        fraction[key] = frac
+        if frac > 0 then
+          marks = marks .. fmt(' %d:%d', tat, frac)
+        else
+          marks = marks .. ' ' .. fmt('%d', tat)
+        end
       end
       if not changed[key] then
         changed[#changed + 1] = key
         changed[key] = true
       end
-      current[key], fraction[key] = tat, frac
-      if frac > 0 then
-        marks = marks .. fmt(' %d:%d', tat, frac)
-      else
-        marks = marks .. ' ' .. fmt('%d', tat)
-      end
+      current[key] = tat
     end
     replies[demand] = fmt('1 %d -1 -1 %d -1', instant - now, now) .. marks
   end
@@ -101,21 +128,27 @@ end
 
 -- Write every charged key once, by the expiry rule of take_gcra.lua: the
 -- value's second decides the expiry; it is kept while the value stays in
--- the second it was in.
+-- the second it was in (INCRBY, or SET KEEPTTL for a fraction).
 for _, key in ipairs(changed) do
-  local old, tat, frac = stored[key], current[key], fraction[key]
-  local value = fmt('%d', tat)
-  if frac > 0 then value = fmt('%d:%d', tat, frac) end
-  if slack > 0 then
-    redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
-  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-    if frac == 0 and storedFrac[key] == 0 then
+  local old, tat = stored[key], current[key]
+  if exact or fraction[key] == 0 and storedFrac[key] == 0 then
+    if slack > 0 then
+      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
       redis.call('INCRBY', key, fmt('%d', tat - old))
     else
-      redis.call('SET', key, value, 'KEEPTTL')
+      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
   else
-    redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    local value = fmt('%d', tat)
+    if fraction[key] > 0 then value = fmt('%d:%d', tat, fraction[key]) end
+    if slack > 0 then
+      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+      redis.call('SET', key, value, 'KEEPTTL')
+    else
+      redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    end
   end
 end
 return replies

@@ -18,7 +18,10 @@
 -- ARGV[1], ARGV[2]  the clock and the decision id, "" unless replies are
 --          remembered (prologue.lua)
 -- ARGV[3]  MaxWait
--- ARGV[4]  "P M": P pause keys, and remember the reply for M ms (0: not)
+-- ARGV[4]  "P M": P pause keys, and remember the reply for M ms (0: not);
+--          "P M f" when the emission interval of a limit is not a whole
+--          number of microseconds, so that its arguments and arrival time
+--          may carry fractions (below)
 -- then 2 per limit: charge = cost*T, allowance = Burst*T - cost*T
 --          (T = Per/Rate), limit i's at ARGV[3 + 2*i], ARGV[4 + 2*i]
 --
@@ -37,8 +40,10 @@
 -- (internal/quotamath's Emissions: n*Per/Rate in 128 bits) the same way:
 -- "q" when it is whole, else the charge as "q:r:Rate" and the allowance
 -- as "q:r" (q microseconds plus r/Rate). So every value stays below 2^53
--- and exact in Lua, and the common case, whole microseconds, parses one
--- number as before:
+-- and exact in Lua. Such limits keep their arrival times under keys of
+-- their own (G:, keys.go), and ARGV[4] says when a demand has one: a demand
+-- of whole microseconds only runs the code it ran before fractions were
+-- kept, instruction for instruction. With fractions:
 --   earliest = ceil(TAT - allowance): tat - q, plus 1 if frac > r
 --   charged  = max(TAT, instant) + charge, frac carried into tat at Rate
 --
@@ -56,12 +61,13 @@
 
 local limits = (#ARGV - 4) / 2
 local mode = ARGV[4]
-local pauses, replyTTL = 0, 0
+local pauses, replyTTL, exact = 0, 0, true
 if mode == '1 0' then
   pauses = 1
 elseif mode ~= '0 0' then
-  pauses, replyTTL = string.match(mode, '^(%d+) (%d+)$')
-  pauses, replyTTL = tonumber(pauses), tonumber(replyTTL)
+  local fractions
+  pauses, replyTTL, fractions = string.match(mode, '^(%d+) (%d+)(.*)$')
+  pauses, replyTTL, exact = tonumber(pauses), tonumber(replyTTL), fractions == ''
 end
 local replayKey = KEYS[#KEYS]
 if replyTTL > 0 then
@@ -76,95 +82,49 @@ if replyTTL > 0 then
   end
 end
 
-if limits <= 2 and pauses <= 1 then
-  -- At most one pause key and one or two limits: the common cases (a
-  -- transport's demand has its scope's pause key), in straight lines
-  -- without tables.
+if exact and limits <= 2 and pauses <= 1 then
+  -- At most one pause key and one or two limits, in whole microseconds:
+  -- the common cases (a transport's demand has its scope's pause key), in
+  -- straight lines without tables.
   local instant, pause, first = now, -1, 1
   if pauses == 1 then
     local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
     if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
     first = 2
   end
-  local raw = redis.call('GET', KEYS[first])
-  local old1, frac1 = tonumber(raw), 0
-  if not old1 then
-    old1 = 0
-    if raw then
-      local us, frac = string.match(raw, '^(%d+):(%d+)$')
-      old1, frac1 = tonumber(us) or 0, tonumber(frac) or 0
-    end
-  end
-  local old2, frac2, binding = 0, 0, -1
-  local room, roomFrac = tonumber(ARGV[6]), 0
-  if not room then
-    local q, r = string.match(ARGV[6], '^(%d+):(%d+)$')
-    room, roomFrac = tonumber(q), tonumber(r)
-  end
-  local earliest = old1 - room
-  if frac1 > roomFrac then earliest = earliest + 1 end
+  local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
+  local old2, binding = 0, -1
+  local earliest = old1 - ARGV[6]
   if earliest > instant then instant, binding = earliest, 0 end
   if limits == 2 then
-    raw = redis.call('GET', KEYS[first + 1])
-    old2 = tonumber(raw)
-    if not old2 then
-      old2 = 0
-      if raw then
-        local us, frac = string.match(raw, '^(%d+):(%d+)$')
-        old2, frac2 = tonumber(us) or 0, tonumber(frac) or 0
-      end
-    end
-    room, roomFrac = tonumber(ARGV[8]), 0
-    if not room then
-      local q, r = string.match(ARGV[8], '^(%d+):(%d+)$')
-      room, roomFrac = tonumber(q), tonumber(r)
-    end
-    earliest = old2 - room
-    if frac2 > roomFrac then earliest = earliest + 1 end
+    old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
+    earliest = old2 - ARGV[8]
     if earliest > instant then instant, binding = earliest, 1 end
   end
   -- MaxWait is read only when there is a wait (one number less to parse).
   if instant > now and instant - now > tonumber(ARGV[3]) then
     return fmt('0 %d %d %d', instant - now, binding, pause)
   end
-  local tat1, tat2, tf1, tf2
+  local tat1, tat2
   for i = 1, limits do
-    local old, oldFrac = old1, frac1
-    if i == 2 then old, oldFrac = old2, frac2 end
-    local tat, frac = old, oldFrac
-    if tat < instant then tat, frac = instant, 0 end
-    local charge = tonumber(ARGV[3 + 2 * i])
-    if charge then
-      tat = tat + charge
-    else
-      local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
-      tat, frac = tat + q, frac + r
-      if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
-    end
+    local old = old1
+    if i == 2 then old = old2 end
+    local tat = old
+    if tat < instant then tat = instant end
+    tat = tat + ARGV[3 + 2 * i]
     local key = KEYS[first + i - 1]
-    if frac == 0 and oldFrac == 0 and slack == 0 and old > 0 and floor(old / GRID) == floor(tat / GRID) then
+    if slack > 0 then
+      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
       redis.call('INCRBY', key, fmt('%d', tat - old))
     else
-      local value = fmt('%d', tat)
-      if frac > 0 then value = fmt('%d:%d', tat, frac) end
-      if slack > 0 then
-        redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
-      elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-        redis.call('SET', key, value, 'KEEPTTL')
-      else
-        redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
-      end
+      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
-    if i == 1 then tat1, tf1 = tat, frac else tat2, tf2 = tat, frac end
+    if i == 1 then tat1 = tat else tat2 = tat end
   end
-  if replyTTL == 0 and limits == 1 and tf1 == 0 then
-    return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1)
-  end
-  local marks = fmt('%d', tat1)
-  if tf1 > 0 then marks = fmt('%d:%d', tat1, tf1) end
-  if limits == 2 then
-    if tf2 > 0 then marks = marks .. fmt(' %d:%d', tat2, tf2) else marks = marks .. fmt(' %d', tat2) end
-  end
+  if replyTTL == 0 and limits == 1 then return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1) end
+  local marks
+  if limits == 2 then marks = fmt('%d %d', tat1, tat2) else marks = fmt('%d', tat1) end
   if replyTTL > 0 then
     redis.call('SET', replayKey, fmt('%d ', instant) .. marks, 'PX', replyTTL)
   end
@@ -182,25 +142,30 @@ for i = 1, pauses do
   local pauseEnd = tonumber(values[i])
   if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, i - 1 end
 end
-local olds, fracs = {}, {}
+local olds, fracs = {}, nil -- fracs: the arrival times' fractions, with fractions
+if not exact then fracs = {} end
 for i = 1, limits do
   local raw = values[pauses + i]
-  local old, oldFrac = tonumber(raw), 0
-  if not old then
-    old = 0
-    if raw then
-      local us, frac = string.match(raw, '^(%d+):(%d+)$')
-      old, oldFrac = tonumber(us) or 0, tonumber(frac) or 0
+  local old = tonumber(raw) or 0
+  local earliest
+  if exact then
+    earliest = old - ARGV[4 + 2 * i]
+  else
+    -- earliest = ceil(TAT - allowance): tat - q, plus 1 if frac > r.
+    local frac, room, roomFrac = 0, tonumber(ARGV[4 + 2 * i]), 0
+    if raw and old == 0 then
+      local us, f = string.match(raw, '^(%d+):(%d+)$')
+      old, frac = tonumber(us) or 0, tonumber(f) or 0
     end
+    if not room then
+      local q, r = string.match(ARGV[4 + 2 * i], '^(%d+):(%d+)$')
+      room, roomFrac = tonumber(q), tonumber(r)
+    end
+    fracs[i] = frac
+    earliest = old - room
+    if frac > roomFrac then earliest = earliest + 1 end
   end
-  olds[i], fracs[i] = old, oldFrac
-  local room, roomFrac = tonumber(ARGV[4 + 2 * i]), 0
-  if not room then
-    local q, r = string.match(ARGV[4 + 2 * i], '^(%d+):(%d+)$')
-    room, roomFrac = tonumber(q), tonumber(r)
-  end
-  local earliest = old - room
-  if oldFrac > roomFrac then earliest = earliest + 1 end
+  olds[i] = old
   if earliest > instant then instant, binding = earliest, i - 1 end
 end
 if instant > now and instant - now > tonumber(ARGV[3]) then
@@ -210,31 +175,47 @@ end
 -- Charge every limit at the instant, by the expiry rule above.
 local marks = ''
 for i = 1, limits do
-  local key, old, oldFrac = KEYS[pauses + i], olds[i], fracs[i]
-  local tat, frac = old, oldFrac
-  if tat < instant then tat, frac = instant, 0 end
-  local charge = tonumber(ARGV[3 + 2 * i])
-  if charge then
-    tat = tat + charge
-  else
-    local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
-    tat, frac = tat + q, frac + r
-    if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
-  end
-  local value = fmt('%d', tat)
-  if frac > 0 then value = fmt('%d:%d', tat, frac) end
-  if slack > 0 then
-    redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
-  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-    if frac == 0 and oldFrac == 0 then
+  local key, old = KEYS[pauses + i], olds[i]
+  local tat = old
+  if exact then
+    if tat < instant then tat = instant end
+    tat = tat + ARGV[3 + 2 * i]
+    if slack > 0 then
+      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
       redis.call('INCRBY', key, fmt('%d', tat - old))
     else
-      redis.call('SET', key, value, 'KEEPTTL')
+      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
+    marks = marks .. ' ' .. fmt('%d', tat)
   else
-    redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    -- TAT' = max(TAT, instant) + charge, the fraction carried at Rate.
+    local oldFrac = fracs[i]
+    local frac = oldFrac
+    if tat < instant then tat, frac = instant, 0 end
+    local charge = tonumber(ARGV[3 + 2 * i])
+    if charge then
+      tat = tat + charge
+    else
+      local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
+      tat, frac = tat + q, frac + r
+      if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+    end
+    local value = fmt('%d', tat)
+    if frac > 0 then value = fmt('%d:%d', tat, frac) end
+    if slack > 0 then
+      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+      if frac == 0 and oldFrac == 0 then
+        redis.call('INCRBY', key, fmt('%d', tat - old))
+      else
+        redis.call('SET', key, value, 'KEEPTTL')
+      end
+    else
+      redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+    end
+    marks = marks .. ' ' .. value
   end
-  marks = marks .. ' ' .. value
 end
 if replyTTL > 0 then
   redis.call('SET', replayKey, fmt('%d', instant) .. marks, 'PX', replyTTL)

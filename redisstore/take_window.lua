@@ -15,7 +15,8 @@
 -- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
 -- ARGV[3]  the algorithm: FIXED_WINDOW or SLIDING_WINDOW
 -- ARGV[4]  MaxWait
--- ARGV[5]  Per
+-- ARGV[5]  Per; for a sliding window whose weight falls in steps of more
+--          than 1 µs, "Per:s:W" (below)
 -- ARGV[6]  Rate
 -- ARGV[7]  cost (at most Rate; Go checks)
 --
@@ -38,9 +39,13 @@ end
 -- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
 -- more than the parse saved).
 local per, rate, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local step, steps = 1, per -- the sliding window's weight steps, below
+if not per then
+  local p, s, w = string.match(ARGV[5], '^(%d+):(%d+):(%d+)$')
+  per, step, steps = tonumber(p), tonumber(s), tonumber(w)
+end
 local window = floor(instant / per)
 local count, binding, prev = nil, -1, 0
-local step, steps = 1, per -- the sliding window's weight steps, below
 if fixed then
   if instant == now or instant - now <= tonumber(maxWait) then
     -- Charge the window of t, and give the cost back if that overfills
@@ -66,12 +71,8 @@ else
   -- window gone (take.lua's search). The weight of the previous window
   -- falls in steps of s µs, W = ceil(Per/s) of them (quotamath's Steps):
   -- s = 1, W = Per while Per*Rate <= 2^52, else the least s with W*Rate
-  -- <= 2^52, so that every product here stays exact in a double.
-  if per * rate > 4503599627370496 then
-    local most = floor(4503599627370496 / rate)
-    step = floor((per - 1) / most) + 1
-    steps = floor((per - 1) / step) + 1
-  end
+  -- <= 2^52, which Go sends; so every product here stays below 2^52,
+  -- exact in a double, and so does the floor of the quotient.
   local roomIfEmpty = rate - cost
   while true do
     local start = window * per

@@ -44,7 +44,13 @@
 //     as binding, shared and independent counters.
 //   - Reservations (MaxWait > 0) at the earliest instant all limits and
 //     pauses allow, and Cancel's refunds.
-//   - Pauses, and errors: [quota.ErrCostTooHigh], costs below 1.
+//   - Large and awkward quotas counted exactly (10^9 per 31 days, 10^7
+//     and 3*10^6 a second, 7 per 3 s): GCRA fractions of a microsecond
+//     that add up, refunds and syncs that keep them, the sliding window's
+//     weight steps; and the share of such a quota one greedy client gets
+//     on the advanced clock: at least 99.9%, never more than the quota.
+//   - Pauses, and errors: [quota.ErrCostTooHigh], costs below 1, limits
+//     beyond [quota.Limit.Validate]'s bounds.
 //   - For a [quota.LeaseStore]: [quota.Concurrency] slots as
 //     leases (release, renew, expiry, all or nothing with rate limits); a
 //     reservation that holds no slot until [quota.LeaseStore.Claim]
@@ -59,7 +65,8 @@
 //     concurrent reservations that never exceed a limit.
 //   - A seeded random differential test that compares every decision with
 //     a reference model inside this package and checks each algorithm's
-//     invariant over all admissions.
+//     invariant over all admissions, on small limits and on large and
+//     awkward ones.
 //
 // Where store.go leaves a choice open, the suite accepts every reading:
 // a refused decision may name any limit that refuses the demand 1µs
