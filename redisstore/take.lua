@@ -78,8 +78,10 @@ end
 -- Fixpoint: instant' = max over limits of the earliest instant, not
 -- before instant, at which the limit admits the cost; repeat until no
 -- limit raises it.
-local state = {} -- per limit, read once: GCRA arrival time, sliding log floor, concurrency leases
-local fracs = {} -- GCRA: the arrival time's fraction, in 1/Rate µs (take_gcra.lua)
+-- Per limit i, read once: state[i] the GCRA arrival time (and
+-- state[limits + i] its fraction, in 1/Rate µs: take_gcra.lua), sliding
+-- log floor, concurrency leases.
+local state = {}
 local logTotal = {} -- sliding log: the running total of its newest entry, 0 if none
 local binding, rounds = -1, 0
 while true do
@@ -96,15 +98,16 @@ while true do
       local tat = state[i]
       if not tat then
         local raw = redis.call('GET', key)
-        tat, fracs[i] = tonumber(raw), 0
+        local frac = 0
+        tat = tonumber(raw)
         if not tat then
           tat = 0
           if raw then
-            local us, frac = string.match(raw, '^(%d+):(%d+)$')
-            tat, fracs[i] = tonumber(us) or 0, tonumber(frac) or 0
+            local us, f = string.match(raw, '^(%d+):(%d+)$')
+            tat, frac = tonumber(us) or 0, tonumber(f) or 0
           end
         end
-        state[i] = tat
+        state[i], state[limits + i] = tat, frac
       end
       local roomFrac = 0
       if not allowance then
@@ -112,7 +115,7 @@ while true do
         allowance, roomFrac = tonumber(q), tonumber(r)
       end
       local first = tat - allowance
-      if fracs[i] > roomFrac then first = first + 1 end
+      if state[limits + i] > roomFrac then first = first + 1 end
       if first > earliest then earliest = first end
     elseif algo == CONCURRENCY then
       -- Decided below, for now only.
@@ -246,7 +249,7 @@ for i = 1, limits do
   if algo == GCRA then
     -- TAT' = max(TAT, instant) + cost*T, the charge "q" or "q:r:Rate"
     -- (take_gcra.lua).
-    local old, oldFrac = state[i], fracs[i]
+    local old, oldFrac = state[i], state[limits + i]
     local tat, frac = old, oldFrac
     if tat < instant then tat, frac = instant, 0 end
     local charge = tonumber(param)
@@ -257,24 +260,24 @@ for i = 1, limits do
       tat, frac = tat + q, frac + r
       if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
     end
-    local value = fmt('%d', tat)
-    if frac > 0 then value = fmt('%d:%d', tat, frac) end
     -- The expiry rule of GCRA keys (take_gcra.lua): at the end of the
     -- second after the one that holds the value, rewritten only when the
     -- value moves to another second (INCRBY, or SET KEEPTTL for a
     -- fraction, keeps the TTL).
+    local value
+    if frac > 0 then value = fmt('%d:%d', tat, frac) end
     if slack > 0 then
-      redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+      redis.call('SET', key, value or fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
     elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
       if frac == 0 and oldFrac == 0 then
         redis.call('INCRBY', key, fmt('%d', tat - old))
       else
-        redis.call('SET', key, value, 'KEEPTTL')
+        redis.call('SET', key, value or fmt('%d', tat), 'KEEPTTL')
       end
     else
-      redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+      redis.call('SET', key, value or fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
-    if frac > 0 then reply[6 + i] = value else reply[6 + i] = tat end
+    reply[6 + i] = value or tat
   elseif algo == CONCURRENCY then
     if instant > now then
       -- A reservation holds no slot while it waits: its holder claims
@@ -368,7 +371,9 @@ for i = 1, limits do
       if algo == SLIDING_WINDOW then
         -- Less the weight of the previous window, ceil(prev*(W-j)/W).
         local prev = tonumber(redis.call('HGET', key, fmt('%d', window - 1))) or 0
-        left = left - math.ceil(prev * (steps - floor((now - window * per) / step)) / steps)
+        local gone = now - window * per -- steps of the window gone
+        if step > 1 then gone = floor(gone / step) end
+        left = left - math.ceil(prev * (steps - gone) / steps)
         if left < 0 then left = 0 end
       end
       leaves(left)

@@ -33,12 +33,20 @@ if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), fa
 local current, stored, changed = {}, {}, {}
 local fraction, storedFrac
 if not exact then fraction, storedFrac = {}, {} end
-local function get(key)
-  local value = current[key]
-  if value == nil then
-    if exact then
+local get -- get(key) reads key once, into current (and fraction)
+if exact then
+  get = function(key)
+    local value = current[key]
+    if value == nil then
       value = tonumber(redis.call('GET', key)) or 0
-    else
+      current[key], stored[key] = value, value
+    end
+    return value
+  end
+else
+  get = function(key)
+    local value = current[key]
+    if value == nil then
       local raw = redis.call('GET', key)
       local frac = 0
       value = tonumber(raw)
@@ -49,11 +57,10 @@ local function get(key)
           value, frac = tonumber(us) or 0, tonumber(f) or 0
         end
       end
-      fraction[key], storedFrac[key] = frac, frac
+      current[key], stored[key], fraction[key], storedFrac[key] = value, value, frac, frac
     end
-    current[key], stored[key] = value, value
+    return value
   end
-  return value
 end
 
 local replies = {}

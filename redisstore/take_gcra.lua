@@ -131,6 +131,101 @@ if exact and limits <= 2 and pauses <= 1 then
   return fmt('1 %d -1 -1 %d -1 ', instant - now, now) .. marks
 end
 
+if limits <= 2 and pauses <= 1 then
+  -- The same with fractions: the arrival times "us:frac" and the
+  -- arguments "q:r" parsed (3 a second, 900 a minute).
+  local instant, pause, first = now, -1, 1
+  if pauses == 1 then
+    local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
+    if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
+    first = 2
+  end
+  local raw = redis.call('GET', KEYS[first])
+  local old1, frac1 = tonumber(raw), 0
+  if not old1 then
+    old1 = 0
+    if raw then
+      local us, frac = string.match(raw, '^(%d+):(%d+)$')
+      old1, frac1 = tonumber(us) or 0, tonumber(frac) or 0
+    end
+  end
+  local old2, frac2, binding = 0, 0, -1
+  local room, roomFrac = tonumber(ARGV[6]), 0
+  if not room then
+    local q, r = string.match(ARGV[6], '^(%d+):(%d+)$')
+    room, roomFrac = tonumber(q), tonumber(r)
+  end
+  local earliest = old1 - room
+  if frac1 > roomFrac then earliest = earliest + 1 end
+  if earliest > instant then instant, binding = earliest, 0 end
+  if limits == 2 then
+    raw = redis.call('GET', KEYS[first + 1])
+    old2 = tonumber(raw)
+    if not old2 then
+      old2 = 0
+      if raw then
+        local us, frac = string.match(raw, '^(%d+):(%d+)$')
+        old2, frac2 = tonumber(us) or 0, tonumber(frac) or 0
+      end
+    end
+    room, roomFrac = tonumber(ARGV[8]), 0
+    if not room then
+      local q, r = string.match(ARGV[8], '^(%d+):(%d+)$')
+      room, roomFrac = tonumber(q), tonumber(r)
+    end
+    earliest = old2 - room
+    if frac2 > roomFrac then earliest = earliest + 1 end
+    if earliest > instant then instant, binding = earliest, 1 end
+  end
+  -- MaxWait is read only when there is a wait (one number less to parse).
+  if instant > now and instant - now > tonumber(ARGV[3]) then
+    return fmt('0 %d %d %d', instant - now, binding, pause)
+  end
+  local tat1, tat2, tf1, tf2
+  for i = 1, limits do
+    local old, oldFrac = old1, frac1
+    if i == 2 then old, oldFrac = old2, frac2 end
+    local tat, frac = old, oldFrac
+    if tat < instant then tat, frac = instant, 0 end
+    local charge = tonumber(ARGV[3 + 2 * i])
+    if charge then
+      tat = tat + charge
+    else
+      local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
+      tat, frac = tat + q, frac + r
+      if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
+    end
+    local key = KEYS[first + i - 1]
+    if frac == 0 and oldFrac == 0 and slack == 0 and old > 0 and floor(old / GRID) == floor(tat / GRID) then
+      redis.call('INCRBY', key, fmt('%d', tat - old))
+    else
+      local value = fmt('%d', tat)
+      if frac > 0 then value = fmt('%d:%d', tat, frac) end
+      if slack > 0 then
+        redis.call('SET', key, value, 'PX', math.ceil((tat - now) / 1000) + slack)
+      elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+        redis.call('SET', key, value, 'KEEPTTL')
+      else
+        redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+      end
+    end
+    if i == 1 then tat1, tf1 = tat, frac else tat2, tf2 = tat, frac end
+  end
+  if replyTTL == 0 and limits == 1 then
+    if tf1 == 0 then return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1) end
+    return fmt('1 %d -1 -1 %d -1 %d:%d', instant - now, now, tat1, tf1)
+  end
+  local marks = fmt('%d', tat1)
+  if tf1 > 0 then marks = fmt('%d:%d', tat1, tf1) end
+  if limits == 2 then
+    if tf2 > 0 then marks = marks .. fmt(' %d:%d', tat2, tf2) else marks = marks .. fmt(' %d', tat2) end
+  end
+  if replyTTL > 0 then
+    redis.call('SET', replayKey, fmt('%d ', instant) .. marks, 'PX', replyTTL)
+  end
+  return fmt('1 %d -1 -1 %d -1 ', instant - now, now) .. marks
+end
+
 -- One read for every pause and limit key.
 local values = redis.call('MGET', unpack(KEYS, 1, pauses + limits))
 

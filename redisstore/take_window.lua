@@ -125,7 +125,9 @@ local remaining = 0
 if instant == now then
   remaining = rate - count
   if not fixed and prev > 0 then
-    remaining = remaining - math.ceil(prev * (steps - floor((now - window * per) / step)) / steps)
+    local gone = now - window * per -- steps of the window gone
+    if step > 1 then gone = floor(gone / step) end
+    remaining = remaining - math.ceil(prev * (steps - gone) / steps)
     if remaining < 0 then remaining = 0 end
   end
 end
