@@ -137,6 +137,7 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 		return le
 	}
 	d.granted = dec.Reservation
+	ev.Remaining, ev.ResetAfter = dec.Remaining, dec.ResetAfter
 	if d.reserve {
 		// The caller waits: nothing sleeps here.
 		d.delay = max(dec.Delay, paused)

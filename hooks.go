@@ -81,6 +81,12 @@ type DecisionEvent struct {
 	StoreTime time.Duration // the store call's duration; zero when none was made
 	StoreErr  error         // the store call's error, if it failed
 	Shadow    bool          // the rule is in shadow mode: sent whatever Outcome says
+
+	// Remaining and ResetAfter are the store's quota.Decision.Remaining and
+	// ResetAfter for a granted request: what the rule's limits admit now
+	// (0 after a wait) and how long until its charge stops counting.
+	Remaining  int64
+	ResetAfter time.Duration
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -149,7 +149,7 @@ func (lim *Limiter) call(ctx context.Context, name string, n int, budget time.Du
 	if ev.Err != nil {
 		return nil, ev.Err
 	}
-	p := &Permit{Rule: r.id, Delay: d.delay, Waited: ev.Wait, lim: lim, r: r, d: d}
+	p := &Permit{Rule: r.id, Delay: d.delay, Waited: ev.Wait, Remaining: ev.Remaining, ResetAfter: ev.ResetAfter, lim: lim, r: r, d: d}
 	if reserve {
 		p.Waited = 0
 	}
@@ -178,6 +178,13 @@ type Permit struct {
 
 	// Waited is how long Wait waited for the quota.
 	Waited time.Duration
+
+	// Remaining is what the rule's limits still admit now, after this
+	// permit's charge, when it was granted without waiting (0 otherwise);
+	// ResetAfter is how long until that charge stops counting against
+	// them. Both are the store's ([quota.Decision]).
+	Remaining  int64
+	ResetAfter time.Duration
 
 	lim *Limiter
 	r   *rule
