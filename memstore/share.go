@@ -20,15 +20,15 @@ type shareState struct {
 
 // share is one shared limit of a demand being decided.
 type share struct {
-	limit    int             // index in the demand
-	l        quotamath.Limit // its numbers, without the demand's headroom
-	cost     int64           // the demand's cost on it
-	st       *shareState
-	tenant   string
-	n        int64 // active tenants, this one included
-	clock    int64
-	over     bool  // the tenant is over its share
-	heldEnd  int64 // when over and claims are live: when they stop holding it back, or 0
+	limit   int             // index in the demand
+	l       quotamath.Limit // its numbers, without the demand's headroom
+	cost    int64           // the demand's cost on it
+	st      *shareState
+	tenant  string
+	n       int64 // active tenants, this one included
+	clock   int64
+	over    bool  // the tenant is over its share
+	heldEnd int64 // when over and claims are live: when they stop holding it back, or 0
 }
 
 // shares makes the tenants of d's shared limits active at now and

@@ -15,14 +15,14 @@ type tenants struct {
 
 // modelShare is one shared limit of a demand being decided.
 type modelShare struct {
-	limit  int // index in the demand
-	b      quota.Bucket
-	cost   int64
-	ts     *tenants
-	n      int64 // active tenants, the demand's included
-	clock  int64
-	over   bool
-	held   int64 // when over and claims are live: until when they hold it back
+	limit int // index in the demand
+	b     quota.Bucket
+	cost  int64
+	ts    *tenants
+	n     int64 // active tenants, the demand's included
+	clock int64
+	over  bool
+	held  int64 // when over and claims are live: until when they hold it back
 }
 
 // ahead is C*T: how far ahead of now a clock within its share may run.
