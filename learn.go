@@ -243,7 +243,11 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
 	}
-	b := d.Limits[r.syncIdx]
+	i := d.limitOf(r.syncIdx)
+	if i < 0 {
+		return // the Sync limit does not apply to this request
+	}
+	b := d.Limits[i]
 	within := fb.Reset.Sub(now)
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/quotakit/throttle/quota"
@@ -15,6 +16,16 @@ import (
 //
 //	throttle.Limit{Name: "category", Rate: 100, Per: 30 * time.Minute,
 //		Key: throttle.KeyFromContext("category")}
+//
+// Limits stack: a request is charged to every limit of its rule that
+// applies to it (Match), each with its own cost (Cost), all or none, in
+// one decision. GitHub's secondary points, for example, charge a write 5
+// and a read 1, while its content-creation limit counts writes only:
+//
+//	throttle.Limit{Name: "points", Rate: 900, Per: time.Minute,
+//		Cost: throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1})},
+//	throttle.Limit{Name: "content", Rate: 80, Per: time.Minute,
+//		Match: func(r *http.Request) bool { return r.Method == http.MethodPost }},
 type Limit struct {
 	// Name identifies the limit (and its counter) in its scope; it must be
 	// unique among the limits of a rule.
@@ -38,6 +49,16 @@ type Limit struct {
 	// Key derives the counter's key from the request ([KeyFromContext],
 	// [KeyFromHeader], [KeyFromPath], ...). Nil means one counter.
 	Key KeyFunc
+
+	// Match, if set, must report true for the limit to apply to a request
+	// of its rule; a request is decided on the limits that apply to it.
+	// Nil: every request of the rule. It must not modify the request.
+	Match func(*http.Request) bool
+
+	// Cost, if set, is what a request is charged on this limit, in place
+	// of the rule's cost (Rule.Cost, or a [Limiter] call's n). It must be
+	// at least 1. A Concurrency limit takes one slot whatever the cost.
+	Cost func(*http.Request) int
 }
 
 // Quota returns the limit as a store sees it: everything but Key.
