@@ -166,7 +166,7 @@ type demand struct {
 	cost    int  // the caller's cost (Limiter's n); 0: the rule's
 	reserve bool // decide without waiting: the caller waits delay (Limiter.Reserve)
 
-	rules   []int // per limit, its index in the rule's Limits; nil: the same index (all apply)
+	rules   []int              // per limit, its index in the rule's Limits; nil: the same index (all apply)
 	held    *quota.Reservation // the granted reservation whose slots the request holds
 	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
 	delay   time.Duration      // reserve: how long the caller must wait before it acts
