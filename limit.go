@@ -18,14 +18,8 @@ import (
 //		Key: throttle.KeyFromContext("category")}
 //
 // Limits stack: a request is charged to every limit of its rule that
-// applies to it (Match), each with its own cost (Cost), all or none, in
-// one decision. GitHub's secondary points, for example, charge a write 5
-// and a read 1, while its content-creation limit counts writes only:
-//
-//	throttle.Limit{Name: "points", Rate: 900, Per: time.Minute,
-//		Cost: throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1})},
-//	throttle.Limit{Name: "content", Rate: 80, Per: time.Minute,
-//		Match: func(r *http.Request) bool { return r.Method == http.MethodPost }},
+// applies to it (Match), each its own Cost, all or none, in one decision
+// (ExampleLimit_stacked: GitHub's).
 type Limit struct {
 	// Name identifies the limit (and its counter) in its scope; it must be
 	// unique among the limits of a rule.
@@ -39,20 +33,15 @@ type Limit struct {
 	// [Concurrency] limit, the lease time (at least [quota.MinLease]).
 	Per time.Duration
 
-	// Burst is, for GCRA only, how much may go at once after an idle
-	// period. Zero means Rate.
-	Burst int
-
-	// Algorithm selects how the limit counts. The zero value is GCRA.
-	Algorithm Algorithm
+	Burst     int       // GCRA only: how much may go at once after an idle period; zero means Rate
+	Algorithm Algorithm // how the limit counts; the zero value is GCRA
 
 	// Key derives the counter's key from the request ([KeyFromContext],
 	// [KeyFromHeader], [KeyFromPath], ...). Nil means one counter.
 	Key KeyFunc
 
 	// Match, if set, must report true for the limit to apply to a request
-	// of its rule; a request is decided on the limits that apply to it.
-	// Nil: every request of the rule. It must not modify the request.
+	// of its rule (nil: every request). It must not modify the request.
 	Match func(*http.Request) bool
 
 	// Cost, if set, is what a request is charged on this limit, in place

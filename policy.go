@@ -59,10 +59,9 @@ type Rule struct {
 	// Match, if set, must also report true; it must not modify the request.
 	Match func(*http.Request) bool
 
-	// Limits are decided together: a request is charged to every limit
-	// that applies to it ([Limit].Match), each its own cost
-	// ([Limit].Cost), all or none. A rule with no limits still matches
-	// and honours pauses: use it to exempt requests.
+	// Limits are decided together, all or none: those that apply to a
+	// request ([Limit].Match). A rule with no limits still matches and
+	// honours pauses: use it to exempt requests.
 	Limits []Limit
 
 	// Cost is what a request is charged against every limit that has no
