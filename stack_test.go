@@ -149,3 +149,39 @@ func TestStackedLimitsLimiter(t *testing.T) {
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, "tokens", le.Limit)
 }
+
+// TestStackedLimitsFailLocal: with the store down, FailLocal decides the
+// limits that apply to each request on this instance's share of each,
+// the skipped limit included in none.
+func TestStackedLimitsFailLocal(t *testing.T) {
+	vendor := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer vendor.Close()
+	writes := func(r *http.Request) bool { return r.Method == http.MethodPost }
+	tr, err := throttle.NewTransport(http.DefaultTransport, throttle.Policy{Instances: 2, Rules: []throttle.Rule{{Name: "r",
+		Wait: waiters.FailFast(),
+		Limits: []throttle.Limit{
+			{Name: "writes", Rate: 2, Per: time.Hour, Algorithm: throttle.FixedWindow, Match: writes},
+			{Name: "all", Rate: 10, Per: time.Hour, Algorithm: throttle.FixedWindow},
+		}}}}, throttle.WithStore(failingStore{errors.New("connection refused")}))
+	require.NoError(t, err)
+	send := func(method string) string {
+		req, _ := http.NewRequest(method, vendor.URL, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			var le *throttle.LimitError
+			if errors.As(err, &le) {
+				return le.Limit
+			}
+			return err.Error()
+		}
+		resp.Body.Close()
+		return "sent"
+	}
+	// This instance's shares: writes 1, all 5.
+	assert.Equal(t, "sent", send(http.MethodPost))
+	assert.Equal(t, "writes", send(http.MethodPost))
+	for range 4 {
+		assert.Equal(t, "sent", send(http.MethodGet))
+	}
+	assert.Equal(t, "all", send(http.MethodGet))
+}
