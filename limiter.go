@@ -168,23 +168,16 @@ func callRequest(ctx context.Context) *http.Request {
 // are renewed until then); call Cancel instead if the call will not be
 // made. Report tells the Limiter what the vendor answered.
 type Permit struct {
-	// Rule is the rule that decided the call.
-	Rule string
+	Rule string // the rule that decided the call
 
 	// Delay is, for a permit from [Limiter.Reserve], how long the caller
 	// must wait before it acts; zero from Allow and Wait, which return
 	// when the call may go.
 	Delay time.Duration
 
-	// Waited is how long Wait waited for the quota.
-	Waited time.Duration
-
-	// Remaining is what the rule's limits still admit now, after this
-	// permit's charge, when it was granted without waiting (0 otherwise);
-	// ResetAfter is how long until that charge stops counting against
-	// them. Both are the store's ([quota.Decision]).
-	Remaining  int64
-	ResetAfter time.Duration
+	Waited     time.Duration // how long Wait waited for the quota
+	Remaining  int64         // what the rule's limits admit now after the grant ([quota.Decision])
+	ResetAfter time.Duration // until the grant's charge stops counting ([quota.Decision])
 
 	lim *Limiter
 	r   *rule
