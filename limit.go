@@ -48,6 +48,13 @@ type Limit struct {
 	// of the rule's cost (Rule.Cost, or a [Limiter] call's n). It must be
 	// at least 1. A Concurrency limit takes one slot whatever the cost.
 	Cost func(*http.Request) int
+
+	// Tenant, if set, shares the counter fairly among the tenants it
+	// names (a customer id): while several want more than the limit, none
+	// gets more than its share (Rate over the tenants active in the last
+	// Per) while another is held back, and one alone may use it all. The
+	// terms are [quota.Store]'s (Fair shares). Not for Concurrency limits.
+	Tenant KeyFunc
 }
 
 // Quota returns the limit as a store sees it: everything but Key.

@@ -37,6 +37,7 @@ type Limiter struct {
 	hooks   Hooks
 	learned learner
 	failure failover
+	lanes   lanes        // lane.go
 	logger  *slog.Logger // store state changes; nil: none
 
 	profileList []quotaheader.Profile // as given to WithProfiles

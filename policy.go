@@ -33,6 +33,10 @@ type Policy struct {
 	// Instances is how many instances share the store, for [FailLocal]'s
 	// shares ([LocalShare]). Zero means 1; a fleet should set it.
 	Instances int
+
+	// Classes are the priority classes that rules ([Rule].Class) and
+	// requests ([WithClass]) may name; see [Class].
+	Classes []Class
 }
 
 // A Rule matches a set of requests and names the limits they must all
@@ -97,6 +101,10 @@ type Rule struct {
 	// Scope groups counters and pauses in the store (one Cluster slot).
 	// Rules sharing a limit name must share a scope. Empty means Name.
 	Scope string
+
+	// Class names the [Class] of the rule's requests ([Policy].Classes);
+	// [WithClass] overrides it. Empty: none, no headroom.
+	Class string
 }
 
 // A Waiter states how long a request may wait for its quota. The standard
@@ -156,6 +164,7 @@ type rule struct {
 	pauseIdx int // index in Limits of Learn.PauseBy, or -1
 
 	failMode FailureMode   // resolved: never FailDefault
+	class    *class        // Class, or nil
 	limits   []quota.Limit // each of Limits as the store sees it
 	local    []quota.Limit // LocalShare of each of Limits
 	queue    *waitQueue    // nil when MaxQueue is 0
@@ -173,8 +182,9 @@ func (r *rule) inFlight() int {
 
 // compiledPolicy is a validated Policy, ready to match requests.
 type compiledPolicy struct {
-	rules  []rule
-	refuse bool
+	rules   []rule
+	refuse  bool
+	classes map[string]*class
 }
 
 // Validate reports every problem with the policy: each is a
@@ -205,6 +215,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 	if p.Instances < 0 {
 		bad("", "Instances", "must not be negative, got %d", p.Instances)
 	}
+	cp.classes = compileClasses(p.Classes, bad) // class.go
 
 	for i, r := range p.Rules {
 		id := r.Name
@@ -278,6 +289,11 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if r.Method != "" && !validMethod(r.Method) {
 			bad(id, "Method", "%q is not an HTTP method token", r.Method)
 		}
+		if r.Class != "" {
+			if cr.class = cp.classes[r.Class]; cr.class == nil {
+				bad(id, "Class", "names no class of the policy: %q", r.Class)
+			}
+		}
 		inRule := make(map[string]bool)
 		for j, l := range r.Limits {
 			field := fmt.Sprintf("Limits[%d]", j)
@@ -290,6 +306,9 @@ func (p Policy) compile() (*compiledPolicy, error) {
 				continue
 			}
 			inRule[l.Name] = true
+			if l.Tenant != nil && l.Algorithm == Concurrency {
+				bad(id, field+".Tenant", "a concurrency limit cannot be shared among tenants")
+			}
 			prev, seen := limits[l.Name]
 			if !seen {
 				limits[l.Name] = limitUse{rule: id, scope: cr.scope, limit: l}
