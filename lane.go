@@ -93,7 +93,7 @@ func (lim *Limiter) takeInLine(ctx context.Context, r *rule, d *demand, ev *Deci
 		return dec, err
 	}
 	start, budget, waited := lim.now(), d.MaxWait, ev.Wait
-	asked := start // when dec was decided
+	asked := start // when dec's answer came
 	spent := func() time.Duration { return lim.now().Sub(start) }
 	key := laneKey(r, d)
 	ln := lim.lanes.enter(key)
@@ -126,8 +126,12 @@ func (lim *Limiter) takeInLine(ctx context.Context, r *rule, d *demand, ev *Deci
 				return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
 			}
 		}
-		d.MaxWait, asked = max(budget-spent(), 0), lim.now()
-		if dec, err = lim.takeSlot(ctx, r, d, ev); err != nil || !retries(d, dec) {
+		d.MaxWait = max(budget-spent(), 0)
+		dec, err = lim.takeSlot(ctx, r, d, ev)
+		// Counted from the answer, the delay never ends before the
+		// instant the store named, whatever the call's latency.
+		asked = lim.now()
+		if err != nil || !retries(d, dec) {
 			break
 		}
 	}
