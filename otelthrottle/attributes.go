@@ -17,6 +17,8 @@ const (
 	fallbackKey  = attribute.Key("throttle.fallback")        // failure mode that decided, see modeNames
 	operationKey = attribute.Key("throttle.store.operation") // take, pause
 	waitKey      = attribute.Key("throttle.wait")            // seconds, span events only
+	classKey     = attribute.Key("throttle.class")           // the request's class, when it has one
+	tenantKey    = attribute.Key("throttle.tenant")          // the request's tenant: throttle.tenant.decisions only
 	statusKey    = attribute.Key("http.response.status_code")
 )
 
