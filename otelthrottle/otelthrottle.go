@@ -44,9 +44,9 @@
 // of every request that matched a rule, when its fate is known (after any
 // wait), with throttle.rule, throttle.outcome, and when they apply
 // throttle.limit, throttle.wait, throttle.fallback, throttle.shadow and
-// throttle.class. It
-// starts no spans. Under otelhttp's transport, as above, the event is on
-// otelhttp's client span; otherwise it is on the caller's span.
+// throttle.class. It starts no spans. Under otelhttp's transport, as
+// above, the event is on otelhttp's client span; otherwise it is on the
+// caller's span.
 //
 // # Attributes
 //
