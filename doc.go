@@ -35,7 +35,9 @@
 // vendor's answers (429s, Retry-After, quota headers, per [Learning])
 // become pauses shared by every instance through the store. When the store
 // fails, the rule's [FailureMode] decides, behind a [Breaker] that tells a
-// slow store from a dead one.
+// slow store from a dead one. A request's [Class] may leave part of every
+// limit to the classes above it, and a limit's Tenant shares it fairly
+// among tenants.
 //
 // A [Limiter] makes the same decisions for calls that are not HTTP
 // (Allow, Wait, Reserve, and Report for the answer); the [Transport] is
