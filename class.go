@@ -8,36 +8,26 @@ import (
 	"github.com/quotakit/throttle/quota"
 )
 
-// A Class is a priority class of requests ([Policy].Classes): the part of
-// every limit it leaves to the classes above it. A request of a class with
-// a Headroom is admitted by a limit only while, after its cost, at least
-// that part of the limit is still free, and it is never reserved quota
-// ahead of time: when it cannot go now it waits, in its instance, for the
-// instant the store says it could, and asks again (requests of one class,
-// rule and keys queue in line, so that one asks at a time). So a waiting
-// backlog holds no quota that a higher class must queue behind: a request
-// of a class without headroom finds the headroom free at once, however
-// long the backlog below it. Requests without a class have no headroom.
+// A Class is a priority class ([Policy].Classes). A request of a class
+// with a Headroom is admitted by a limit only while that part of it stays
+// free after its cost, and never holds quota ahead of time: it waits in
+// its instance, in line, for the instant the store names and asks again.
+// So a class above it finds the headroom free at once, however long the
+// backlog. docs/policy.md gives the details.
 type Class struct {
-	// Name identifies the class in [Rule].Class, [WithClass] and hooks;
-	// letters, digits and ._- only.
-	Name string
+	Name string // used by Rule.Class, WithClass and hooks; letters, digits and ._- only
 
-	// Headroom is the part of each limit's capacity (Burst for GCRA, Rate
-	// otherwise, the slots of a Concurrency limit) the class leaves free,
-	// from 0 (none) to below 1: 0.2 stops the class at the last 20% of a
-	// burst or window. It is rounded to whole units, at least 1 and at
-	// most the capacity less 1; a limit of capacity 1 keeps none.
+	// Headroom is the part of every limit's capacity (burst, window, or
+	// slots) the class leaves free, from 0 to below 1 (0.2: the last 20%),
+	// rounded to whole units, at least 1 and below the capacity.
 	Headroom float64
 }
 
 type classKey struct{}
 
-// WithClass returns a copy of ctx whose requests belong to the class
-// called name instead of their rule's ([Rule].Class): a user's click is
-// "interactive" while a sync job sends under the same rule as "bulk".
-// A name the policy does not define fails the request with an error
-// wrapping [ErrInvalidPolicy].
+// WithClass returns a copy of ctx whose requests are of the class called
+// name rather than their rule's (a click is "interactive" under a rule of
+// class "bulk"). A name the policy lacks fails them ([ErrInvalidPolicy]).
 func WithClass(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, classKey{}, name)
 }

@@ -10,8 +10,7 @@ import (
 // are skipped. Hooks run synchronously on the request's goroutine (OnLease
 // also on a renewal timer's), so they must be fast and safe for concurrent
 // use. They never receive keys, which may be derived from secrets, but
-// for a request's tenant (DecisionEvent.Tenant), which per-tenant metrics
-// need: hash a tenant that is a secret ([HashKey]).
+// for DecisionEvent.Tenant: hash a tenant that is a secret ([HashKey]).
 type Hooks struct {
 	// OnDecision is called once per request that matched a rule, when
 	// its fate is known.

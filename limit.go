@@ -49,11 +49,9 @@ type Limit struct {
 	// at least 1. A Concurrency limit takes one slot whatever the cost.
 	Cost func(*http.Request) int
 
-	// Tenant, if set, shares the counter fairly among the tenants it
-	// names (a customer id): while several want more than the limit, none
-	// gets more than its share (Rate over the tenants active in the last
-	// Per) while another is held back, and one alone may use it all. The
-	// terms are [quota.Store]'s (Fair shares). Not for Concurrency limits.
+	// Tenant, if set, shares the counter fairly among the tenants it names
+	// (a customer id): none gets more than its share while another is held
+	// back, one alone may use it all ([quota.Store], Fair shares).
 	Tenant KeyFunc
 }
 

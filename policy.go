@@ -34,9 +34,7 @@ type Policy struct {
 	// shares ([LocalShare]). Zero means 1; a fleet should set it.
 	Instances int
 
-	// Classes are the priority classes that rules ([Rule].Class) and
-	// requests ([WithClass]) may name; see [Class].
-	Classes []Class
+	Classes []Class // the priority classes rules and requests may name
 }
 
 // A Rule matches a set of requests and names the limits they must all
@@ -102,9 +100,7 @@ type Rule struct {
 	// Rules sharing a limit name must share a scope. Empty means Name.
 	Scope string
 
-	// Class names the [Class] of the rule's requests ([Policy].Classes);
-	// [WithClass] overrides it. Empty: none, no headroom.
-	Class string
+	Class string // the [Class] of the rule's requests ([WithClass] overrides it); empty: none
 }
 
 // A Waiter states how long a request may wait for its quota. The standard
