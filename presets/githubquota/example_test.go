@@ -16,13 +16,18 @@ import (
 // to the 30th said no search quota remains, so the token's search is
 // paused until GitHub's reset (the limit would refuse it too).
 func ExamplePolicy() {
-	fake := fakegithub.NewServer(fakegithub.Options{}) // a fake GitHub; drop it and Host in production
+	fake := fakegithub.NewServer(fakegithub.Options{}) // a fake GitHub; drop it and BaseURL in production
 	defer fake.Close()
 
-	t, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{
-		Host: fake.Host(),
-		Wait: waiters.FailFast(),
-	}))
+	policy, err := githubquota.Policy(githubquota.Options{
+		BaseURL: fake.BaseURL(),
+		Wait:    waiters.FailFast(),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t, err := throttle.NewTransport(nil, policy)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -32,7 +37,7 @@ func ExamplePolicy() {
 
 	sent := 0
 	for range 31 {
-		req, _ := http.NewRequest(http.MethodGet, fake.URL+"/search/issues?q=is:open", nil)
+		req, _ := http.NewRequest(http.MethodGet, fake.BaseURL()+"search/issues?q=is:open", nil)
 		req.Header.Set("Authorization", "Bearer ghp_example")
 		resp, err := client.Do(req)
 		var le *throttle.LimitError
