@@ -21,19 +21,22 @@ import (
 // channel's burst): the category's limit stops the last two, and a
 // "warnings" notification still goes.
 func ExamplePolicy_notifier() {
-	fake := fakeslack.NewServer(fakeslack.Options{}) // a fake Slack; drop it and the hosts in production
+	fake := fakeslack.NewServer(fakeslack.Options{}) // a fake Slack; drop it and APIURL in production
 	defer fake.Close()
 
-	policy := slackquota.Policy(slackquota.Options{
+	policy, err := slackquota.Policy(slackquota.Options{
 		Notify: []throttle.Limit{
 			{Name: "global", Rate: 100, Per: 30 * time.Minute, Algorithm: throttle.SlidingLog},
 			{Name: "category", Rate: 10, Per: 30 * time.Minute, Algorithm: throttle.SlidingLog,
 				Key: throttle.KeyFromContext("category")},
 		},
-		Wait:        waiters.FailFast(),
-		APIHost:     fake.Host(),
-		WebhookHost: fake.Host(),
+		Wait:   waiters.FailFast(),
+		APIURL: fake.APIURL(),
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	t, err := throttle.NewTransport(nil, policy)
 	if err != nil {
 		fmt.Println(err)
