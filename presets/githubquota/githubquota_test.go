@@ -629,7 +629,7 @@ func TestProfileForRulesOfYourOwn(t *testing.T) {
 				profile, err := githubquota.Profile(po)
 				require.NoError(t, err)
 				assert.Equal(t, []string{host}, profile.Hosts)
-				opts = append(opts, throttle.WithProfiles(append(quotaheader.DefaultProfiles, profile)...))
+				opts = append(opts, throttle.WithProfiles(append([]quotaheader.Profile{profile}, quotaheader.DefaultProfiles...)...))
 			}
 			tr, err := throttle.NewTransport(nil, throttle.Policy{Rules: append([]throttle.Rule{mine}, rules...)}, opts...)
 			require.NoError(t, err)
