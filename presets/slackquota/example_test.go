@@ -84,3 +84,24 @@ func ExamplePolicy_notifier() {
 	// errors: refused by limit "category"
 	// 429s from Slack: 0
 }
+
+// For GovSlack the preset limits the Web API on slack-gov.com and incoming
+// webhooks on hooks.slack-gov.com; an API URL slack-go could not use is
+// an error.
+func ExampleRules_govSlack() {
+	rules, err := slackquota.Rules(slackquota.Options{APIURL: "https://slack-gov.com/api/"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rules[:3] {
+		fmt.Printf("%-13s %s%s\n", r.Name, r.Host, r.Path)
+	}
+	_, err = slackquota.Rules(slackquota.Options{APIURL: "https://slack-gov.com/api"})
+	fmt.Println(errors.Is(err, throttle.ErrInvalidPolicy), err)
+	// Output:
+	// slack-post    slack-gov.com/api/chat.postMessage
+	// slack-webhook hooks.slack-gov.com/services/
+	// slack-tier1   slack-gov.com/api/{method}
+	// true throttle: invalid policy: slackquota.Options.APIURL: "https://slack-gov.com/api" must end in "/": slack-go appends a method's name to it as it is
+}
