@@ -300,8 +300,9 @@ type LeaseStore interface {
 	// takes one slot of every Concurrency limit of r's demand, all or
 	// none, in one atomic step: if each has a free slot now, each gets a
 	// lease with id r.ID from now until now+Per, and the decision is
-	// granted (OK, Delay 0) with a Reservation that is a copy of r holding
-	// the slots (Unclaimed false, the leases' expiries as marks): release,
+	// granted (OK, Delay 0; Remaining and ResetAfter zero) with a
+	// Reservation that is a copy of r holding the slots (Unclaimed false,
+	// the leases' expiries as marks): release,
 	// renew or cancel that one. Otherwise it takes nothing and refuses:
 	// Decision.Limit is the index in the demand of a limit with no free
 	// slot and Delay the time until lease expiry alone frees one, an
