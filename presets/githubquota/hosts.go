@@ -25,7 +25,7 @@ type site struct {
 
 // site reads o.BaseURL. GitHub Enterprise Server is told by its /api/v3/
 // path, GHE.com by its api.SUBDOMAIN.ghe.com host; any other URL is taken
-// as it is (a test fake), with GraphQL, OAuth and uploads beside it.
+// as it is (a test fake), with GraphQL and OAuth token requests beside it.
 func (o Options) site() (site, error) {
 	raw := o.BaseURL
 	if raw == "" {
