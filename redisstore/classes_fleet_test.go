@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -157,11 +158,26 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // send starts one request of who through instance i, in its own
 // goroutine, with ctx (which carries its class or tenant).
 func (f *classFleet) send(ctx context.Context, i int, url, who string) {
+	f.sendAtMost(ctx, i, url, who, nil, 0)
+}
+
+// sendAtMost is send, unless most requests counted by waiting are still
+// waiting (most > 0): then it drops the request.
+func (f *classFleet) sendAtMost(ctx context.Context, i int, url, who string, waiting *atomic.Int64, most int64) {
+	if most > 0 {
+		if waiting.Add(1) > most {
+			waiting.Add(-1)
+			return
+		}
+	}
 	c := &call{who: who, start: time.Now()}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
 	f.wg.Go(func() {
+		if most > 0 {
+			defer waiting.Add(-1)
+		}
 		req, err := http.NewRequestWithContext(context.WithValue(ctx, callKey{}, c), http.MethodPost, url, nil)
 		if err != nil {
 			c.err = err
@@ -371,31 +387,39 @@ func runPriorityFleet(t *testing.T, classes bool) priorityFleet {
 // tenants ([throttle.Limit].Tenant) that each want a multiple of an equal
 // share, 25 a second: A 10x, B 2x, C 0.5x and D 0.1x, arriving evenly
 // over the instances, every request waiting as long as it takes
-// (waiters.Block). The vendor enforces 100 a second (a token bucket of
-// 20).
+// (waiters.Block). Each instance keeps at most 32 requests of a tenant
+// waiting and drops the tenant's arrivals beyond them (a bounded
+// backlog: A's would otherwise grow by 200 a second), so a dropped
+// request does not count as asked; A and B still ask far more than
+// their share.
 //
 // In the steady part of the run (from 3 s on, the span d), each tenant
-// must get at least min(what it asked for, its share d*25/s) less the
-// tolerance: one share's burst (C/n = 10/4, so 3 units) and 2% of what
-// it is owed, for the requests in flight across the span's two ends and
-// the share clock's rounding. The fleet together stays within the limit:
-// the vendor refuses nothing.
+// must get (arrivals at the vendor) at least its due, min(what it asked
+// for, its share d*25/s), less the tolerance: 3 units (one share's burst,
+// C/n = 10/4, rounded up), 2% of its due (the share clock's rounding),
+// and one second of its due (its requests in flight across the span's
+// end: on a loaded 2-core machine a request may take that long from its
+// start to the vendor). The fleet together stays within the limit,
+// counted soundly (gcraBound): the vendor records and does not refuse,
+// since the instant a request arrives is no measure of when it was
+// decided.
 func TestFairShareFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 20 s fleet")
 	}
 	t.Parallel()
 	for _, tn := range runFairShareFleet(t, true) {
-		require.GreaterOrEqualf(t, float64(tn.got), tn.due-(3+0.02*tn.due), "tenant %s got less than its due", tn.name)
+		tol := 3 + 0.02*tn.due + tn.due/tn.span
+		require.GreaterOrEqualf(t, float64(tn.got), tn.due-tol, "tenant %s got less than its due less %.1f", tn.name, tol)
 	}
 }
 
 // TestFairShareFleetWithoutShares runs the same fleet with an unshared
 // limit, for comparison: every request reserves its instant, so the
 // small tenants queue behind A's backlog. It runs only when
-// THROTTLE_PRIORITY_COMPARE is set, and asserts only that the vendor
-// refused nothing and that D got less than its due (the problem shares
-// solve).
+// THROTTLE_PRIORITY_COMPARE is set, and asserts only that the fleet
+// stayed within the limit and that D got less than its due (the problem
+// shares solve).
 func TestFairShareFleetWithoutShares(t *testing.T) {
 	if os.Getenv("THROTTLE_PRIORITY_COMPARE") == "" {
 		t.Skip("a measurement for comparison; set THROTTLE_PRIORITY_COMPARE=1 to run it")
@@ -412,19 +436,23 @@ type fairTenant struct {
 	asked  int     // requests started in the steady span
 	due    float64 // min(asked, its share over the span)
 	got    int     // admitted by the vendor in the span
+	span   float64 // the steady span, s
 }
 
 // runFairShareFleet runs the fleet of TestFairShareFleet, with the limit
-// shared among tenants or not, and returns what each tenant got.
+// shared among tenants or not, checks that it stayed within the limit,
+// and returns what each tenant got.
 func runFairShareFleet(t *testing.T, shared bool) []fairTenant {
 	const (
 		instances = 8
 		run       = 20 * time.Second
 		rateLimit = 100.0 // per second
+		burst     = 10
 		share     = rateLimit / 4
+		backlog   = 32 // waiting requests of a tenant per instance
 	)
-	v := newQuotaVendor(t, rateLimit, 20)
-	limit := throttle.Limit{Name: "calls", Rate: 100, Per: time.Second, Burst: 10}
+	v := newQuotaVendor(t, math.Inf(1), 1) // records, refuses nothing
+	limit := throttle.Limit{Name: "calls", Rate: 100, Per: time.Second, Burst: burst}
 	if shared {
 		limit.Tenant = throttle.KeyFromContext("tenant")
 	}
@@ -440,9 +468,11 @@ func runFairShareFleet(t *testing.T, shared bool) []fairTenant {
 	for i, tn := range tenants {
 		interval := time.Duration(float64(time.Second) / (tn.demand * share))
 		tctx := throttle.WithKey(ctx, "tenant", tn.name)
+		waiting := make([]atomic.Int64, instances)
 		gen.Go(func() {
 			every(ctx, start, time.Duration(i)*time.Millisecond, interval, func(k int) {
-				f.send(tctx, (k+i)%instances, v.URL, tn.name)
+				in := (k + i) % instances
+				f.sendAtMost(tctx, in, v.URL, tn.name, &waiting[in], backlog)
 			})
 		})
 	}
@@ -456,7 +486,7 @@ func runFairShareFleet(t *testing.T, shared bool) []fairTenant {
 	total := 0
 	for i := range tenants {
 		tn := &tenants[i]
-		tn.got = v.between(tn.name, steady, end)
+		tn.got, tn.span = v.between(tn.name, steady, end), span
 		total += tn.got
 		for _, c := range f.calls {
 			if c.who == tn.name && !c.start.Before(steady) && c.start.Before(end) {
@@ -464,16 +494,57 @@ func runFairShareFleet(t *testing.T, shared bool) []fairTenant {
 			}
 		}
 		tn.due = min(float64(tn.asked), share*span)
-		t.Logf("shared %v: tenant %s (%.1fx): asked %d, due %.0f, got %d (%.1f%% of the limit)",
-			shared, tn.name, tn.demand, tn.asked, tn.due, tn.got, 100*float64(tn.got)/(rateLimit*span))
+		var waits []time.Duration
+		for _, c := range f.calls {
+			if c.who == tn.name && c.err == nil {
+				waits = append(waits, c.sent.Sub(c.start))
+			}
+		}
+		t.Logf("shared %v: tenant %s (%.1fx): asked %d, due %.0f, got %d (%.1f%% of the limit); wait p50 %v, p99 %v",
+			shared, tn.name, tn.demand, tn.asked, tn.due, tn.got, 100*float64(tn.got)/(rateLimit*span),
+			percentile(waits, 50).Round(time.Millisecond), percentile(waits, 99).Round(time.Millisecond))
 	}
+	var sends [][2]time.Time
 	for _, c := range f.calls {
-		if c.err != nil && !errors.Is(c.err, context.Canceled) {
+		switch {
+		case c.err == nil:
+			sends = append(sends, [2]time.Time{c.start, c.sent})
+		case !errors.Is(c.err, context.Canceled):
 			t.Errorf("%s request failed: %v", c.who, c.err)
 		}
 	}
-	t.Logf("all: %d in %.1f s (%.1f%% of the limit); vendor refused %d", total, span, 100*float64(total)/(rateLimit*span), v.refused)
-	require.Zero(t, v.refused, "the vendor refused requests")
-	require.LessOrEqual(t, float64(total), rateLimit*span+10, "the fleet stayed within the limit")
+	got, most, where := gcraBound(sends, rateLimit, burst)
+	t.Logf("all: %d in %.1f s (%.1f%% of the limit); sure to be decided within %v: %d, the limit's most %d",
+		total, span, 100*float64(total)/(rateLimit*span), where, got, most)
+	require.LessOrEqual(t, got, most, "the fleet stayed within the limit")
 	return tenants
+}
+
+// gcraBound checks sends, each the instants its request started and was
+// sent, against a GCRA limit of rate a second with a burst, soundly: a
+// send's decision, and the instant it reserved, lie between its two
+// instants, so for every a among the starts and e among the sends, the
+// sends that started at a or later and were sent by e were decided within
+// e-a: at most burst + (e-a)*rate of them (plus a millisecond, for
+// Redis's clock, read in microseconds). It returns the worst span: its
+// count, its bound and its length.
+func gcraBound(sends [][2]time.Time, rate float64, burst int) (got, most int, span time.Duration) {
+	slices.SortFunc(sends, func(x, y [2]time.Time) int { return x[0].Compare(y[0]) })
+	worst := math.Inf(-1)
+	ends := make([]time.Time, 0, len(sends))
+	for i, s := range sends {
+		ends = ends[:0]
+		for _, o := range sends[i:] {
+			ends = append(ends, o[1])
+		}
+		slices.SortFunc(ends, time.Time.Compare)
+		for j, e := range ends {
+			d := e.Sub(s[0]) + time.Millisecond
+			bound := burst + int(d.Seconds()*rate)
+			if over := float64(j + 1 - bound); over > worst {
+				worst, got, most, span = over, j+1, bound, d
+			}
+		}
+	}
+	return got, most, span
 }
