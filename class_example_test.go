@@ -3,12 +3,88 @@ package throttle_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+// ExampleWithClass is the README's policy of classes and fair shares: a
+// sync of customer acme sends as "bulk" until it reaches its headroom,
+// and a click of the same customer still goes. The lines between the
+// markers are the README's (TestReadmePriorities checks).
+func ExampleWithClass() {
+	ctx := context.Background()
+	// readme:priorities:begin
+	policy := throttle.Policy{
+		Classes: []throttle.Class{{Name: "interactive"}, {Name: "bulk", Headroom: 0.2}},
+		Rules: []throttle.Rule{{
+			Name: "vendor", Host: "api.vendor.example", Class: "bulk", // the rule's default class
+			Limits: []throttle.Limit{{Name: "calls", Rate: 100, Per: 10 * time.Second, Burst: 10,
+				Tenant: throttle.KeyFromContext("customer")}},
+		}},
+	}
+	ctx = throttle.WithKey(ctx, "customer", "acme")
+	click := throttle.WithClass(ctx, "interactive") // this request is a click
+	// readme:priorities:end
+	policy.Rules[0].Wait = waiters.FailFast()
+	at := time.Unix(1_700_000_000, 0) // a clock that stands still
+	client := &http.Client{Transport: must(throttle.NewTransport(answer200{}, policy,
+		throttle.WithStore(memstore.New(memstore.WithClock(func() time.Time { return at })))))}
+	send := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://api.vendor.example/send", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	sent := 0
+	for send(ctx) == nil {
+		sent++
+	}
+	fmt.Printf("the sync: %d sent before its headroom; the click: %v\n", sent, send(click) == nil)
+	// Output:
+	// the sync: 8 sent before its headroom; the click: true
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestReadmePriorities checks that the README shows ExampleWithClass's
+// policy word for word.
+func TestReadmePriorities(t *testing.T) {
+	src, err := os.ReadFile("class_example_test.go")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(src), "// readme:priorities:begin\n")
+	require.True(t, ok)
+	body, _, ok := strings.Cut(rest, "\t// readme:priorities:end\n")
+	require.True(t, ok)
+	want := strings.Split(strings.TrimRight(body, "\n"), "\n")
+	for i := range want {
+		want[i] = strings.TrimPrefix(want[i], "\t")
+	}
+	_, block, ok := strings.Cut(string(readme), "## Priorities and fair shares")
+	require.True(t, ok)
+	_, block, ok = strings.Cut(block, "```go\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "\n```")
+	require.True(t, ok)
+	assert.Equal(t, want, strings.Split(block, "\n"))
+}
 
 // A nightly sync and a user's "send to Slack" share one quota. The sync
 // is class "bulk", which leaves the last 20% of every limit free; the
