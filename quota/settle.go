@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // A Settler is a [Store] that can correct what a granted reservation
@@ -74,8 +75,9 @@ type Settler interface {
 
 // CheckCosts checks what every [Settler] requires of a settlement of r:
 // a reservation with its demand and its store's marks, and one cost per
-// limit of the demand, none negative. A problem with costs is a
-// [*FieldError] (matching [ErrInvalid]).
+// limit of the demand, none negative, and none so large that Per times it
+// cannot be counted exactly. A problem with costs is a [*FieldError]
+// (matching [ErrInvalid]).
 func (r *Reservation) CheckCosts(costs []int) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return errors.New("throttle: settle: malformed reservation")
@@ -86,6 +88,10 @@ func (r *Reservation) CheckCosts(costs []int) error {
 	for i, c := range costs {
 		if c < 0 {
 			return &FieldError{Field: fmt.Sprintf("costs[%d]", i), Err: fmt.Errorf("must not be negative, got %d", c)}
+		}
+		// As for a limit's Rate: Per times the cost must count exactly.
+		if l := r.Demand.Limits[i].Limit; l.Per >= time.Microsecond && int64(c) > maxUnits/l.Per.Microseconds() {
+			return &FieldError{Field: fmt.Sprintf("costs[%d]", i), Err: fmt.Errorf("%d per %v is too large to count exactly", c, l.Per)}
 		}
 	}
 	return nil
