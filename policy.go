@@ -68,6 +68,20 @@ type Rule struct {
 	// fails with [ErrCostTooHigh].
 	Cost func(*http.Request) int
 
+	// Settle, if set, reads the real cost of a request from its response,
+	// for vendors that report it only after the fact (GitHub GraphQL's
+	// rateLimit.cost, an LLM's token usage; see [SettleFromJSON]): Cost is
+	// then an estimate, and what the request was charged is corrected to
+	// the cost Settle reports, refund or extra charge, in the store shared
+	// by the fleet (the limits charged Cost; see [quota.Settler]). It is
+	// called once, when the caller has read the response body to its end
+	// or closed it, with a copy of the response whose body holds what the
+	// caller read (at most its first MiB); ok false leaves the estimate
+	// charged. A cost below 1 is refused (see [SettleEvent]). The store
+	// must be a [quota.Settler]. docs/policy.md says how far the vendor's
+	// quota can be overrun when estimates are too low.
+	Settle func(*http.Response) (cost int, ok bool)
+
 	// Wait says how long a request may wait for its quota (package
 	// waiters). Nil means waiters.Block; [WithWaiter] overrides it.
 	Wait Waiter
