@@ -95,11 +95,8 @@ type DecisionEvent struct {
 	StoreErr  error         // the store call's error, if it failed
 	Shadow    bool          // the rule is in shadow mode: sent whatever Outcome says
 
-	// Remaining and ResetAfter are the store's quota.Decision.Remaining and
-	// ResetAfter for a granted request: what the rule's limits admit now
-	// (0 after a wait) and how long until its charge stops counting.
-	Remaining  int64
-	ResetAfter time.Duration
+	Remaining  int64         // what the rule's limits admit now after a grant (quota.Decision)
+	ResetAfter time.Duration // until the grant's charge stops counting (quota.Decision)
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -176,23 +176,16 @@ func callRequest(ctx context.Context) *http.Request {
 // made. Report tells the Limiter what the vendor answered, and Settle
 // what the call really cost.
 type Permit struct {
-	// Rule is the rule that decided the call.
-	Rule string
+	Rule string // the rule that decided the call
 
 	// Delay is, for a permit from [Limiter.Reserve], how long the caller
 	// must wait before it acts; zero from Allow and Wait, which return
 	// when the call may go.
 	Delay time.Duration
 
-	// Waited is how long Wait waited for the quota.
-	Waited time.Duration
-
-	// Remaining is what the rule's limits still admit now, after this
-	// permit's charge, when it was granted without waiting (0 otherwise);
-	// ResetAfter is how long until that charge stops counting against
-	// them. Both are the store's ([quota.Decision]).
-	Remaining  int64
-	ResetAfter time.Duration
+	Waited     time.Duration // how long Wait waited for the quota
+	Remaining  int64         // what the rule's limits admit now after the grant ([quota.Decision])
+	ResetAfter time.Duration // until the grant's charge stops counting ([quota.Decision])
 
 	lim     *Limiter
 	r       *rule
@@ -225,15 +218,15 @@ func (p *Permit) Cancel(ctx context.Context) error {
 
 // Settle corrects what the permit charged to cost, what the call really
 // cost once the vendor said so (the tokens an LLM API reports it used, a
-// GraphQL query's points): the rule's limits that were charged the
-// permit's n (AllowN, WaitN, Reserve) are charged cost instead, a refund
-// or an extra charge, in the store shared by the fleet, as [Rule].Settle
-// does for the [Transport] (see [quota.Settler] for what each algorithm
-// does). Settling again replaces the earlier settlement, so a Settle that
-// failed may be retried. cost must be at least 1. The store must be a
-// [quota.Settler]. A permit that charged nothing (Cancel was called, or a
-// failure mode decided the call) has nothing to settle: Settle returns
-// nil. The settlement goes to [Hooks].OnSettle.
+// GraphQL query's points): the limits charged the permit's n (AllowN,
+// WaitN, Reserve), those without a Cost of their own, are charged cost
+// instead, a refund or an extra charge, in the store shared by the fleet,
+// as [Rule].Settle does for the [Transport] ([quota.Settler] says what
+// each algorithm does). Settling again replaces the earlier settlement,
+// so a Settle that failed may be retried. cost must be at least 1; the
+// store must be a [quota.Settler]. A permit that charged nothing (Cancel
+// was called, or a failure mode decided the call) has nothing to settle:
+// Settle returns nil. Each settlement goes to [Hooks].OnSettle.
 func (p *Permit) Settle(ctx context.Context, cost int) error {
 	if p.d.granted == nil {
 		return nil

@@ -59,27 +59,23 @@ type Rule struct {
 	// Match, if set, must also report true; it must not modify the request.
 	Match func(*http.Request) bool
 
-	// Limits are decided together. A rule with no limits still matches
-	// and honours pauses: use it to exempt requests.
+	// Limits are decided together, all or none: those that apply to a
+	// request ([Limit].Match). A rule with no limits still matches and
+	// honours pauses: use it to exempt requests.
 	Limits []Limit
 
-	// Cost is what a request is charged against every limit (GitHub: 5
-	// points a write). Nil means 1; above a limit's capacity the request
+	// Cost is what a request is charged against every limit that has no
+	// Cost of its own. Nil means 1; above a limit's capacity the request
 	// fails with [ErrCostTooHigh].
 	Cost func(*http.Request) int
 
-	// Settle, if set, reads the real cost of a request from its response,
-	// for vendors that report it only after the fact (GitHub GraphQL's
-	// rateLimit.cost, an LLM's token usage; see [SettleFromJSON]): Cost is
-	// then an estimate, and what the request was charged is corrected to
-	// the cost Settle reports, refund or extra charge, in the store shared
-	// by the fleet (the limits charged Cost; see [quota.Settler]). It is
-	// called once, when the caller has read the response body to its end
-	// or closed it, with a copy of the response whose body holds what the
-	// caller read (at most its first MiB); ok false leaves the estimate
-	// charged. A cost below 1 is refused (see [SettleEvent]). The store
-	// must be a [quota.Settler]. docs/policy.md says how far the vendor's
-	// quota can be overrun when estimates are too low.
+	// Settle, if set, reads a request's real cost from its response, for
+	// vendors that report it only there ([SettleFromJSON]): Cost is then
+	// an estimate, and the charge of every limit without a Cost of its
+	// own is settled to what Settle reports ([quota.Settler]) once the
+	// caller has read the body to its end or closed it. Settle gets a copy
+	// of the response holding what the caller read (its first MiB); ok
+	// false leaves the estimate. The store must be a [quota.Settler].
 	Settle func(*http.Response) (cost int, ok bool)
 
 	// Wait says how long a request may wait for its quota (package

@@ -344,3 +344,48 @@ func TestSettleFromJSON(t *testing.T) {
 	assert.False(t, ok, "no body")
 	assert.Zero(t, cost)
 }
+
+// TestSettleStackedLimits: the settled cost replaces the estimate on the
+// limits charged the rule's cost; a limit with a Cost of its own keeps
+// it, and a limit that does not apply to the request is not touched.
+func TestSettleStackedLimits(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	store := memstore.New(memstore.WithClock(func() time.Time { return at }))
+	points := throttle.Limit{Name: "points", Rate: 1000, Per: time.Hour, Algorithm: throttle.FixedWindow}
+	requests := throttle.Limit{Name: "requests", Rate: 1000, Per: time.Hour, Algorithm: throttle.FixedWindow,
+		Cost: func(*http.Request) int { return 1 }}
+	mutations := throttle.Limit{Name: "mutations", Rate: 1000, Per: time.Hour, Algorithm: throttle.FixedWindow,
+		Cost:  func(*http.Request) int { return 5 },
+		Match: func(r *http.Request) bool { return r.Header.Get("X-Mutation") != "" }}
+	tr, err := throttle.NewTransport(nil, throttle.Policy{Rules: []throttle.Rule{{
+		Name:   "graphql",
+		Limits: []throttle.Limit{mutations, points, requests},
+		Cost:   func(*http.Request) int { return 50 },
+		Settle: throttle.SettleFromJSON("data.rateLimit.cost"),
+	}}}, throttle.WithStore(store), throttle.WithClock(func() time.Time { return at }))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	vendor := graphQLVendor(t)
+	send := func(mutation bool) {
+		req, err := http.NewRequest(http.MethodPost, vendor.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Cost", "3")
+		if mutation {
+			req.Header.Set("X-Mutation", "1")
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+	}
+	send(false)
+	send(true)
+	states, err := store.Inspect(t.Context(), "graphql", []quota.Limit{mutations.Quota(), points.Quota(), requests.Quota()})
+	require.NoError(t, err)
+	used := map[string]int64{}
+	for _, st := range states {
+		used[st.Limit] = st.Used
+	}
+	assert.Equal(t, map[string]int64{"points": 6, "requests": 2, "mutations": 5}, used)
+}
