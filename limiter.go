@@ -217,16 +217,12 @@ func (p *Permit) Cancel(ctx context.Context) error {
 }
 
 // Settle corrects what the permit charged to cost, what the call really
-// cost once the vendor said so (the tokens an LLM API reports it used, a
-// GraphQL query's points): the limits charged the permit's n (AllowN,
-// WaitN, Reserve), those without a Cost of their own, are charged cost
-// instead, a refund or an extra charge, in the store shared by the fleet,
-// as [Rule].Settle does for the [Transport] ([quota.Settler] says what
-// each algorithm does). Settling again replaces the earlier settlement,
-// so a Settle that failed may be retried. cost must be at least 1; the
-// store must be a [quota.Settler]. A permit that charged nothing (Cancel
-// was called, or a failure mode decided the call) has nothing to settle:
-// Settle returns nil. Each settlement goes to [Hooks].OnSettle.
+// cost (an LLM's tokens, a GraphQL query's points), as [Rule].Settle does
+// for the [Transport]: a refund or an extra charge on the limits without
+// a Cost of their own. Settling again replaces the earlier settlement; a
+// permit that charged nothing (cancelled, or decided by a failure mode)
+// has nothing to settle. cost must be at least 1; the store must be a
+// [quota.Settler].
 func (p *Permit) Settle(ctx context.Context, cost int) error {
 	if p.d.granted == nil {
 		return nil
