@@ -27,7 +27,6 @@ func (t *Transport) settleOnEnd(ctx context.Context, r *rule, d *demand, resp *h
 	if r.Settle == nil || d == nil || d.granted == nil {
 		return // nothing to settle, or nothing charged (a failure mode, a shadow refusal)
 	}
-	ctx = context.WithoutCancel(ctx) // the caller may end it once it has the body
 	end := func(head []byte) {
 		answer := *resp
 		answer.Body = io.NopCloser(bytes.NewReader(head))
@@ -36,7 +35,10 @@ func (t *Transport) settleOnEnd(ctx context.Context, r *rule, d *demand, resp *h
 			t.lim.settleEvent(SettleEvent{Rule: r.id, Charged: d.Cost})
 			return
 		}
-		_ = t.lim.settle(ctx, r, d, cost)
+		// The caller may end its context once it has the body.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		defer cancel()
+		_ = t.lim.settle(sctx, r, d, cost)
 	}
 	body := resp.Body
 	if _, rw := body.(io.Writer); rw || body == nil || body == http.NoBody {
@@ -111,11 +113,9 @@ func (lim *Limiter) settle(ctx context.Context, r *rule, d *demand, cost int) er
 				costs[i] = cost
 			}
 		}
-		sctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
-		if err := lim.settleCharge(sctx, d.granted, costs); err != nil {
+		if err := lim.settleCharge(ctx, d.granted, costs); err != nil {
 			ev.Err = fmt.Errorf("throttle: rule %s: store: settle: %w", r.id, err)
 		}
-		cancel()
 	}
 	lim.settleEvent(ev)
 	return ev.Err

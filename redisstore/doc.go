@@ -29,8 +29,8 @@
 // lists, and either charges all limits at the instant it found or charges
 // nothing. Go passes durations only, never instants, so the clocks of the
 // instances do not matter. Scripts are never pipelined (NOSCRIPT recovery
-// does not work inside a pipeline). [Store.Cancel] and [Store.Pause] are one
-// script call each as well.
+// does not work inside a pipeline). [Store.Cancel], [Store.Pause] and
+// [Store.Settle] are one script call each as well.
 //
 // Under heavy concurrency, GCRA-only demands of one scope share that round
 // trip: while [BatchInFlight] calls of the scope are in flight, later
