@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,10 +34,11 @@ type Store struct {
 	buckets map[bucketID]*memBucket
 	pauses  map[pauseID]int64        // pause end, µs
 	shared  map[bucketID]*shareState // share.go: counters shared among tenants
-	sweepAt int                      // len(buckets)+len(pauses) that triggers a sweep
+	sweepAt int                      // len(buckets)+len(pauses)+len(settled)+len(shared) that triggers a sweep
 	ops     int                      // decisions since the last sweep
-	leaseN  uint64                   // lease ids handed out
+	idN     uint64                   // reservation ids handed out
 	watch   map[bucketID]*waitList
+	settled map[string]settlement // settle.go: by reservation id
 }
 
 var _ quota.Store = (*Store)(nil)
@@ -60,6 +62,7 @@ func New(opts ...Option) *Store {
 		now:     time.Now,
 		buckets: make(map[bucketID]*memBucket),
 		pauses:  make(map[pauseID]int64),
+		settled: make(map[string]settlement),
 		shared:  make(map[bucketID]*shareState),
 		sweepAt: minSweep,
 	}
@@ -198,11 +201,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	}
 
 	r := newReservation(d)
+	r.ID = s.nextID() // settle.go's records and lease.go's leases are by id
 	for i, l := range d.Limits {
 		if l.Limit.Algorithm == quota.Concurrency {
-			if r.ID == "" {
-				r.ID = s.nextLeaseID()
-			}
 			if t > now { // memlease.go: claimed when it comes due
 				r.Unclaimed = true
 				continue
@@ -261,6 +262,14 @@ func newReservation(d *quota.Demand) *quota.Reservation {
 	return &rv.Reservation
 }
 
+// nextID returns a reservation id unique in the store: the lease id of
+// its slots, and the key of its settlement. s.mu is held.
+func (s *Store) nextID() string {
+	s.idN++
+	var buf [16]byte
+	return string(strconv.AppendUint(append(buf[:0], 'm'), s.idN, 36))
+}
+
 // Cancel implements [quota.Store.Cancel].
 func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
@@ -304,7 +313,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 // maybeSweep drops expired state when enough decisions have passed or the
 // maps have doubled since the last sweep. Amortized O(1) per decision.
 func (s *Store) maybeSweep(now int64) {
-	n := len(s.buckets) + len(s.pauses) + len(s.shared)
+	n := len(s.buckets) + len(s.pauses) + len(s.settled) + len(s.shared)
 	if n < s.sweepAt && s.ops < sweepPeriod {
 		return
 	}
@@ -319,12 +328,17 @@ func (s *Store) maybeSweep(now int64) {
 			delete(s.pauses, id)
 		}
 	}
+	for id, st := range s.settled {
+		if st.expire <= now {
+			delete(s.settled, id)
+		}
+	}
 	for id, st := range s.shared {
 		if st.empty(now) {
 			delete(s.shared, id)
 		}
 	}
-	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)+len(s.shared)))
+	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)+len(s.settled)+len(s.shared)))
 }
 
 // checkDemand rejects a demand no limit could ever grant and converts its

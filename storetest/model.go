@@ -39,6 +39,8 @@ type model struct {
 	shared map[string]*tenants             // fair shares (share.go), per bucket
 	seq    int64                           // source of reservation ids
 
+	settled map[string][]int64 // costs each reservation was settled to, by id
+
 	// held is, after a refusal of take that another tenant's claim bound,
 	// the limits that may be reported as binding it.
 	held []int
@@ -59,6 +61,8 @@ func newModel() *model {
 		pauses: map[string]int64{},
 		leases: map[string][]lease{},
 		shared: map[string]*tenants{},
+
+		settled: map[string][]int64{},
 	}
 }
 

@@ -54,6 +54,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("Headroom", func(t *testing.T) { s.runCases(t, headroomCases()) })
 	t.Run("Shares", func(t *testing.T) { s.runCases(t, shareCases()) })
 	t.Run("Sync", s.testSync)
+	t.Run("Settle", s.testSettle)
 	t.Run("Inspect", s.testInspect)
 	t.Run("Concurrency", s.testConcurrency)
 	t.Run("Contention", s.testContention)
