@@ -126,7 +126,7 @@ import (
 // a tenant may run ahead of its clock by up to C*T, a burst of C/n units.
 // The share is exact only while n stays the same (a grant counts with
 // the n of its decision); a claim whose holder does not come back within
-// T of its instant lapses; Cancel does not wind a clock back.
+// T of its instant lapses; Cancel and Settle do not move a clock.
 //
 // Implementations must be safe for concurrent use. An error from Take means
 // the demand may or may not have been charged; callers treat it as not
