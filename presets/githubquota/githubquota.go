@@ -61,8 +61,8 @@
 // "search", "code_search", "graphql"), so a quota shared with other
 // clients of the same token is respected; and an answer with no quota
 // left pauses that token's resource until the reset. A GraphQL request is
-// charged 1 point, the least a query costs; GitHub's answers lower the
-// count to what it charged.
+// charged 1 point, the least a query costs; x-ratelimit-remaining then
+// lowers the count to what GitHub charged.
 //
 // # Secondary limits
 //
