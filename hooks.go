@@ -18,6 +18,10 @@ type Hooks struct {
 	OnPause func(PauseEvent)
 	// OnSync is called when an answer lowers a limit ([Learning].Sync).
 	OnSync func(SyncEvent)
+	// OnSettle is called when a request's charge is settled to the cost
+	// its answer reported ([Rule].Settle, [Permit.Settle]), or the answer
+	// reported none.
+	OnSettle func(SettleEvent)
 	// OnStoreState is called once per change of the store's state.
 	OnStoreState func(StoreEvent)
 	// OnLease is called when something happens to an in-flight slot's lease.
@@ -39,6 +43,15 @@ type SyncEvent struct {
 	Remaining   int64         // what the vendor said is left
 	Reset       time.Duration // until the vendor's reset
 	Err         error         // the store's, if the sync failed
+}
+
+// A SettleEvent describes a request's charge corrected to the cost its
+// answer reported ([Rule].Settle, [Permit.Settle]).
+type SettleEvent struct {
+	Rule    string
+	Charged int   // what the request was charged when it was decided: its estimate
+	Cost    int   // what the answer reported; 0 when it reported none, and the estimate stands
+	Err     error // the store's, if the settlement failed; or why Cost was refused
 }
 
 // An Outcome is what happened to a request that matched a rule.

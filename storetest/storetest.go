@@ -52,6 +52,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("Pauses", func(t *testing.T) { s.runCases(t, pauseCases()) })
 	t.Run("Errors", func(t *testing.T) { s.runCases(t, errorCases()) })
 	t.Run("Sync", s.testSync)
+	t.Run("Settle", s.testSettle)
 	t.Run("Inspect", s.testInspect)
 	t.Run("Concurrency", s.testConcurrency)
 	t.Run("Contention", s.testContention)
