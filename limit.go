@@ -41,7 +41,8 @@ type Limit struct {
 	Key KeyFunc
 
 	// Match, if set, must report true for the limit to apply to a request
-	// of its rule (nil: every request). It must not modify the request.
+	// of its rule (nil: every request). It must not modify the request,
+	// but may read its body if it puts back an equivalent (as [KeyFromBody]).
 	Match func(*http.Request) bool
 
 	// Cost, if set, is what a request is charged on this limit, in place

@@ -139,8 +139,9 @@ func WithWaiter(ctx context.Context, w Waiter) context.Context {
 // defaultWaiter is used by rules without a Wait.
 var defaultWaiter Waiter = waiters.Block()
 
-// CostByMethod returns a Rule.Cost that charges costs[method], or def for
-// methods not listed. For GitHub's secondary limits:
+// CostByMethod returns a Rule.Cost (or Limit.Cost) that charges
+// costs[method], or def for methods not listed; a request with no method
+// is a GET, as net/http sends it. For GitHub's secondary limits:
 //
 //	throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1, "OPTIONS": 1})
 func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
@@ -149,7 +150,11 @@ func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
 		m[strings.ToUpper(k)] = v
 	}
 	return func(r *http.Request) int {
-		if c, ok := m[r.Method]; ok {
+		method := r.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		if c, ok := m[method]; ok {
 			return c
 		}
 		return def
