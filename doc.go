@@ -27,19 +27,22 @@
 //
 // A [Policy] is an ordered list of [Rule]s; a request takes the first
 // rule that matches its host, method and path. A rule names [Limit]s, each
-// "at most Rate per Per" counted per key ([KeyFunc]), and decides them all
-// in one atomic step in the store: every limit admits and is charged, or
-// none is. The rule's [Waiter] (package waiters) says how long a request
+// "at most Rate per Per" counted per key ([KeyFunc]), and decides those
+// that apply to the request, each its own cost, in one atomic step in the
+// store: every limit admits and is charged, or none is. The rule's [Waiter] (package waiters) says how long a request
 // may wait; the store reserves its instant and the request sleeps on a
 // timer, or it fails at once with a [*LimitError] carrying RetryAfter. The
 // vendor's answers (429s, Retry-After, quota headers, per [Learning])
-// become pauses shared by every instance through the store. When the store
-// fails, the rule's [FailureMode] decides, behind a [Breaker] that tells a
-// slow store from a dead one.
+// become pauses shared by every instance through the store. A request
+// whose cost the vendor reports only in its answer is charged an estimate
+// and settled to that cost once the body is read ([Rule].Settle). When the
+// store fails, the rule's [FailureMode] decides, behind a [Breaker] that
+// tells a slow store from a dead one. A request's [Class] may leave part
+// of every limit to the classes above it, and a limit's Tenant shares it
+// fairly among tenants.
 //
 // A [Limiter] makes the same decisions for calls that are not HTTP
-// (Allow, Wait, Reserve, and Report for the answer); the [Transport] is
-// the Limiter of an [http.Client].
-//
-// The repository's docs/ folder holds the long form.
+// (Allow, Wait, Reserve, and Report and Settle for the answer); the
+// [Transport] is the Limiter of an [http.Client]. The repository's docs/
+// folder holds the long form.
 package throttle

@@ -9,7 +9,8 @@ import (
 // logs (package otelthrottle turns them into OpenTelemetry). Nil fields
 // are skipped. Hooks run synchronously on the request's goroutine (OnLease
 // also on a renewal timer's), so they must be fast and safe for concurrent
-// use. They never receive keys, which may be derived from secrets.
+// use. They never receive keys, which may be derived from secrets, but
+// for DecisionEvent.Tenant: hash a tenant that is a secret ([HashKey]).
 type Hooks struct {
 	// OnDecision is called once per request that matched a rule, when
 	// its fate is known.
@@ -18,6 +19,10 @@ type Hooks struct {
 	OnPause func(PauseEvent)
 	// OnSync is called when an answer lowers a limit ([Learning].Sync).
 	OnSync func(SyncEvent)
+	// OnSettle is called when a request's charge is settled to the cost
+	// its answer reported ([Rule].Settle, [Permit.Settle]), or the answer
+	// reported none.
+	OnSettle func(SettleEvent)
 	// OnStoreState is called once per change of the store's state.
 	OnStoreState func(StoreEvent)
 	// OnLease is called when something happens to an in-flight slot's lease.
@@ -39,6 +44,15 @@ type SyncEvent struct {
 	Remaining   int64         // what the vendor said is left
 	Reset       time.Duration // until the vendor's reset
 	Err         error         // the store's, if the sync failed
+}
+
+// A SettleEvent describes a request's charge corrected to the cost its
+// answer reported ([Rule].Settle, [Permit.Settle]).
+type SettleEvent struct {
+	Rule    string
+	Charged int   // what the request was charged when it was decided: its estimate
+	Cost    int   // what the answer reported; 0 when it reported none, and the estimate stands
+	Err     error // the store's, if the settlement failed; or why Cost was refused
 }
 
 // An Outcome is what happened to a request that matched a rule.
@@ -81,6 +95,13 @@ type DecisionEvent struct {
 	StoreTime time.Duration // the store call's duration; zero when none was made
 	StoreErr  error         // the store call's error, if it failed
 	Shadow    bool          // the rule is in shadow mode: sent whatever Outcome says
+
+	Remaining  int64         // what the rule's limits admit now after a grant (quota.Decision)
+	ResetAfter time.Duration // until the grant's charge stops counting (quota.Decision)
+
+	Class  string // the request's [Class], if it has one
+	Tenant string // the tenant of its first shared limit ([Limit].Tenant), escaped; a key, so hash secrets
+	Tries  int    // store decisions made for it: more than 1 when it waited in line to ask again (lane.go)
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -33,6 +33,8 @@ type Policy struct {
 	// Instances is how many instances share the store, for [FailLocal]'s
 	// shares ([LocalShare]). Zero means 1; a fleet should set it.
 	Instances int
+
+	Classes []Class // the priority classes rules and requests may name
 }
 
 // A Rule matches a set of requests and names the limits they must all
@@ -48,54 +50,60 @@ type Rule struct {
 	// for subdomains; with a port ("localhost:8080") only that port.
 	Host string
 
-	// Method matches the request method exactly, e.g. "POST".
-	Method string
+	Method string // matches the request method exactly, e.g. "POST"
 
 	// Path matches the URL path in the [net/http.ServeMux] pattern syntax
 	// ("/repos/{owner}/{repo}/issues", "/files/{path...}"); wildcards feed
 	// [KeyFromPath].
 	Path string
 
-	// Match, if set, must also report true; it must not modify the request.
-	Match func(*http.Request) bool
+	Match func(*http.Request) bool // if set, must also report true; it must not modify the request
 
-	// Limits are decided together. A rule with no limits still matches
-	// and honours pauses: use it to exempt requests.
+	// Limits are decided together, all or none: those that apply to a
+	// request ([Limit].Match). A rule with no limits still matches and
+	// honours pauses: use it to exempt requests.
 	Limits []Limit
 
-	// Cost is what a request is charged against every limit (GitHub: 5
-	// points a write). Nil means 1; above a limit's capacity the request
+	// Cost is what a request is charged against every limit that has no
+	// Cost of its own. Nil means 1; above a limit's capacity the request
 	// fails with [ErrCostTooHigh].
 	Cost func(*http.Request) int
+
+	// Settle, if set, reads a request's real cost from its response, for
+	// vendors that report it only there ([SettleFromJSON]): Cost is then
+	// an estimate, and the charge of every limit without a Cost of its
+	// own is settled to what Settle reports ([quota.Settler]) once the
+	// caller has read the body to its end or closed it. Settle gets a copy
+	// of the response holding what the caller read (its first MiB); ok
+	// false leaves the estimate. The store must be a [quota.Settler].
+	Settle func(*http.Response) (cost int, ok bool)
 
 	// Wait says how long a request may wait for its quota (package
 	// waiters). Nil means waiters.Block; [WithWaiter] overrides it.
 	Wait Waiter
 
-	// Learn configures what the rule learns from responses; see [Learning].
-	Learn Learning
+	Learn Learning // what the rule learns from responses
+	Retry Retry    // resends "slow down" answers through the limiter
 
 	// Shadow decides and reports the rule's requests as usual but never
 	// makes one wait or fail: watch a new limit before enforcing it.
 	Shadow bool
-
-	// Retry resends "slow down" answers through the limiter; see [Retry].
-	Retry Retry
 
 	// OnStoreFailure is what a request does when the store cannot decide
 	// it. Zero means [Policy.OnStoreFailure].
 	OnStoreFailure FailureMode
 
 	// MaxQueue caps how many requests of the rule may wait at once in one
-	// Transport; QueueFull says what happens beyond it. Zero: no cap.
-	MaxQueue int
-
-	// QueueFull is [RefuseNew] (the zero value) or [DropOldest].
+	// Transport; QueueFull ([RefuseNew], the zero value, or [DropOldest])
+	// says what happens beyond it. Zero: no cap.
+	MaxQueue  int
 	QueueFull QueueFull
 
 	// Scope groups counters and pauses in the store (one Cluster slot).
 	// Rules sharing a limit name must share a scope. Empty means Name.
 	Scope string
+
+	Class string // the [Class] of the rule's requests ([WithClass] overrides it); empty: none
 }
 
 // A Waiter states how long a request may wait for its quota. The standard
@@ -125,8 +133,9 @@ func WithWaiter(ctx context.Context, w Waiter) context.Context {
 // defaultWaiter is used by rules without a Wait.
 var defaultWaiter Waiter = waiters.Block()
 
-// CostByMethod returns a Rule.Cost that charges costs[method], or def for
-// methods not listed. For GitHub's secondary limits:
+// CostByMethod returns a Rule.Cost (or Limit.Cost) that charges
+// costs[method], or def for methods not listed; a request with no method
+// is a GET, as net/http sends it. For GitHub's secondary limits:
 //
 //	throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1, "OPTIONS": 1})
 func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
@@ -135,7 +144,11 @@ func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
 		m[strings.ToUpper(k)] = v
 	}
 	return func(r *http.Request) int {
-		if c, ok := m[r.Method]; ok {
+		method := r.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		if c, ok := m[method]; ok {
 			return c
 		}
 		return def
@@ -155,6 +168,7 @@ type rule struct {
 	pauseIdx int // index in Limits of Learn.PauseBy, or -1
 
 	failMode FailureMode   // resolved: never FailDefault
+	class    *class        // Class, or nil
 	limits   []quota.Limit // each of Limits as the store sees it
 	local    []quota.Limit // LocalShare of each of Limits
 	queue    *waitQueue    // nil when MaxQueue is 0
@@ -172,8 +186,9 @@ func (r *rule) inFlight() int {
 
 // compiledPolicy is a validated Policy, ready to match requests.
 type compiledPolicy struct {
-	rules  []rule
-	refuse bool
+	rules   []rule
+	refuse  bool
+	classes map[string]*class
 }
 
 // Validate reports every problem with the policy: each is a
@@ -204,6 +219,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 	if p.Instances < 0 {
 		bad("", "Instances", "must not be negative, got %d", p.Instances)
 	}
+	cp.classes = compileClasses(p.Classes, bad) // class.go
 
 	for i, r := range p.Rules {
 		id := r.Name
@@ -277,6 +293,11 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if r.Method != "" && !validMethod(r.Method) {
 			bad(id, "Method", "%q is not an HTTP method token", r.Method)
 		}
+		if r.Class != "" {
+			if cr.class = cp.classes[r.Class]; cr.class == nil {
+				bad(id, "Class", "names no class of the policy: %q", r.Class)
+			}
+		}
 		inRule := make(map[string]bool)
 		for j, l := range r.Limits {
 			field := fmt.Sprintf("Limits[%d]", j)
@@ -289,6 +310,9 @@ func (p Policy) compile() (*compiledPolicy, error) {
 				continue
 			}
 			inRule[l.Name] = true
+			if l.Tenant != nil && l.Algorithm == Concurrency {
+				bad(id, field+".Tenant", "a concurrency limit cannot be shared among tenants")
+			}
 			prev, seen := limits[l.Name]
 			if !seen {
 				limits[l.Name] = limitUse{rule: id, scope: cr.scope, limit: l}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,11 +32,13 @@ type Store struct {
 
 	mu      sync.Mutex
 	buckets map[bucketID]*memBucket
-	pauses  map[pauseID]int64 // pause end, µs
-	sweepAt int               // len(buckets)+len(pauses) that triggers a sweep
-	ops     int               // decisions since the last sweep
-	leaseN  uint64            // lease ids handed out
+	pauses  map[pauseID]int64        // pause end, µs
+	shared  map[bucketID]*shareState // share.go: counters shared among tenants
+	sweepAt int                      // len(buckets)+len(pauses)+len(settled)+len(shared) that triggers a sweep
+	ops     int                      // decisions since the last sweep
+	idN     uint64                   // reservation ids handed out
 	watch   map[bucketID]*waitList
+	settled map[string]settlement // settle.go: by reservation id
 }
 
 var _ quota.Store = (*Store)(nil)
@@ -59,6 +62,8 @@ func New(opts ...Option) *Store {
 		now:     time.Now,
 		buckets: make(map[bucketID]*memBucket),
 		pauses:  make(map[pauseID]int64),
+		settled: make(map[string]settlement),
+		shared:  make(map[bucketID]*shareState),
 		sweepAt: minSweep,
 	}
 	for _, o := range opts {
@@ -97,6 +102,13 @@ func newParams(l quota.Limit, cost int) params {
 	return params{Limit: quotamath.Of(l), cost: int64(cost)}
 }
 
+// demandParams returns the params of d's limit i: its cost, and its
+// numbers less its headroom (quotamath.Limit.Less).
+func demandParams(d *quota.Demand, i int) params {
+	b := &d.Limits[i]
+	return params{Limit: quotamath.Of(b.Limit).Less(int64(b.Headroom)), cost: int64(d.CostOf(i))}
+}
+
 // minSweep is the smallest number of entries at which sweeps run; between
 // sweeps the number of entries may at most double, or 1024 decisions pass.
 const (
@@ -121,6 +133,14 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	defer s.mu.Unlock()
 	now := s.now().UnixMicro()
 	s.maybeSweep(now)
+
+	// Fair shares (share.go): a demand over its share, or with a
+	// headroom, is never a reservation.
+	var shBuf [2]share
+	sh := s.shares(d, now, shBuf[:0])
+	if d.Restricted() || overShare(sh) {
+		maxWait = 0
+	}
 
 	t, pause := now, -1
 	for i, k := range d.Pauses {
@@ -158,7 +178,18 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		t, binding = next, raiser
 	}
 
+	if end, limit := heldBack(sh, now); limit >= 0 {
+		// Over its share while other tenants hold claims: refused until
+		// they stop holding it back, or until t if that is later.
+		if end >= t {
+			return quota.Decision{Delay: quotamath.Micros(end - now), Limit: limit}, nil
+		}
+		maxWait = -1
+	}
 	if t-now > maxWait {
+		if t-now <= d.MaxWait.Microseconds() && maxWait >= 0 {
+			claim(sh, t) // refused only because it may not reserve
+		}
 		dec := quota.Decision{Delay: quotamath.Micros(t - now), Limit: binding}
 		if binding < 0 && pause >= 0 {
 			dec.Pause = d.Pauses[pause]
@@ -170,11 +201,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	}
 
 	r := newReservation(d)
+	r.ID = s.nextID() // settle.go's records and lease.go's leases are by id
 	for i, l := range d.Limits {
 		if l.Limit.Algorithm == quota.Concurrency {
-			if r.ID == "" {
-				r.ID = s.nextLeaseID()
-			}
 			if t > now { // memlease.go: claimed when it comes due
 				r.Unclaimed = true
 				continue
@@ -192,6 +221,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		}
 		r.Marks[i] = b.commit(ps[i], t)
 	}
+	charged(sh, t)
 	s.ops++
 	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
 	left(&dec, ps, bs, now)
@@ -230,6 +260,14 @@ func newReservation(d *quota.Demand) *quota.Reservation {
 		rv.Marks = make([]int64, n)
 	}
 	return &rv.Reservation
+}
+
+// nextID returns a reservation id unique in the store: the lease id of
+// its slots, and the key of its settlement. s.mu is held.
+func (s *Store) nextID() string {
+	s.idN++
+	var buf [16]byte
+	return string(strconv.AppendUint(append(buf[:0], 'm'), s.idN, 36))
 }
 
 // Cancel implements [quota.Store.Cancel].
@@ -275,7 +313,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 // maybeSweep drops expired state when enough decisions have passed or the
 // maps have doubled since the last sweep. Amortized O(1) per decision.
 func (s *Store) maybeSweep(now int64) {
-	n := len(s.buckets) + len(s.pauses)
+	n := len(s.buckets) + len(s.pauses) + len(s.settled) + len(s.shared)
 	if n < s.sweepAt && s.ops < sweepPeriod {
 		return
 	}
@@ -290,7 +328,17 @@ func (s *Store) maybeSweep(now int64) {
 			delete(s.pauses, id)
 		}
 	}
-	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)))
+	for id, st := range s.settled {
+		if st.expire <= now {
+			delete(s.settled, id)
+		}
+	}
+	for id, st := range s.shared {
+		if st.empty(now) {
+			delete(s.shared, id)
+		}
+	}
+	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)+len(s.settled)+len(s.shared)))
 }
 
 // checkDemand rejects a demand no limit could ever grant and converts its
@@ -299,8 +347,8 @@ func checkDemand(d *quota.Demand, ps []params) ([]params, error) {
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
 	}
-	for i, b := range d.Limits {
-		ps = append(ps, newParams(b.Limit, d.CostOf(i)))
+	for i := range d.Limits {
+		ps = append(ps, demandParams(d, i))
 	}
 	return ps, nil
 }

@@ -3,6 +3,7 @@ package otelthrottle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -207,8 +208,9 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 	require.NoError(t, err)
 	// One event of each kind, so that every instrument has a point.
 	h.OnDecision(throttle.DecisionEvent{Context: context.Background(), Rule: "api", Outcome: throttle.Waited,
-		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown})
+		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown, Tenant: "acme"})
 	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Hour})
+	h.OnSettle(throttle.SettleEvent{Rule: "api", Charged: 50, Cost: 7})
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -219,13 +221,81 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 		assert.NotEmpty(t, m.Description, m.Name)
 	}
 	assert.Equal(t, map[string]string{
-		"throttle.decisions":      "{request}",
-		"throttle.wait":           "s",
-		"throttle.store.duration": "s",
-		"throttle.store.errors":   "{error}",
-		"throttle.fallback":       "{request}",
-		"throttle.vendor.limited": "{response}",
-		"throttle.pauses.active":  "{pause}",
-		"throttle.store.state":    "{state}",
+		"throttle.decisions":        "{request}",
+		"throttle.tenant.decisions": "{request}",
+		"throttle.wait":             "s",
+		"throttle.store.duration":   "s",
+		"throttle.store.errors":     "{error}",
+		"throttle.fallback":         "{request}",
+		"throttle.vendor.limited":   "{response}",
+		"throttle.settlements":      "{request}",
+		"throttle.pauses.active":    "{pause}",
+		"throttle.store.state":      "{state}",
 	}, units)
+}
+
+func TestMetricsOfSettlements(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	var theirs atomic.Int64
+	h, err := otelthrottle.Hooks(mp, throttle.Hooks{OnSettle: func(throttle.SettleEvent) { theirs.Add(1) }})
+	require.NoError(t, err)
+	for _, ev := range []throttle.SettleEvent{
+		{Rule: "graphql", Charged: 50, Cost: 7},
+		{Rule: "graphql", Charged: 50, Cost: 12},
+		{Rule: "graphql", Charged: 50, Cost: 50},
+		{Rule: "graphql", Charged: 50, Cost: 61},
+		{Rule: "graphql", Charged: 50},
+		{Rule: "graphql", Charged: 50, Cost: 7, Err: errDown},
+		{Rule: "graphql", Charged: 50, Err: fmt.Errorf("%w: a settled cost must be at least 1", throttle.ErrInvalidPolicy)},
+	} {
+		h.OnSettle(ev)
+	}
+	got := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"throttle.rule=graphql,throttle.settlement=refund":     2,
+		"throttle.rule=graphql,throttle.settlement=exact":      1,
+		"throttle.rule=graphql,throttle.settlement=extra":      1,
+		"throttle.rule=graphql,throttle.settlement=unreported": 1,
+		"throttle.rule=graphql,throttle.settlement=failed":     2,
+	}, sums(t, got["throttle.settlements"]))
+	assert.Equal(t, map[string]int64{"throttle.rule=graphql,throttle.store.operation=settle": 1}, sums(t, got["throttle.store.errors"]),
+		"a store error is a store error; a bad cost is not")
+	assert.Equal(t, int64(7), theirs.Load(), "the caller's own hook still runs")
+}
+
+// TestMetricsByClassAndTenant: decisions and waits carry the request's
+// class, and a request of a tenant is counted by tenant too, on a
+// Limiter whose bulk class stops at its headroom (2 of 10) and whose
+// limit is shared among tenants.
+func TestMetricsByClassAndTenant(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{})
+	require.NoError(t, err)
+	lim, err := throttle.NewLimiter(throttle.Policy{
+		Classes: []throttle.Class{{Name: "interactive"}, {Name: "bulk", Headroom: 0.2}},
+		Rules: []throttle.Rule{{Name: "sync", Class: "bulk", Wait: waiters.FailFast(),
+			Limits: []throttle.Limit{{Name: "calls", Rate: 10, Per: time.Hour, Tenant: throttle.KeyFromContext("customer")}}}},
+	}, throttle.WithHooks(hooks))
+	require.NoError(t, err)
+	acme := throttle.WithKey(context.Background(), "customer", "acme")
+	for range 9 {
+		_, _ = lim.Allow(acme, "sync")
+	}
+	_, err = lim.Allow(throttle.WithClass(acme, "interactive"), "sync")
+	require.NoError(t, err)
+
+	m := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"throttle.class=bulk,throttle.limit=,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false":        8,
+		"throttle.class=bulk,throttle.limit=calls,throttle.outcome=refused,throttle.rule=sync,throttle.shadow=false":   1,
+		"throttle.class=interactive,throttle.limit=,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false": 1,
+	}, sums(t, m["throttle.decisions"]))
+	assert.Equal(t, map[string]int64{
+		"throttle.outcome=allowed,throttle.rule=sync,throttle.tenant=acme": 9,
+		"throttle.outcome=refused,throttle.rule=sync,throttle.tenant=acme": 1,
+	}, sums(t, m["throttle.tenant.decisions"]))
 }

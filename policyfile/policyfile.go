@@ -13,6 +13,9 @@
 //	instances: 4                  # instances sharing the store (local fallback share)
 //	on_store_failure: local       # default | local | open | closed
 //	refuse_unmatched: false
+//	classes:                      # priority classes; headroom: a fraction or "20%"
+//	  - {name: interactive}
+//	  - {name: bulk, headroom: 20%}
 //	rules:
 //	  - name: slack-notify
 //	    host: hooks.slack.com
@@ -30,14 +33,19 @@
 // Rule fields: name, host, method, path, scope, wait, cost (a whole
 // number), cost_by_method ({default: 5, GET: 1}), shadow,
 // on_store_failure, limits, learn (off, max_pause, default_pause, jitter,
-// sync, sync_resource, pause_by) and retry (max, max_wait). Limit fields:
+// sync, sync_resource, pause_by), retry (max, max_wait),
+// settle_from_json (the JSON path of the cost an answer reports, such as
+// data.rateLimit.cost: [throttle.SettleFromJSON]; cost is then the
+// estimate charged until the answer comes) and class (a name from
+// classes). Limit fields:
 // name, rate and burst (whole numbers: 5.5 is an error, not 5), per (a Go
 // duration: 30m, 1h, 500ms), algorithm (the names of
 // [throttle.Algorithm.String]: gcra, fixed-window, sliding-log,
-// sliding-window, concurrency) and key, one of "context:NAME",
+// sliding-window, concurrency), key, one of "context:NAME",
 // "header:NAME" (values of secret-bearing headers are hashed),
 // "path:WILDCARD", "query:NAME", "body:FIELD", "constant:VALUE", each
-// optionally prefixed "hash:" to hash the value. Failure modes are the
+// optionally prefixed "hash:" to hash the value, and tenant, a key of the
+// same form that shares the limit fairly among the tenants it names. Failure modes are the
 // names of [throttle.FailureMode.String]. Unknown fields are errors, so a
 // typo does not silently drop a limit.
 //
@@ -62,8 +70,9 @@ import (
 // Presets are the presets a file can name, each giving its rules with the
 // preset's default options. Add your own before loading files.
 var Presets = map[string]func() []throttle.Rule{
-	"slack":  func() []throttle.Rule { return slackquota.Rules(slackquota.Options{}) },
-	"github": func() []throttle.Rule { return githubquota.Rules(githubquota.Options{}) },
+	// The zero Options of both are valid: Rules gives no error.
+	"slack":  func() []throttle.Rule { r, _ := slackquota.Rules(slackquota.Options{}); return r },
+	"github": func() []throttle.Rule { r, _ := githubquota.Rules(githubquota.Options{}); return r },
 }
 
 func presetNames() string {

@@ -3,6 +3,7 @@ package policyfile_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,6 +162,18 @@ func TestBadFiles(t *testing.T) {
 		{"zero rate (validation)", "rules:\n  - name: a\n    limits:\n      - name: l\n        per: 1m\n        rate: 0\n", 6, "a", "limits[0].rate", ""},
 		{"bad path (validation)", "rules:\n  - name: a\n    path: /x/{\n", 3, "a", "path", ""},
 		{"duplicate names (validation)", "rules:\n  - name: a\n  - name: a\n", 3, "a", "name", ""},
+		{"empty settle path", "rules:\n  - name: a\n    settle_from_json: \"\"\n", 3, "a", "settle_from_json", "dot-separated path"},
+		{"settle path with an empty key", "rules:\n  - name: a\n    settle_from_json: data..cost\n", 3, "a", "settle_from_json", "data..cost"},
+		{"settle path not a string", "rules:\n  - name: a\n    settle_from_json: [data]\n", 3, "a", "settle_from_json", "must be a string"},
+		{"empty match", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {}}\n", 4, "a", "limits[0].match", "give method or path"},
+		{"bad match path", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {path: \"/x/{\"}}\n", 4, "a", "limits[0].match.path", "wildcard"},
+		{"unknown match field", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {host: x}}\n", 4, "a", "limits[0].match.host", "unknown field"},
+		{"limit cost 0", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, cost: 0}\n", 4, "a", "limits[0].cost", "at least 1"},
+		{"limit cost twice", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, cost: 2, cost_by_method: {GET: 1}}\n", 4, "a", "limits[0].cost", "not both"},
+		{"bad headroom", "classes:\n  - {name: bulk, headroom: lots}\nrules: []\n", 2, "", "classes[0].headroom", "a percentage"},
+		{"headroom 100% (validation)", "classes:\n  - name: ok\n  - name: bulk\n    headroom: 100%\nrules: []\n", 4, "", "classes[1].headroom", "below 1"},
+		{"unknown class (validation)", "classes: [{name: bulk}]\nrules:\n  - name: a\n    class: bluk\n", 4, "a", "class", "bluk"},
+		{"bad tenant", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, tenant: customer}\n", 4, "a", "limits[0].tenant", "KIND:NAME"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -324,11 +337,11 @@ rules:
 	_, err := policyfile.Load("policy.yaml", []byte(doc))
 	require.Error(t, err)
 	want := []string{
-		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry)`,
+		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry, settle_from_json, class)`,
 		`policy.yaml:5: rule "a": wait: unknown waiter "soon" (block, fail-fast, up-to DURATION)`,
 		`policy.yaml:7: rule "a": limits[0].rate: must be a whole number, got 5.5`,
 		`policy.yaml:9: rule "a": limits[2].per: not a duration (such as 30s, 5m, 1h): "forever"`,
-		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, key)`,
+		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, key, match, cost, cost_by_method, tenant)`,
 		`policy.yaml:13: rule "b": limits[0].per: missing: give a duration such as 1m or 30m`,
 		`policy.yaml:1: instances: must not be negative, got -1`,
 		`policy.yaml:8: rule "a": limits[1].rate: must be positive, got 0`,
@@ -439,4 +452,49 @@ func FuzzLoad(f *testing.F) {
 			t.Errorf("%v does not match ErrInvalidPolicy", err)
 		}
 	})
+}
+
+// jsonCostTransport answers every request 200 with a JSON body that
+// reports a cost of 7 at data.rateLimit.cost, in memory.
+type jsonCostTransport struct{}
+
+func (jsonCostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	body := io.NopCloser(strings.NewReader(`{"data":{"rateLimit":{"cost":7}}}`))
+	return &http.Response{StatusCode: 200, Body: body, Header: http.Header{}, Request: req}, nil
+}
+
+// TestSettleFromJSON: a rule with settle_from_json is charged its cost,
+// the estimate, and then what the answer reports.
+func TestSettleFromJSON(t *testing.T) {
+	p, err := policyfile.Load("p.yaml", []byte(`rules:
+  - name: graphql
+    path: /graphql
+    wait: fail-fast
+    cost: 50
+    settle_from_json: data.rateLimit.cost
+    limits:
+      - {name: points, rate: 100, per: 1h, algorithm: fixed-window}
+`))
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	tr, err := throttle.NewTransport(jsonCostTransport{}, p,
+		throttle.WithStore(memstore.New(memstore.WithClock(clock))), throttle.WithClock(clock))
+	require.NoError(t, err)
+	sent := 0
+	for range 20 {
+		req, _ := http.NewRequest(http.MethodPost, "https://api.example.com/graphql", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			break
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		sent++
+	}
+	// Charged 50 until the answer says 7: 7*8 + 50 > 100.
+	assert.Equal(t, 8, sent)
 }

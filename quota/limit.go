@@ -250,13 +250,19 @@ func (l Limit) checkBounds() (field string, err error) {
 	case l.Algorithm == SlidingLog && l.Rate > MaxSlidingLogRate:
 		return "Rate", fmt.Errorf("a sliding log keeps one entry per admitted demand: at most %d (quota.MaxSlidingLogRate), got %d; use %v for more", MaxSlidingLogRate, l.Rate, SlidingWindow)
 	}
-	// Burst*P/R <= MaxPer, in 128 bits: Burst*P <= MaxPer*R.
-	bh, bl := bits.Mul64(uint64(l.BurstOrRate()), uint64(l.Per.Microseconds()))
-	mh, ml := bits.Mul64(uint64(MaxPer.Microseconds()), uint64(l.Rate))
-	if bh > mh || bh == mh && bl > ml {
+	if !l.replenishedWithin(int64(l.BurstOrRate())) {
 		return "Burst", fmt.Errorf("%d units of %d per %v take longer than %v (quota.MaxPer) to replenish", l.Burst, l.Rate, l.Per, MaxPer)
 	}
 	return "", nil
+}
+
+// replenishedWithin reports whether n units take at most MaxPer at the
+// limit's rate: n*P/R <= MaxPer, in 128 bits (n*P <= MaxPer*R). Rate must
+// be positive.
+func (l Limit) replenishedWithin(n int64) bool {
+	nh, nl := bits.Mul64(uint64(n), uint64(l.Per.Microseconds()))
+	mh, ml := bits.Mul64(uint64(MaxPer.Microseconds()), uint64(l.Rate))
+	return nh < mh || nh == mh && nl <= ml
 }
 
 // ValidName reports whether s is a usable limit, rule or scope name: it

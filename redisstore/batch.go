@@ -203,7 +203,7 @@ func (s *Store) sendBatch(calls []*batchCall) {
 	for _, c := range calls {
 		d := c.d
 		keys = append(keys, s.takeKeys(d, "")...)
-		args = append(args, len(d.Pauses), len(d.Limits), max(d.MaxWait, 0).Microseconds())
+		args = append(args, len(d.Pauses), len(d.Limits), demandMaxWait(d))
 		args = appendGCRAPairs(args, d)
 	}
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
@@ -219,6 +219,6 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		return
 	}
 	for i, c := range calls {
-		c.dec, c.err = parseTakeFast(res[i], c.d, "")
+		c.dec, c.err = s.identify(parseTakeFast(res[i], c.d, ""))
 	}
 }

@@ -82,3 +82,7 @@ var AlgoCode = algoCode
 // ParseArrival reads the value of a GCRA key: its arrival time, whole
 // microseconds and a fraction in units of 1/Rate µs ("us" or "us:frac").
 func ParseArrival(v string) (us, frac int64, err error) { return parseField(v) }
+
+// ScriptParts returns the files put between prologue.lua and a script's
+// own file, by script; a part is no script by itself.
+func ScriptParts() map[string][]string { return scriptParts }

@@ -24,6 +24,10 @@ const schema = "v1"
 //	P v1:{S}:n:NAME:KEY   pub/sub channel (not a key): a slot of c:NAME:KEY was released
 //	P v1:{S}:p:KEY        pause end, µs (string)
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
+//	P v1:{S}:s:ID         the costs a reservation was settled to (string)
+//	P v1:{S}:tA:NAME:KEY  fair shares: active tenants, member tenant, score its last demand µs (zset)
+//	P v1:{S}:hA:NAME:KEY  fair shares: claims, member tenant, score the claim's end µs (zset)
+//	P v1:{S}:vA:NAME:N:KEY:TENANT  fair shares: a tenant's share clock, µs (string); N = len(KEY)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
 //	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
 //
@@ -47,6 +51,8 @@ const schema = "v1"
 // apart; once every instance runs this one, the counters older instances
 // wrote under g: expire within 2 s of their arrival times, and the G:
 // counter starts from empty (a burst more at most).
+//
+// A is a limit key's algorithm letter (g or G, f, l or w; see algTag).
 
 // keys builds the keys of one scope.
 type keys struct {
@@ -164,6 +170,9 @@ func (k keys) replay(id string) string {
 	k.writeReplay(&sb, id)
 	return sb.String()
 }
+
+// settlement is the key of what reservation id was settled to.
+func (k keys) settlement(id string) string { return k.base + "s:" + id }
 
 // formatInt is strconv.FormatInt in base 10.
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

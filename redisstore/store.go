@@ -116,7 +116,17 @@ func mayRetry(client redis.UniversalClient) bool {
 
 // nextID returns an id unique to this decision among all stores.
 func (s *Store) nextID() string {
-	return s.idBase + strconv.FormatUint(s.seq.Add(1), 36)
+	var buf [32]byte
+	return string(strconv.AppendUint(append(buf[:0], s.idBase...), s.seq.Add(1), 36))
+}
+
+// identify gives a granted reservation whose call needed no id one, so
+// that it can be settled (settle.go). dec and err are a take's result.
+func (s *Store) identify(dec quota.Decision, err error) (quota.Decision, error) {
+	if err == nil && dec.Reservation != nil && dec.Reservation.ID == "" {
+		dec.Reservation.ID = s.nextID()
+	}
+	return dec, err
 }
 
 // callContext bounds one call to the per-call timeout. A ctx that ends
@@ -155,7 +165,8 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	if err := d.Validate(); err != nil {
 		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
-	gcraOnly, needID := len(d.Limits) > 0 && !s.generic, s.replayMS > 0
+	// A limit shared among tenants needs take.lua (share.lua).
+	gcraOnly, needID := len(d.Limits) > 0 && !s.generic && !d.Shared(), s.replayMS > 0
 	for i := range d.Limits {
 		switch d.Limits[i].Limit.Algorithm {
 		case quota.GCRA:
@@ -185,10 +196,10 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		replayID = id
 	}
 	keys := s.takeKeys(d, replayID)
-	maxWait := max(d.MaxWait, 0).Microseconds()
+	maxWait := demandMaxWait(d)
 	script := takeScript
 	var args []any
-	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
+	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
 		(d.Limits[0].Limit.Algorithm == quota.FixedWindow || d.Limits[0].Limit.Algorithm == quota.SlidingWindow)
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
@@ -197,7 +208,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
 		args, mark = s.scriptArgs(5, id, true)
-		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate, d.CostOf(0))
+		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate-d.Limits[0].Headroom, d.CostOf(0))
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
@@ -208,19 +219,24 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
-		args, mark = s.scriptArgs(4+4*len(d.Limits)+2*len(carried), id, true)
-		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried))
+		shares := sharedLimits(d) // share.go
+		args, mark = s.scriptArgs(5+4*len(d.Limits)+7*shares+2*len(carried), id, true)
+		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried), shares)
 		for i := range d.Limits {
-			l, cost := &d.Limits[i].Limit, int64(d.CostOf(i))
+			b, cost := &d.Limits[i], int64(d.CostOf(i))
+			l, h := &b.Limit, int64(b.Headroom)
 			switch l.Algorithm {
 			case quota.GCRA:
-				charge, room := gcraArgs(l, cost)
+				charge, room := gcraArgs(b, cost)
 				args = append(args, algoCode(l.Algorithm), charge, room, cost)
 			case quota.Concurrency: // lease.go
-				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1)
+				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), int64(l.Rate)-h, 1)
 			default:
-				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-cost, cost)
+				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-h-cost, cost)
 			}
+		}
+		if shares > 0 {
+			keys, args = s.appendShares(keys, args, d)
 		}
 		keys, args = appendReleases(keys, args, carried)
 	}
@@ -234,7 +250,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			s.reload.note(err)
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		}
-		return parseTakeFast(res, d, id)
+		return s.identify(parseTakeFast(res, d, id))
 	}
 	res, err := cmd.Slice()
 	if err != nil {
@@ -242,7 +258,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		s.releases.giveBack(s, d.Scope, carried, releaseRetry)
 		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
-	return parseTake(res, d, id)
+	return s.identify(parseTake(res, d, id))
 }
 
 // gcraMode is take_gcra.lua's ARGV[4]: "P M", P pause keys and
@@ -277,24 +293,34 @@ func gcraExact(d *quota.Demand) bool {
 	return true
 }
 
+// demandMaxWait returns the MaxWait the scripts take for d, in µs: 0 for
+// a demand with a headroom, which is never a reservation.
+func demandMaxWait(d *quota.Demand) int64 {
+	if d.Restricted() {
+		return 0
+	}
+	return max(d.MaxWait, 0).Microseconds()
+}
+
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
 // whose limits are all GCRA: the charge cost*T and the allowance
-// Burst*T - cost*T (gcraArgs).
+// (Burst-h)*T - cost*T, h the bucket's headroom (gcraArgs).
 func appendGCRAPairs(args []any, d *quota.Demand) []any {
 	for i := range d.Limits {
-		charge, room := gcraArgs(&d.Limits[i].Limit, int64(d.CostOf(i)))
+		charge, room := gcraArgs(&d.Limits[i], int64(d.CostOf(i)))
 		args = append(args, charge, room)
 	}
 	return args
 }
 
-// gcraArgs returns what the scripts take per GCRA limit l for cost: the
-// charge cost*T and the allowance Burst*T - cost*T, T = Per/Rate exactly
-// ([quotamath.Limit.Emissions]). When T is a whole number of µs they are
-// integers, as they always were; else the charge is "q:r:Rate" and the
-// allowance "q:r", q µs and r/Rate of one (take_gcra.lua).
-func gcraArgs(l *quota.Limit, cost int64) (charge, room any) {
-	ql := quotamath.Of(*l)
+// gcraArgs returns what the scripts take per GCRA limit of bucket b for
+// cost: the charge cost*T and the allowance (Burst-h)*T - cost*T, h b's
+// headroom and T = Per/Rate exactly ([quotamath.Limit.Emissions]). When
+// T is a whole number of µs they are integers, as they always were; else
+// the charge is "q:r:Rate" and the allowance "q:r", q µs and r/Rate of
+// one (take_gcra.lua).
+func gcraArgs(b *quota.Bucket, cost int64) (charge, room any) {
+	ql := quotamath.Of(b.Limit).Less(int64(b.Headroom))
 	if ql.Exact() {
 		t := ql.Per / ql.Rate
 		return cost * t, (ql.Burst - cost) * t
@@ -476,7 +502,8 @@ func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decisio
 	}
 	end := now
 	for i := range d.Limits {
-		l := quotamath.Of(d.Limits[i].Limit)
+		b := &d.Limits[i]
+		l := quotamath.Of(b.Limit).Less(int64(b.Headroom))
 		r.Marks[i] = marks[i]
 		if l.Algorithm == quota.GCRA {
 			tat := quotamath.Time{Micros: marks[i], Frac: fracs[i]}

@@ -19,24 +19,32 @@ import (
 // checks the limits' invariants over every admission not cancelled.
 func (s *suite) testDifferential(t *testing.T) {
 	mixes := []struct {
-		name  string
-		algs  []quota.Algorithm
-		large bool // large and awkward rates (largeLimit)
+		name   string
+		algs   []quota.Algorithm
+		large  bool // large and awkward rates (largeLimit)
+		shares bool // headrooms and tenants too
 	}{
-		{"GCRA", []quota.Algorithm{quota.GCRA}, false},
-		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}, false},
-		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}, false},
-		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, false},
-		{"mixed", algorithms, false},
-		{"large/GCRA", []quota.Algorithm{quota.GCRA}, true},
-		{"large/SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, true},
-		{"large/mixed", algorithms, true},
+		{"GCRA", []quota.Algorithm{quota.GCRA}, false, false},
+		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}, false, false},
+		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}, false, false},
+		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, false, false},
+		{"mixed", algorithms, false, false},
+		{"large/GCRA", []quota.Algorithm{quota.GCRA}, true, false},
+		{"large/SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, true, false},
+		{"large/mixed", algorithms, true, false},
+		{"shares/GCRA", []quota.Algorithm{quota.GCRA}, false, true},
+		{"shares/mixed", algorithms, false, true},
+		{"large/shares/mixed", algorithms, true, true},
 	}
 	for _, mix := range mixes {
-		for seed := uint64(1); seed <= 4; seed++ {
+		seeds := uint64(4)
+		if mix.shares {
+			seeds = 8 // claims are rarer than the rest
+		}
+		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", mix.name, seed), func(t *testing.T) {
 				t.Parallel()
-				s.differential(t, mix.algs, mix.large, seed)
+				s.differential(t, mix.algs, mix.large, mix.shares, seed)
 			})
 		}
 	}
@@ -79,15 +87,22 @@ type granted struct {
 	model  *quota.Reservation
 	demand *quota.Demand
 	adm    []int // indexes into the admissions of each limit of demand
+	// settled: the reservation was settled, so it is not cancelled (see
+	// quota.Settler) and its buckets' invariants are not checked.
+	settled bool
 }
 
-func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, seed uint64) {
+func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares bool, seed uint64) {
 	const steps = 400
 	stream := uint64(len(algs))
-	if large {
+	if shares {
 		stream += 100
 	}
+	if large {
+		stream += 200
+	}
 	rng := rand.New(rand.NewPCG(seed, stream))
+	tenants := []string{"", "x", "y", "x", "y", "z"}
 	store, clock := s.newStore(t)
 	m := newModel()
 	scope := s.scope(t, "")
@@ -118,6 +133,16 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 	keys := []string{"a", "b"}
 	pauseKeys := []string{"p", "q"}
 
+	// Even seeds settle reservations too, when the store can: a
+	// settlement changes what a bucket holds from outside, so the
+	// invariants below skip the buckets it touched, and odd seeds keep
+	// checking them all.
+	settler, _ := store.(quota.Settler)
+	if seed%2 == 1 {
+		settler = nil
+	}
+	touched := map[string]bool{} // buckets a settlement changed
+
 	var (
 		adm       = map[string][]admission{} // per bucket, in order of grant
 		cancelled = map[string][]bool{}
@@ -145,6 +170,8 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 			stats["granted now"]++
 		case want.OK:
 			stats["reserved"]++
+		case m.held != nil:
+			stats["held back by a claim"]++
 		case want.Limit >= 0:
 			stats["refused by a limit"]++
 		default:
@@ -167,6 +194,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 		}
 		if !got.OK {
 			lims, pauses := m.binding(d, at)
+			lims = append(lims, m.held...) // held back by other tenants' claims
 			okBinding := got.Limit >= 0 && slices.Contains(lims, got.Limit) || got.Limit == -1 && slices.Contains(pauses, got.Pause)
 			if !okBinding {
 				fail(step, "refused until +%dµs, bound by limits %v or pauses %q; got Limit=%d Pause=%q", at-now, lims, pauses, got.Limit, got.Pause)
@@ -204,15 +232,26 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 	}
 
 	for step := 1; step <= steps; step++ {
-		switch r := rng.IntN(100); {
+		r := rng.IntN(100)
+		if shares && r >= 50 && r < 65 {
+			r = 0 // more takes, to crowd tenants past their shares
+		}
+		switch {
 		case r < 50: // take, sometimes followed by probes of the retry time
 			d := &quota.Demand{Scope: scope, Cost: 1}
 			capMin := int64(1 << 30)
 			for _, i := range rng.Perm(len(limits)) {
 				if rng.IntN(10) < 6 {
 					l := limits[i]
-					d.Limits = append(d.Limits, quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]})
-					capMin = min(capMin, capacity(l))
+					b := quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]}
+					if shares {
+						b.Tenant = tenants[rng.IntN(len(tenants))]
+						if rng.IntN(2) == 0 {
+							b.Headroom = rng.IntN(int(capacity(l)))
+						}
+					}
+					d.Limits = append(d.Limits, b)
+					capMin = min(capMin, capacity(l)-int64(b.Headroom))
 				}
 			}
 			for _, p := range pauseKeys {
@@ -220,7 +259,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 					d.Pauses = append(d.Pauses, p)
 				}
 			}
-			if len(d.Limits) > 0 {
+			if len(d.Limits) > 0 && capMin > 0 {
 				d.Cost = 1 + rng.IntN(int(capMin))
 				if large && rng.IntN(2) == 0 {
 					d.Cost = 1 + rng.IntN(int(min(capMin, 50))) // a few units: fractions of a µs
@@ -257,20 +296,19 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 			}
 		case r < 75: // move the clock
 			var d int64
-			switch rng.IntN(4) {
-			case 0:
-			case 1: // to the next boundary of a window
+			switch c := rng.IntN(4); {
+			case c == 0:
+			case c == 1: // to the next boundary of a window
 				p := per(limits[rng.IntN(len(limits))])
 				now := clock.Now().UnixMicro()
 				d = (now/p+1)*p - now
-			case 2:
-				if large { // a few µs: within the emission interval of 10^7 a second
-					d = rng.Int64N(20)
-					break
-				}
-				d = rng.Int64N(maxPer)
+			case c == 2 && large: // a few µs: within the emission interval of 10^7 a second
+				d = rng.Int64N(20)
 			default:
 				d = rng.Int64N(maxPer)
+				if shares {
+					d /= 4
+				}
 				if large && rng.IntN(2) == 0 {
 					d = rng.Int64N(min(maxPer, sec.Microseconds()))
 				}
@@ -287,13 +325,30 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 			require.NoError(t, store.Pause(t.Context(), scope, key, d), "step %d: pause %q for %v", step, key, d)
 			m.pause(scope, key, d, clock.Now().UnixMicro())
 			trace = append(trace, fmt.Sprintf("  step %d: pause %q for %v", step, key, d))
+		case r < 91 && settler != nil: // settle a reservation, maybe again
+			if len(out) == 0 {
+				continue
+			}
+			g := out[rng.IntN(len(out))]
+			costs := make([]int, len(g.demand.Limits))
+			for j, b := range g.demand.Limits {
+				if rng.IntN(4) > 0 { // else 0: left as it is
+					costs[j] = 1 + rng.IntN(2*int(capacity(b.Limit)))
+				}
+				touched[bucketID(g.demand.Scope, b)] = true
+			}
+			g.settled = true
+			require.NoError(t, settler.Settle(t.Context(), g.store, costs), "step %d: settle the reservation of step %d to %v", step, g.step, costs)
+			require.NoError(t, m.settle(g.model, costs, clock.Now().UnixMicro()))
+			trace = append(trace, fmt.Sprintf("  step %d: settle the reservation of step %d to %v", step, g.step, costs))
+			stats["settle"]++
 		default: // cancel a reservation, where the semantics are unambiguous
 			if len(out) == 0 {
 				continue
 			}
 			i := rng.IntN(len(out))
 			g := out[i]
-			if !unambiguousCancel(m, g, lastGrant) {
+			if g.settled || !unambiguousCancel(m, g, lastGrant) {
 				continue
 			}
 			out = slices.Delete(out, i, i+1)
@@ -313,6 +368,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large bool, s
 	for _, l := range limits {
 		for _, k := range keys {
 			id := bucketID(scope, quota.Bucket{Limit: l, Key: k})
+			if touched[id] {
+				continue
+			}
 			var kept []admission
 			for j, a := range adm[id] {
 				if !cancelled[id][j] {
@@ -348,6 +406,12 @@ func describe(d *quota.Demand) string {
 	s := fmt.Sprintf("take cost %d", d.Cost)
 	for _, b := range d.Limits {
 		s += fmt.Sprintf(" %s/%s", b.Limit.Name, b.Key)
+		if b.Tenant != "" {
+			s += " for " + b.Tenant
+		}
+		if b.Headroom > 0 {
+			s += fmt.Sprintf(" leaving %d", b.Headroom)
+		}
 	}
 	if d.MaxWait != 0 {
 		s += fmt.Sprintf(" maxWait %v", d.MaxWait)

@@ -51,6 +51,12 @@
 //     on the advanced clock: at least 99.9%, never more than the quota.
 //   - Pauses, and errors: [quota.ErrCostTooHigh], costs below 1, limits
 //     beyond [quota.Limit.Validate]'s bounds.
+//   - Headrooms ([quota.Bucket].Headroom) on every algorithm: what they
+//     leave free, that such a demand is never a reservation, Remaining
+//     less the headroom; fair shares (Bucket.Tenant): a tenant alone uses
+//     the whole limit, one over its share may not reserve and is held
+//     back by the claims of those within theirs, until they lapse or it
+//     is within its share again.
 //   - For a [quota.LeaseStore]: [quota.Concurrency] slots as
 //     leases (release, renew, expiry, all or nothing with rate limits); a
 //     reservation that holds no slot until [quota.LeaseStore.Claim]
@@ -60,13 +66,19 @@
 //   - For a [quota.Inspector]: the live state of every algorithm and
 //     of pauses, read without charging anything; ResetLimit and
 //     ClearPause.
+//   - For a [quota.Settler]: settlements of every algorithm as step rows
+//     (refunds, extra charges and debts, settling twice, charges that no
+//     longer count, per-limit costs, claimed reservations, bad costs),
+//     the exact sum of settlements racing on one store and on instances,
+//     and settlements in the differential test (its even seeds, whose
+//     invariants skip the buckets a settlement changed).
 //   - Exact admitted counts under contention (64 goroutines; with
 //     Config.Instances, also 8 instances of 8 goroutines), and
 //     concurrent reservations that never exceed a limit.
 //   - A seeded random differential test that compares every decision with
 //     a reference model inside this package and checks each algorithm's
 //     invariant over all admissions, on small limits and on large and
-//     awkward ones.
+//     awkward ones, also with random headrooms and tenants.
 //
 // Where store.go leaves a choice open, the suite accepts every reading:
 // a refused decision may name any limit that refuses the demand 1µs

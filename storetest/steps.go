@@ -39,6 +39,7 @@ const (
 	opRelease           // Release the slots of an earlier step (quota.LeaseStore)
 	opRenew             // Renew the leases of an earlier step (quota.LeaseStore)
 	opClaim             // Claim the slots of an earlier step's reservation (quota.LeaseStore)
+	opSettle            // Settle the reservation of an earlier step (quota.Settler)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -73,10 +74,14 @@ type step struct {
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
 	left  *left // non-nil: a take's Remaining and ResetAfter must be these
 
-	// For opCancel, opRelease, opRenew and opClaim: the 1-based number of
-	// the step whose reservation is cancelled, released, renewed or
-	// claimed. For opRenew, err is the error wanted (nil: none).
+	// For opCancel, opRelease, opRenew, opClaim and opSettle: the
+	// 1-based number of the step whose reservation is cancelled,
+	// released, renewed, claimed or settled. For opRenew and opSettle,
+	// err is the error wanted (nil: none).
 	cancel int
+
+	// For opSettle: the costs, one per limit of the reservation's demand.
+	settle []int
 
 	// For opPause: Pause(scope, key, d). For opSync: Sync(scope, bucket
 	// use[0] (default 0), remaining, d).
@@ -131,6 +136,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("renew the leases of step %d", st.cancel)
 	case opClaim:
 		return s + fmt.Sprintf("claim the slots of step %d", st.cancel)
+	case opSettle:
+		return s + fmt.Sprintf("settle the reservation of step %d to %v", st.cancel, st.settle)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
@@ -239,6 +246,18 @@ func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope 
 				return
 			}
 			if !assert.NoError(t, syncer.Sync(t.Context(), sp, b, st.remaining, st.d), "step %d: %v", n, st) {
+				return
+			}
+		case opSettle:
+			r := decs[st.cancel-1].Reservation
+			settler, ok := store.(quota.Settler)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.Settler", n, st) ||
+				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			err := settler.Settle(t.Context(), r, st.settle)
+			if st.err == nil && !assert.NoError(t, err, "step %d: %v", n, st) ||
+				st.err != nil && !assert.ErrorIs(t, err, st.err, "step %d: %v", n, st) {
 				return
 			}
 		case opClaim:

@@ -47,6 +47,10 @@
 //     every later grant changes it                         ([Limit.Mark])
 //   - synced to left units within w: TAT' = max(TAT, now + w + (B-left)*T)
 //     ([Limit.GCRASync])
+//   - settled at delta units more (or fewer) than charged: TAT' =
+//     max(TAT, now) + delta*T, until Per after the charge's own arrival
+//     time                                                ([Limit.GCRASettle],
+//     [Limit.SettleEnd])
 //   - inspected at now: Used = min(ceil((TAT-now)/T), B), Remaining = B -
 //     Used, Reset = ceil(TAT) - now, when TAT > now
 //
@@ -60,7 +64,8 @@
 // ([Limit.Window]). A demand is admitted while count(k) + c <= R; the
 // earliest instant is t in its own window, or the start of the first
 // later window with room. Inspection reports count(k), until the window
-// ends.
+// ends. A settlement moves count(k) by the difference, never below 0,
+// until the window ends (for SlidingWindow, until the next one ends).
 //
 // # SlidingWindow
 //
@@ -89,7 +94,8 @@
 // entry and the cost recorded in (t-P, t] plus c is at most R
 // ([LogCost]). The earliest instant drops the oldest entries of the last
 // P one by one, each leaving the window at its instant plus P, until c
-// fits. Inspection reports the cost recorded after now-P.
+// fits. Inspection reports the cost recorded after now-P. A settlement
+// gives the charge's entry its new cost, until it leaves the log.
 //
 // # Concurrency
 //

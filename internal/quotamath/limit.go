@@ -14,6 +14,11 @@ type Limit struct {
 	Per       int64 // P, in microseconds
 	Rate      int64 // R
 	Burst     int64 // B, for GCRA; Rate when the limit's Burst is zero
+
+	// FullRate is the limit's own Rate when Rate holds less of it (a
+	// headroom, [Limit.Less]); 0 means Rate. A sliding window's weight
+	// steps are the limit's ([Limit.Steps]), whoever asks.
+	FullRate int64
 }
 
 // Of returns l's algorithm and numbers in store units: Per in whole

@@ -497,3 +497,51 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 		}
 	}
 }
+
+func TestGCRASettle(t *testing.T) {
+	const T = 1000
+	l := Limit{Algorithm: quota.GCRA, Per: 10 * T, Rate: 10, Burst: 10}
+	third := Limit{Algorithm: quota.GCRA, Per: 1_000_000, Rate: 3_000_000, Burst: 9} // T = 1/3 µs
+	tests := []struct {
+		name      string
+		l         Limit
+		tat       Time
+		now, diff int64
+		want      Time
+	}{
+		{"refund", l, At(150 * T), 100 * T, -20, At(130 * T)},
+		{"extra charge", l, At(150 * T), 100 * T, 5, At(155 * T)},
+		{"a debt beyond the burst", l, At(105 * T), 100 * T, 30, At(135 * T)},
+		{"an empty bucket is charged from now", l, At(90 * T), 100 * T, 5, At(105 * T)},
+		{"a refund below now is a full bucket", l, At(103 * T), 100 * T, -5, At(98 * T)},
+		{"no difference", l, At(150 * T), 100 * T, 0, At(150 * T)},
+		{"a third: the fraction comes back", third, Time{150, 2_000_000}, 100, -2, At(150)},
+		{"a third: and is charged", third, Time{150, 2_000_000}, 100, 4, Time{152, 0}},
+		{"a third: from now", third, Time{90, 1}, 100, 1, Time{100, 1_000_000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.l.GCRASettle(tt.tat, tt.now, tt.diff))
+		})
+	}
+}
+
+func TestSettleEnd(t *testing.T) {
+	const P = 1000
+	for _, tt := range []struct {
+		alg        quota.Algorithm
+		mark, want int64
+	}{
+		{quota.GCRA, 5_500_000, 6500},    // Per after the arrival time (a mark in ns)
+		{quota.GCRA, 5_499_001, 6500},    // rounded up to its µs
+		{quota.FixedWindow, 5, 6000},     // the window's end
+		{quota.SlidingWindow, 5, 7000},   // the next window's end
+		{quota.SlidingLog, 5500, 6500},   // Per after the instant
+		{quota.Concurrency, 5500, 0},     // nothing to settle
+		{quota.FixedWindow, -1, 0},       // before the epoch
+		{quota.SlidingWindow, -3, -1000}, // before the epoch
+	} {
+		l := Limit{Algorithm: tt.alg, Per: P, Rate: 10, Burst: 10}
+		assert.Equal(t, tt.want, l.SettleEnd(tt.mark), "%v mark %d", tt.alg, tt.mark)
+	}
+}

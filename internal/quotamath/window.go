@@ -43,9 +43,14 @@ const maxWeight = 1 << 52
 
 // Steps returns a sliding window's weight step s in microseconds and its
 // steps per window W = ceil(P/s): s is 1 and W is P while P*R <= 2^52;
-// above, s is the least step with W*R <= 2^52, ceil(P/floor(2^52/R)).
+// above, s is the least step with W*R <= 2^52, ceil(P/floor(2^52/R)), R
+// the limit's own Rate (FullRate, under a headroom).
 func (l Limit) Steps() (s, w int64) {
-	most := max(maxWeight/l.Rate, 1)
+	rate := l.Rate
+	if l.FullRate > 0 {
+		rate = l.FullRate // the limit's own, not less a headroom
+	}
+	most := max(maxWeight/rate, 1)
 	if l.Per <= most {
 		return 1, l.Per
 	}

@@ -6,23 +6,35 @@
 // It enforces, per token (no token: one anonymous client):
 //
 //   - primary limits: a quota per resource in a window that starts at the
-//     resource's first request ("core" and "graphql": Options.Hourly an
-//     hour; "search": 30 a minute; "code_search": 10 a minute; 60 an hour
-//     without a token), reported on every answer in x-ratelimit-limit,
-//     -remaining, -used, -reset (epoch seconds) and -resource. Over it: a
-//     403 with x-ratelimit-remaining: 0;
-//   - secondary limits over sliding windows: 900 points a minute per
-//     endpoint (the route pattern, method included; GET, HEAD and OPTIONS
-//     cost 1, others 5), 2,000 GraphQL points a minute (a mutation 5),
-//     and for REST POSTs 80 a minute and 500 an hour. Over one: a 403 (or
-//     Options.SecondaryStatus) whose body speaks of a secondary rate limit,
-//     with a Retry-After unless Options.NoRetryAfter;
+//     resource's first request: "core" (the REST API but search) and
+//     "graphql" (a point a request), Options.Hourly an hour; "search", 30
+//     a minute; "code_search", 9 a minute. Without a token: "core" 60 an
+//     hour, "search" 10 a minute, and code search answers 401, as it
+//     requires a token. Every answer reports the request's resource in
+//     x-ratelimit-limit, -remaining, -used, -reset (epoch seconds) and
+//     -resource. Over a quota: a 403 with x-ratelimit-remaining: 0;
+//   - secondary limits over sliding windows of a minute (an hour): 900
+//     points a minute shared by every REST request of the token, search
+//     included (GET, HEAD and OPTIONS cost 1, other methods 5); 2,000
+//     GraphQL points a minute (a query 1, a mutation 5); and content
+//     creation, 80 a minute and 500 an hour, counting every REST write
+//     (any method but GET, HEAD and OPTIONS, uploads included) and every
+//     GraphQL mutation. Over one: a 403 (or Options.SecondaryStatus) whose
+//     body speaks of a secondary rate limit, with a Retry-After unless
+//     Options.NoRetryAfter;
 //   - at most Options.MaxInFlight (100) requests of a token in flight at
-//     once (set Options.Latency so that requests overlap); one more gets
-//     the same secondary-limit answer.
+//     once, REST and GraphQL together (set Options.Latency so that
+//     requests overlap); one more gets the same secondary-limit answer.
 //
-// Requests for installation tokens are limited only to 2,000 an hour. A
-// repository named "private" answers a plain permission 403.
+// A request over a limit is charged to none. Requests for installation
+// and OAuth tokens are limited only to 2,000 an hour. A repository named
+// "private" answers a plain permission 403.
+//
+// It serves the API at its root as api.github.com does, or, with
+// Options.Enterprise, as GitHub Enterprise Server does: the REST API under
+// /api/v3/, GraphQL at /api/graphql, uploads under /api/uploads/.
+// [Server.BaseURL] and [Server.UploadURL] give the URLs for the client and
+// for githubquota.Options.BaseURL.
 package fakegithub
 
 import (
@@ -40,8 +52,8 @@ import (
 
 // Options configure a fake GitHub.
 type Options struct {
-	// Hourly is a token's quota of "core" and "graphql" requests an hour.
-	// Zero means 5,000.
+	// Hourly is a token's quota of "core" requests and of "graphql"
+	// points an hour. Zero means 5,000.
 	Hourly int
 
 	// SecondaryStatus is the status of a secondary-limit answer: 403 (the
@@ -64,6 +76,12 @@ type Options struct {
 	// once; one more is answered with a secondary-limit answer. Zero
 	// means 100, as GitHub documents.
 	MaxInFlight int
+
+	// Enterprise serves the paths of GitHub Enterprise Server: the REST
+	// API under /api/v3/, GraphQL at /api/graphql and uploads under
+	// /api/uploads/ (anything else is a 404). False serves them as
+	// api.github.com and uploads.github.com do, at the root.
+	Enterprise bool
 }
 
 // Stats are what a fake GitHub received.
@@ -77,7 +95,8 @@ type Stats struct {
 	Limited int
 	// Forbidden is the plain permission 403s.
 	Forbidden int
-	// Created is the content-creating requests accepted.
+	// Created is the content-creating requests accepted: REST writes
+	// and GraphQL mutations.
 	Created int
 	// MaxInFlight is the most requests of one token seen in flight at
 	// once.
@@ -87,8 +106,8 @@ type Stats struct {
 	ByResource map[string]int
 }
 
-// Server is a fake GitHub API. Its URL + "/" is the API's base URL. It is
-// safe for concurrent use.
+// Server is a fake GitHub API. [Server.BaseURL] is the API's base URL. It
+// is safe for concurrent use.
 type Server struct {
 	*httptest.Server
 	opts Options
@@ -153,13 +172,57 @@ func NewServer(o Options) *Server {
 		return 201, map[string]any{"token": "ghs_fakeinstallationtoken", "expires_at": "2099-01-01T00:00:00Z"}
 	}))
 	mux.HandleFunc("GET /user", s.limited(func(*http.Request) (int, any) { return 200, map[string]any{"login": "fake"} }))
+	mux.HandleFunc("POST /repos/{owner}/{repo}/releases/{id}/assets", s.limited(func(r *http.Request) (int, any) {
+		return 201, map[string]any{"id": 1, "name": r.URL.Query().Get("name"), "state": "uploaded"}
+	}))
 	mux.HandleFunc("/", s.limited(func(*http.Request) (int, any) { return 200, map[string]any{} }))
-	s.Server = httptest.NewServer(mux)
+	var h http.Handler = mux
+	if o.Enterprise {
+		h = enterprise(mux)
+	}
+	s.Server = httptest.NewServer(h)
 	return s
 }
 
-// Host is the server's host:port, for githubquota.Options.Host.
-func (s *Server) Host() string { return strings.TrimPrefix(s.URL, "http://") }
+// enterprise serves h, which answers at the root, under the paths of
+// GitHub Enterprise Server.
+func enterprise(h http.Handler) http.Handler {
+	api := http.StripPrefix("/api/v3", h)
+	uploads := http.StripPrefix("/api/uploads", h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case strings.HasPrefix(p, "/api/v3/"):
+			api.ServeHTTP(w, r)
+		case strings.HasPrefix(p, "/api/uploads/"):
+			uploads.ServeHTTP(w, r)
+		case p == "/api/graphql":
+			r2 := r.Clone(r.Context())
+			r2.URL.Path, r2.URL.RawPath = "/graphql", ""
+			h.ServeHTTP(w, r2)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// BaseURL is the REST API's base URL: the server's URL and "/", or with
+// Options.Enterprise "/api/v3/". Give it to the client (go-github's
+// WithURLs or WithEnterpriseURLs) and to githubquota.Options.BaseURL.
+func (s *Server) BaseURL() string {
+	if s.opts.Enterprise {
+		return s.URL + "/api/v3/"
+	}
+	return s.URL + "/"
+}
+
+// UploadURL is the uploads API's base URL: the server's URL and "/", or
+// with Options.Enterprise "/api/uploads/".
+func (s *Server) UploadURL() string {
+	if s.opts.Enterprise {
+		return s.URL + "/api/uploads/"
+	}
+	return s.URL + "/"
+}
 
 // Stats returns a copy of what the server received so far.
 func (s *Server) Stats() Stats {
@@ -185,14 +248,14 @@ func searchAnswer(*http.Request) (int, any) {
 
 // resource is the rate-limit resource of a request.
 func resource(r *http.Request) string {
-	switch {
-	case strings.HasPrefix(r.URL.Path, "/search/code"):
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/search/code"):
 		return "code_search"
-	case strings.HasPrefix(r.URL.Path, "/search/"):
+	case strings.HasPrefix(p, "/search/"):
 		return "search"
-	case r.URL.Path == "/graphql":
+	case p == "/graphql":
 		return "graphql"
-	case strings.HasSuffix(r.URL.Path, "/access_tokens"):
+	case strings.HasSuffix(p, "/access_tokens"), p == "/login/oauth/access_token":
 		return "tokens"
 	}
 	return "core"
@@ -201,10 +264,12 @@ func resource(r *http.Request) string {
 // quota is a resource's limit and window for a token.
 func (s *Server) quota(token, res string) (int, time.Duration) {
 	switch {
+	case res == "search" && token == "":
+		return 10, time.Minute
 	case res == "search":
 		return 30, time.Minute
 	case res == "code_search":
-		return 10, time.Minute
+		return 9, time.Minute
 	case res == "tokens":
 		return 2000, time.Hour
 	case token == "":
@@ -302,6 +367,11 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			h.Set("X-Ratelimit-Reset", fmt.Sprint(reset))
 			h.Set("X-Ratelimit-Resource", res)
 		}
+		if res == "code_search" && token == "" {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"message": "Requires authentication",
+				"documentation_url": "https://docs.github.com/rest/search/search#search-code"})
+			return
+		}
 		if win.used >= limit {
 			s.stats.Limited++
 			setQuota(win.used)
@@ -310,24 +380,26 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			return
 		}
 
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 		var checks []check
-		cost := 1
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
-			cost = 5
-		}
+		creates := false
 		switch res {
 		case "graphql":
-			cost = 1
-			if strings.Contains(strings.ReplaceAll(string(body), " ", ""), `"query":"mutation`) {
+			cost := 1
+			if creates = isMutation(body); creates {
 				cost = 5
 			}
 			checks = append(checks, check{token + "\x00graphql-points", cost, 2000, time.Minute})
-		case "core":
-			checks = append(checks, check{token + "\x00endpoint\x00" + r.Pattern, cost, 900, time.Minute})
-			if r.Method == http.MethodPost {
-				checks = append(checks, check{token + "\x00create-minute", 1, 80, time.Minute},
-					check{token + "\x00create-hour", 1, 500, time.Hour})
+		case "core", "search", "code_search":
+			cost := 1
+			if creates = !read; creates {
+				cost = 5
 			}
+			checks = append(checks, check{token + "\x00points", cost, 900, time.Minute})
+		}
+		if creates {
+			checks = append(checks, check{token + "\x00content-minute", 1, 80, time.Minute},
+				check{token + "\x00content-hour", 1, 500, time.Hour})
 		}
 		secondary := func(wait time.Duration) {
 			s.stats.Limited++
@@ -362,12 +434,22 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 		status, v := h(r)
 		if status/100 == 2 {
 			s.stats.OK++
-			if r.Method == http.MethodPost && res == "core" {
+			if creates {
 				s.stats.Created++
 			}
 		}
 		writeJSON(w, status, v)
 	}
+}
+
+// isMutation reports whether a GraphQL request body's query is a
+// mutation.
+func isMutation(body []byte) bool {
+	var req struct{ Query string }
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimSpace(req.Query), "mutation")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
