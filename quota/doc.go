@@ -9,7 +9,8 @@
 // refused with nothing charged and the time until it can succeed. Optional
 // interfaces add what only some stores do: [LeaseStore] (in-flight
 // [Concurrency] limits), [Syncer] (lowering a counter to the vendor's
-// count), [Inspector] (reading and resetting live state, for operators)
+// count), [Anchorer] (moving a limit's windows to where the vendor's
+// start), [Inspector] (reading and resetting live state, for operators)
 // and [LimitChecker] (a store that can decide only some demands says so at
 // start-up).
 //

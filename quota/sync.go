@@ -17,8 +17,15 @@ type Syncer interface {
 	//   - GCRA: the arrival time becomes at least now + within +
 	//     (Burst-remaining)*T, so from now until the reset at most
 	//     remaining units pass, spread over the interval;
-	//   - FixedWindow and SlidingWindow: the current window's count
-	//     becomes at least Rate-remaining;
+	//   - FixedWindow and SlidingWindow: the count of the window that
+	//     holds now becomes at least Rate-remaining, and every later
+	//     window that starts before now + within becomes full (count at
+	//     least Rate): a unit admitted in such a window before the reset
+	//     would count in the vendor's current window, which has only
+	//     remaining left, and the windows cannot tell before from after.
+	//     With the windows [Limit.Anchored] to the vendor's, the reset is
+	//     the end of the window that holds now, and no later window is
+	//     touched;
 	//   - SlidingLog: an entry is added at now so that the cost recorded
 	//     in the last Per is at least Rate-remaining.
 	//

@@ -12,9 +12,11 @@
 //
 // # Notation
 //
-// P is Per in microseconds, R is Rate, B is Burst (Rate when zero), c is
-// the cost of a demand and t the instant it is decided for. A [Limit]
-// holds the algorithm, P, R and B ([Of] makes one from a [quota.Limit]);
+// P is Per in microseconds, R is Rate, B is Burst (Rate when zero), F is
+// the phase of the windows, c is the cost of a demand and t the instant
+// it is decided for. A [Limit] holds the algorithm, P, R, B and F ([Of]
+// makes one from a [quota.Limit]; an Anchored limit's F is the counter's,
+// [Limit.WithPhase]);
 // a [Counter] holds one counter's state. [Limit.Admits],
 // [Limit.Earliest] and [Limit.State] apply the formulas below, by
 // algorithm; the rest of the functions are the steps a store takes
@@ -38,22 +40,36 @@
 //
 // # FixedWindow
 //
-// Window k covers [k*P, (k+1)*P), so the window of t is floor(t/P),
-// rounded toward negative infinity for instants before the epoch
-// ([Limit.Window]). A demand is admitted while count(k) + c <= R; the
-// earliest instant is t in its own window, or the start of the first
-// later window with room. Inspection reports count(k), until the window
-// ends.
+// Window k covers [F + k*P, F + (k+1)*P), so the window of t is
+// floor((t-F)/P), rounded toward negative infinity for instants before
+// the epoch ([Limit.Window], [Limit.Start]). A demand is admitted while
+// count(k) + c <= R; the earliest instant is t in its own window, or the
+// start of the first later window with room. Inspection reports count(k),
+// until the window ends.
+//
+// A sync of left units within w ([Limit.SyncWindows]) raises count(k) to
+// R-left for the window k of now, and fills every later window that
+// starts before now+w (count R).
 //
 // # SlidingWindow
 //
-// At t in window k, with e = t - k*P elapsed, the estimate is
+// At t in window k, with e = t - (F + k*P) elapsed, the estimate is
 // prev*(P-e)/P + cur (prev and cur the counts of windows k-1 and k). A
 // demand is admitted when prev*(P-e) + (cur+c)*P <= R*P, in integers. In
 // a window where cur + c <= R, the least such e is
 // P - floor((R-cur-c)*P/prev) (0 when prev is 0); when that is below P
 // the window admits from k*P + e. Inspection rounds the estimate up:
 // Used = cur + ceil(prev*(P-e)/P).
+//
+// # Anchoring
+//
+// An Anchored window counter starts with F = the instant of its first
+// charge modulo P, and keeps, per window, Last: the latest instant at
+// which a unit charged to it may be sent. A vendor window ending at E
+// moves F to E mod P when that is further than the tolerance from F,
+// either way, modulo P ([Limit.AnchorMoves]). The units of old window k
+// lie in [Start(k), min(Start(k+1)-1, max(now, Last))], and each new
+// window meeting that span counts them all ([Limit.Reanchor]).
 //
 // # SlidingLog
 //

@@ -3,8 +3,11 @@ package quotamath
 import "github.com/quotakit/throttle/quota"
 
 // Window returns the index k of the window that holds t: window k covers
-// [k*P, (k+1)*P).
-func (l Limit) Window(t int64) int64 { return FloorDiv(t, l.Per) }
+// [F + k*P, F + (k+1)*P), F being the phase.
+func (l Limit) Window(t int64) int64 { return FloorDiv(t-l.Phase, l.Per) }
+
+// Start returns the instant at which window k starts: F + k*P.
+func (l Limit) Start(k int64) int64 { return k*l.Per + l.Phase }
 
 // fixedWindowAdmits reports whether a fixed window admits cost at t, given
 // the count of each window: count(k) + cost <= R, k the window of t.
@@ -18,7 +21,7 @@ func (l Limit) fixedWindowAdmits(t, cost int64, count func(k int64) int64) bool 
 func (l Limit) fixedWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	for k := l.Window(t); ; k++ {
 		if count(k)+cost <= l.Rate {
-			return max(t, k*l.Per)
+			return max(t, l.Start(k))
 		}
 	}
 }
@@ -30,7 +33,7 @@ func (l Limit) fixedWindowState(now int64, count func(k int64) int64) quota.Limi
 	k := l.Window(now)
 	st := quota.LimitState{Used: count(k)}
 	if st.Used > 0 {
-		st.Reset = Micros((k+1)*l.Per - now)
+		st.Reset = Micros(l.Start(k+1) - now)
 	}
 	st.Remaining = max(l.Rate-st.Used, 0)
 	return st
@@ -41,7 +44,7 @@ func (l Limit) fixedWindowState(now int64, count func(k int64) int64) quota.Limi
 // counts of windows k-1 and k.
 func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	k := l.Window(t)
-	e := t - k*l.Per
+	e := t - l.Start(k)
 	return count(k-1)*(l.Per-e)+(count(k)+cost)*l.Per <= l.Rate*l.Per
 }
 
@@ -52,7 +55,7 @@ func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) boo
 // that e is P or more, or cur + cost > R, admits nothing.
 func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	for k := l.Window(t); ; k++ {
-		start := k * l.Per
+		start := l.Start(k)
 		room := l.Rate - count(k) - cost
 		if room < 0 {
 			continue
@@ -74,13 +77,13 @@ func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) i
 // > 0). Other fields are left zero.
 func (l Limit) slidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
-	cur, prev, e := count(k), count(k-1), now-k*l.Per
+	cur, prev, e := count(k), count(k-1), now-l.Start(k)
 	st := quota.LimitState{Used: cur + CeilDiv(prev*(l.Per-e), l.Per)}
 	switch {
 	case cur > 0:
-		st.Reset = Micros((k+2)*l.Per - now)
+		st.Reset = Micros(l.Start(k+2) - now)
 	case prev > 0:
-		st.Reset = Micros((k+1)*l.Per - now)
+		st.Reset = Micros(l.Start(k+1) - now)
 	}
 	st.Remaining = max(l.Rate-st.Used, 0)
 	return st
