@@ -36,13 +36,19 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		mb = &memBucket{alg: p.Algorithm}
 		s.buckets[id] = mb
 	}
+	mb.expireAnchor(p, now)
+	if p.anchored && !mb.phased {
+		mb.setPhase(quotamath.FloorMod(now, p.Per)) // as a first charge would
+	}
+	p = mb.grid(p)
 	mb.prune(p, now)
 	mb.lower(p, now, quotamath.CeilMicros(within), left)
 	s.ops++
 	return nil
 }
 
-// lower makes b admit at most left more units from now (see Syncer.Sync).
+// lower makes b admit at most left more units from now until within
+// has passed (see quota.Syncer).
 func (b *memBucket) lower(p params, now, within, left int64) {
 	switch p.Algorithm {
 	case quota.GCRA:
@@ -51,11 +57,19 @@ func (b *memBucket) lower(p params, now, within, left int64) {
 			b.expire = max(b.expire, tat)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		k := p.Window(now)
-		if c := b.count(k); c < p.Rate-left {
-			b.add(k, p.Rate-left-c)
+		// The window of now holds at most left more; a later window that
+		// starts before the reset, none (see quota.Syncer).
+		first, last := p.SyncWindows(now, within)
+		for k := first; k <= last; k++ {
+			target, at := p.Rate, p.Start(k)
+			if k == first {
+				target, at = p.Rate-left, now
+			}
+			if c := b.count(k); c < target {
+				b.add(k, target-c, at)
+			}
+			b.expireWindow(p, k)
 		}
-		b.expireWindow(p, k)
 	case quota.SlidingLog:
 		if fill := p.Rate - left - quotamath.LogCost(b.log, now-p.Per, now); fill > 0 {
 			b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: now, Cost: fill})
