@@ -24,7 +24,7 @@ import (
 // Every script of the package is embedded here.
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
-//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua
+//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua
 var luaFiles embed.FS
 
 var (
@@ -49,6 +49,8 @@ var (
 	renewScript = newScript("renew.lua")
 	// sync.lua lowers a counter to what the vendor reports (Store.Sync).
 	syncScript = newScript("sync.lua")
+	// anchor.lua moves an Anchored limit's windows (Store.Anchor).
+	anchorScript = newScript("anchor.lua")
 )
 
 // storeScripts lists every script the store runs; Check loads them all
@@ -58,7 +60,7 @@ var (
 var storeScripts = []luaScript{
 	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
-	syncScript,
+	syncScript, anchorScript,
 }
 
 // A luaScript is a script with its source, so that Store.run can send it

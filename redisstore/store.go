@@ -188,15 +188,15 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
-		(d.Limits[0].Limit.Algorithm == quota.FixedWindow || d.Limits[0].Limit.Algorithm == quota.SlidingWindow)
+		d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
 	case window:
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
-		args, mark = s.scriptArgs(5, id, true)
-		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, d.CostOf(0))
+		args, mark = s.scriptArgs(6, id, true)
+		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, d.CostOf(0), phaseArg(l))
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
@@ -207,19 +207,19 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
-		args, mark = s.scriptArgs(4+4*len(d.Limits)+2*len(carried), id, true)
+		args, mark = s.scriptArgs(4+5*len(d.Limits)+2*len(carried), id, true)
 		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried))
 		for i := range d.Limits {
 			l, cost := &d.Limits[i].Limit, int64(d.CostOf(i))
 			switch l.Algorithm {
 			case quota.GCRA:
 				charge, room := gcraArgs(l, cost)
-				args = append(args, algoCode(l.Algorithm), charge, room, cost)
+				args = append(args, algoCode(l.Algorithm), charge, room, cost, 0)
 			case quota.Concurrency: // lease.go
-				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1)
+				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1, 0)
 			default:
 				p, r := l.Per.Microseconds(), int64(l.Rate)
-				args = append(args, algoCode(l.Algorithm), p, r-cost, cost)
+				args = append(args, algoCode(l.Algorithm), p, r-cost, cost, phaseArg(l))
 			}
 		}
 		keys, args = appendReleases(keys, args, carried)
@@ -243,6 +243,16 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
 	return parseTake(res, d, id)
+}
+
+// phaseArg is the scripts' phase argument of a window limit l: the phase
+// of its windows in µs (modulo Per), or -1 for an Anchored limit, whose
+// phase the counter keeps (take.lua).
+func phaseArg(l *quota.Limit) int64 {
+	if l.Anchored {
+		return -1
+	}
+	return quotamath.Of(*l).Phase
 }
 
 // gcraMode is take_gcra.lua's ARGV[4]: "P M", P pause keys and
@@ -423,7 +433,7 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	d := r.Demand
 	ks := newKeys(s.prefix, d.Scope)
 	keys := make([]string, len(d.Limits))
-	args, mark := s.scriptArgs(4*len(d.Limits), r.ID, true)
+	args, mark := s.scriptArgs(5*len(d.Limits), r.ID, true)
 	for i := range d.Limits {
 		b, cost := &d.Limits[i], int64(d.CostOf(i))
 		keys[i] = ks.limit(b)
@@ -433,11 +443,11 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 			if rate <= 0 {
 				return errors.New("redisstore: cancel: malformed reservation")
 			}
-			args = append(args, algoCode(l.Algorithm), cost*((p+rate-1)/rate), r.Marks[i], cost)
+			args = append(args, algoCode(l.Algorithm), cost*((p+rate-1)/rate), r.Marks[i], cost, 0)
 		} else if l.Algorithm == quota.Concurrency { // lease.go
-			args = append(args, algoCode(l.Algorithm), ks.released(b), r.Marks[i], 1)
+			args = append(args, algoCode(l.Algorithm), ks.released(b), r.Marks[i], 1, 0)
 		} else {
-			args = append(args, algoCode(l.Algorithm), p, r.Marks[i], cost)
+			args = append(args, algoCode(l.Algorithm), p, r.Marks[i], cost, phaseArg(&l))
 		}
 	}
 	ctx, cancel := s.callContext(ctx)

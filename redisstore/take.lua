@@ -13,18 +13,33 @@
 -- ARGV[4]  number of pause keys
 -- ARGV[5]  how long to remember the reply, ms; 0: not at all
 -- ARGV[6]  number of leases released earlier, carried by this call
--- then 4 per limit, limit i's from ARGV[3 + 4*i]: algorithm, param,
--- allowance, cost
+-- then 5 per limit, limit i's from ARGV[2 + 5*i]: algorithm, param,
+-- allowance, cost, phase
 --   GCRA            param = cost*T, allowance = Burst*T - cost*T
 --                   (T = ceil(Per/Rate))
---   FIXED_WINDOW    param = Per,    allowance = Rate - cost
+--   FIXED_WINDOW    param = Per,    allowance = Rate - cost, phase = the
+--                   windows' phase F (window k starts at F + k*Per), or
+--                   -1: the counter's own (an Anchored limit, below)
 --   SLIDING_LOG     param = Per,    allowance = Rate - cost
---   SLIDING_WINDOW  param = Per,    allowance = Rate - cost
+--   SLIDING_WINDOW  param = Per,    allowance = Rate - cost, phase as for
+--                   FIXED_WINDOW
 --   CONCURRENCY     param = lease time (Per), allowance = Rate (slots);
 --                   the member of a lease is the decision id. A slot is
 --                   taken only when the demand acts now; a reservation
 --                   (delay > 0) leaves it to claim.lua when it comes due
 -- then 2 per carried release: the lease id, the channel announcing it
+-- (phase is 0 for the algorithms without windows)
+--
+-- Anchored windows (phase -1): the hash also holds 'a', the phase, and
+-- 'e', the instant at which the counter's state ends (the end of the
+-- last window charged, synced or anchored, one window later for a
+-- sliding window); state whose 'e' has come is no state: the charge that
+-- finds none deletes what is left and starts the first window at its
+-- instant ('a' = instant mod Per). A reservation (instant after now)
+-- keeps the latest instant charged to window k in field '<k>r' (units
+-- granted at once were sent by now); anchor.lua reads them when it moves
+-- the windows. The mark is the window's start, so that cancel.lua gives
+-- nothing back after a move. See keys.go.
 --
 -- Carried releases: a release (Store.Release) waits briefly for a later
 -- take or claim of its scope to carry it (releases.go), so an in-flight
@@ -45,7 +60,7 @@ for k = #KEYS - carried + 1, #KEYS do
 end
 
 local pauses = tonumber(ARGV[4])
-local limits = (#ARGV - 6 - 2 * carried) / 4
+local limits = (#ARGV - 6 - 2 * carried) / 5
 local replyTTL = tonumber(ARGV[5])
 local replayKey = KEYS[pauses + limits + 1]
 if replyTTL > 0 then
@@ -75,15 +90,33 @@ end
 -- limit raises it.
 local state = {} -- per limit, read once: GCRA arrival time, sliding log floor, concurrency leases
 local logTotal = {} -- sliding log: the running total of its newest entry, 0 if none
+-- phases[i]: the phase of window limit i; false for an anchored counter
+-- with no state (it admits anything, and its first charge sets it).
+local phases, expiries = {}, {}
+for i = 1, limits do
+  local arg = 2 + 5 * i
+  local algo = ARGV[arg]
+  if algo == FIXED_WINDOW or algo == SLIDING_WINDOW then
+    local phase = tonumber(ARGV[arg + 4])
+    if phase < 0 then
+      local st = redis.call('HMGET', KEYS[pauses + i], 'a', 'e')
+      phase, expiries[i] = tonumber(st[1]), tonumber(st[2])
+      if not phase or not expiries[i] or expiries[i] <= now then phase = false end
+    end
+    phases[i] = phase
+  end
+end
 local binding, rounds = -1, 0
 while true do
   local nextInstant, raiser = instant, -1
   for i = 1, limits do
-    local arg = 3 + 4 * i
+    local arg = 2 + 5 * i
     local algo, param, allowance = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local key = KEYS[pauses + i]
     local earliest = instant
-    if algo == GCRA then
+    if phases[i] == false then
+      -- An anchored counter with no state admits any cost up to Rate.
+    elseif algo == GCRA then
       local tat = state[i]
       if not tat then
         tat = tonumber(redis.call('GET', key)) or 0
@@ -94,18 +127,18 @@ while true do
       -- Decided below, for now only.
     elseif algo == FIXED_WINDOW then
       -- First window, the current one or later, with room for the cost.
-      local per = param
-      local window = floor(instant / per)
+      local per, phase = param, phases[i]
+      local window = floor((instant - phase) / per)
       while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > allowance do
         window = window + 1
       end
-      if window * per > earliest then earliest = window * per end
+      if window * per + phase > earliest then earliest = window * per + phase end
     elseif algo == SLIDING_WINDOW then
       -- prev*(P-x) + (cur+cost)*P <= Rate*P, x the offset into the window.
-      local per = param
-      local window = floor(instant / per)
+      local per, phase = param, phases[i]
+      local window = floor((instant - phase) / per)
       while true do
-        local start = window * per
+        local start = window * per + phase
         local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
         local room = allowance - (tonumber(counts[2]) or 0)
         if room >= 0 then
@@ -180,7 +213,7 @@ end
 -- grows past Rate. A full limit refuses with the delay until max(instant,
 -- the expiry that frees a slot if nobody releases).
 for i = 1, limits do
-  local arg = 3 + 4 * i
+  local arg = 2 + 5 * i
   if ARGV[arg] == CONCURRENCY then
     local key = KEYS[pauses + i]
     local leases, slots = redis.call('ZCARD', key), tonumber(ARGV[arg + 2])
@@ -203,7 +236,7 @@ end
 -- Per after the newest log entry.
 local reply = {1, instant - now, -1, -1}
 for i = 1, limits do
-  local arg = 3 + 4 * i
+  local arg = 2 + 5 * i
   local algo, param, cost = ARGV[arg], tonumber(ARGV[arg + 1]), ARGV[arg + 3]
   local key = KEYS[pauses + i]
   if algo == GCRA then
@@ -275,26 +308,51 @@ for i = 1, limits do
     redis.call('PEXPIRE', key, math.ceil((instant + per - now) / 1000) + slack)
     reply[4 + i] = instant
   else
-    local per = param
-    local window = floor(instant / per)
-    if redis.call('HINCRBY', key, fmt('%d', window), cost) == tonumber(cost) then
+    local per, phase = param, phases[i]
+    local anchored = tonumber(ARGV[arg + 4]) < 0
+    if phase == false then
+      -- The first charge of an anchored counter starts its first window.
+      redis.call('DEL', key)
+      phase = instant % per
+      redis.call('HSET', key, 'a', fmt('%d', phase))
+      expiries[i] = 0
+    end
+    local window = floor((instant - phase) / per)
+    local field = fmt('%d', window)
+    if redis.call('HINCRBY', key, field, cost) == tonumber(cost) then
       -- A new window (once per window and key): extend the TTL to its
       -- end, and drop windows that have passed.
-      local ends = (window + 1) * per
+      local ends = (window + 1) * per + phase
       if algo == SLIDING_WINDOW then ends = ends + per end
       local ttl = math.ceil((ends - now) / 1000) + slack
       if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
         redis.call('PEXPIRE', key, ttl, 'GT')
       end
+      if anchored and ends > expiries[i] then
+        redis.call('HSET', key, 'e', fmt('%d', ends))
+      end
       if redis.call('HLEN', key) > 3 then
-        local keep = floor(now / per)
+        local keep = floor((now - phase) / per)
         if algo == SLIDING_WINDOW then keep = keep - 1 end
-        for _, field in ipairs(redis.call('HKEYS', key)) do
-          if tonumber(field) < keep then redis.call('HDEL', key, field) end
+        -- An anchored counter keeps one window more: a move may count its
+        -- units in the new windows (anchor.lua). Fields are window
+        -- indexes, '<k>r', 'a' and 'e'.
+        if anchored then keep = keep - 1 end
+        for _, name in ipairs(redis.call('HKEYS', key)) do
+          local k = tonumber(string.match(name, '^%-?%d+'))
+          if k and k < keep then redis.call('HDEL', key, name) end
         end
       end
     end
-    reply[4 + i] = window
+    if anchored then
+      if instant > now then
+        local last = tonumber(redis.call('HGET', key, field .. 'r'))
+        if not last or instant > last then redis.call('HSET', key, field .. 'r', fmt('%d', instant)) end
+      end
+      reply[4 + i] = window * per + phase
+    else
+      reply[4 + i] = window
+    end
   end
 end
 

@@ -1,6 +1,6 @@
 -- take_window.lua: take.lua for a demand of one fixed-window or sliding-
--- window limit, at most one pause key and no reply to remember (Take picks
--- it then). It makes the same decision and charges the same key with the
+-- window limit on a fixed phase (not Anchored), at most one pause key and
+-- no reply to remember (Take picks it then). It makes the same decision and charges the same key with the
 -- same count and TTL as take.lua, in fewer Redis commands: a fixed window
 -- with room costs TIME and one HINCRBY, a sliding window TIME, one HMGET
 -- and one HINCRBY (Redis runs scripts on its only thread, so every
@@ -18,6 +18,7 @@
 -- ARGV[5]  Per
 -- ARGV[6]  Rate
 -- ARGV[7]  cost (at most Rate; Go checks)
+-- ARGV[8]  the windows' phase F: window k starts at F + k*Per
 --
 -- Reply: an integer when granted at once: the window index charged.
 -- Otherwise a string of integers, "1 delay -1 -1 window" when granted,
@@ -36,8 +37,8 @@ end
 -- MaxWait is parsed only when there is a wait, and the cost goes to
 -- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
 -- more than the parse saved).
-local per, rate, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local window = floor(instant / per)
+local per, rate, cost, phase = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local window = floor((instant - phase) / per)
 local count, binding = nil, -1
 if fixed then
   if instant == now or instant - now <= tonumber(maxWait) then
@@ -56,7 +57,7 @@ if fixed then
     while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > room do
       window = window + 1
     end
-    if window * per > instant then instant, binding = window * per, 0 end
+    if window * per + phase > instant then instant, binding = window * per + phase, 0 end
   end
 else
   -- Sliding window: the first instant from this one, in this window or
@@ -64,7 +65,7 @@ else
   -- into the window (take.lua's search).
   local roomIfEmpty = rate - cost
   while true do
-    local start = window * per
+    local start = window * per + phase
     local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
     local room = roomIfEmpty - (tonumber(counts[2]) or 0)
     if room >= 0 then
@@ -94,14 +95,14 @@ if count == cost then
   -- A new window (once per window and key): extend the TTL to its end
   -- (one window later for the sliding window, which reads it as the
   -- previous one), and drop windows that have passed (as take.lua does).
-  local ends = (window + 1) * per
+  local ends = (window + 1) * per + phase
   if not fixed then ends = ends + per end
   local ttl = math.ceil((ends - now) / 1000) + slack
   if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
     redis.call('PEXPIRE', key, ttl, 'GT')
   end
   if redis.call('HLEN', key) > 3 then
-    local keep = floor(now / per)
+    local keep = floor((now - phase) / per)
     if not fixed then keep = keep - 1 end
     for _, field in ipairs(redis.call('HKEYS', key)) do
       if tonumber(field) < keep then redis.call('HDEL', key, field) end
