@@ -18,6 +18,10 @@ type Hooks struct {
 	OnPause func(PauseEvent)
 	// OnSync is called when an answer lowers a limit ([Learning].Sync).
 	OnSync func(SyncEvent)
+	// OnAnchor is called when an answer's reset is taken to the store to
+	// anchor a limit's windows ([Learning].Anchor): about once per window
+	// and instance, and whenever the reset moves beyond the tolerance.
+	OnAnchor func(AnchorEvent)
 	// OnStoreState is called once per change of the store's state.
 	OnStoreState func(StoreEvent)
 	// OnLease is called when something happens to an in-flight slot's lease.
@@ -39,6 +43,14 @@ type SyncEvent struct {
 	Remaining   int64         // what the vendor said is left
 	Reset       time.Duration // until the vendor's reset
 	Err         error         // the store's, if the sync failed
+}
+
+// An AnchorEvent describes a vendor's window end taken to the store.
+type AnchorEvent struct {
+	Rule, Limit string        // the rule and its Anchor limit
+	Reset       time.Duration // until the vendor's window ends, as the answer said
+	Moved       bool          // the shared windows moved to it
+	Err         error         // the store's, if the call failed
 }
 
 // An Outcome is what happened to a request that matched a rule.
