@@ -45,7 +45,7 @@ func (s *Store) Anchor(ctx context.Context, scope string, b quota.Bucket, within
 	case !mb.phased && len(mb.windows) == 0:
 		mb.setPhase(quotamath.FloorMod(end, p.Per))
 		moved = true
-	case !mb.phased || p.AnchorMoves(end, max(tolerance, 0).Microseconds()):
+	case !mb.learned || p.AnchorMoves(end, max(tolerance, 0).Microseconds()):
 		mb.prune(p, now)
 		ws := make([]quotamath.WindowCount, len(mb.windows))
 		for i, w := range mb.windows {
@@ -59,6 +59,7 @@ func (s *Store) Anchor(ctx context.Context, scope string, b quota.Bucket, within
 		mb.setPhase(phase)
 		moved = true
 	}
+	mb.learned = true
 	p = mb.grid(p)
 	if !moved {
 		return quotamath.Micros(p.Ends(now)), false, nil

@@ -78,6 +78,7 @@ type memBucket struct {
 	windows []window             // FixedWindow, SlidingWindow: counts by window, ascending
 	phase   int64                // an Anchored window limit's phase, µs in [0, Per), once phased
 	phased  bool                 // phase is set: by the first charge, a sync or an anchor
+	learned bool                 // phase is the vendor's, set by an anchor
 	log     []quotamath.LogEntry // SlidingLog: admitted demands, ascending by time
 	leases  []lease              // Concurrency: slots held
 	expire  int64                // µs after which the state equals a fresh bucket

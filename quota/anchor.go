@@ -30,10 +30,13 @@ type Anchorer interface {
 	// Anchor records that the vendor's current window for b ends within
 	// from now (on the store's clock), and moves b's windows so that one
 	// ends there, unless a window of b already ends within tolerance of
-	// that instant (modulo Per), so that the jitter of a reset given in
-	// whole seconds does not move them at every response. A counter with
-	// no state takes the vendor's phase at once. ends is the time from
-	// now until the window of b that holds now ends, after any move.
+	// that instant (modulo Per) and their phase was learned from an
+	// earlier Anchor: the jitter of a reset given in whole seconds then
+	// does not move them at every response, while a phase that came from
+	// the counter's first charge (or a sync), which says nothing of the
+	// vendor's, always gives way. moved reports a move (or a first
+	// phase); ends is the time from now until the window of b that holds
+	// now ends, after any move.
 	//
 	// b's limit must be Anchored; a non-positive within changes nothing.
 	// A negative tolerance counts as zero, and one of Per/2 or more

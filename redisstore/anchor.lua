@@ -4,7 +4,8 @@
 --
 -- Units as in prologue.lua; the hash of an Anchored window limit as in
 -- take.lua ('a' the phase, 'e' the end of the state, '<k>' the count of
--- window k, '<k>r' the latest instant charged to it after its call's now).
+-- window k, '<k>r' the latest instant charged to it after its call's now;
+-- 'l' that the phase is the vendor's).
 --
 -- KEYS[1]  the limit's key (layout in keys.go), in the scope's hash tag
 -- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
@@ -14,16 +15,16 @@
 --          says nothing
 -- ARGV[6]  tolerance (>= 0)
 --
--- Reply: {moved, ends}: 1 if the windows moved (or a counter with no
--- state took the vendor's phase), and the time from now to the end of
--- the window of now after it (0 for a counter with no state left so).
+-- Reply: {moved, ends}: 1 if the windows moved (or took the vendor's
+-- phase for the first time), and the time from now to the end of the
+-- window of now after it (0 for a counter with no state left so).
 
 local key, sliding = KEYS[1], ARGV[3] == SLIDING_WINDOW
 local per, within, tolerance = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local st = redis.call('HMGET', key, 'a', 'e')
-local phase, expiry = tonumber(st[1]), tonumber(st[2])
-if not expiry or expiry <= now then phase, expiry = nil, 0 end
+local st = redis.call('HMGET', key, 'a', 'e', 'l')
+local phase, expiry, learned = tonumber(st[1]), tonumber(st[2]), st[3]
+if not expiry or expiry <= now then phase, expiry, learned = nil, 0, nil end
 
 -- endsAt(ph) is the end of the window of now, on the phase ph.
 local function endsAt(ph)
@@ -35,7 +36,10 @@ if within <= 0 then
   return {0, endsAt(phase) - now}
 end
 local target = (now + within) % per
-if phase then
+-- The tolerance holds only for a phase learned from the vendor ('l'): one
+-- set by a first charge or a sync says nothing of the vendor's windows,
+-- and may end them just before the vendor's.
+if learned then
   local off = (target - phase) % per
   if per - off < off then off = per - off end
   if off <= tolerance then return {0, endsAt(phase) - now} end
@@ -93,7 +97,7 @@ if sliding then ends = ends + per end
 if expiry > ends then ends = expiry end
 
 redis.call('DEL', key)
-local hargs = {'a', fmt('%d', target), 'e', fmt('%d', ends)}
+local hargs = {'a', fmt('%d', target), 'e', fmt('%d', ends), 'l', '1'}
 for _, w in ipairs(order) do
   hargs[#hargs + 1] = fmt('%d', w)
   hargs[#hargs + 1] = fmt('%d', newCounts[w])

@@ -38,7 +38,7 @@
 -- instant ('a' = instant mod Per). A reservation (instant after now)
 -- keeps the latest instant charged to window k in field '<k>r' (units
 -- granted at once were sent by now); anchor.lua reads them when it moves
--- the windows. The mark is the window's start, so that cancel.lua gives
+-- the windows, and sets 'l' (the phase is the vendor's). The mark is the window's start, so that cancel.lua gives
 -- nothing back after a move. See keys.go.
 --
 -- Carried releases: a release (Store.Release) waits briefly for a later

@@ -134,17 +134,18 @@ func anchorCases() []stepCase {
 			{advance: 500 * ms, cost: 10, ok: true},
 		},
 	}, {
-		// A window ends at 1s; the vendor's at 1.05s or 0.98s is within
-		// 100ms of it.
-		name:    "a vendor's end within the tolerance moves nothing",
+		// The first charge put a window end at 1s: the vendor's at 1.05s
+		// moves it, tolerance or not. From then on, one at 0.98s or
+		// 3.05s is within 100ms of 1.05s.
+		name:    "the tolerance holds once the phase is the vendor's",
 		buckets: on(anchored(fixed("f", 2, sec))),
 		steps: []step{
 			{ok: true},
-			{advance: 200 * ms, op: opAnchor, d: 850 * ms, tolerance: 100 * ms, ends: 800 * ms},
-			{op: opAnchor, d: 780 * ms, tolerance: 100 * ms, ends: 800 * ms},
-			{op: opAnchor, d: 2850 * ms, tolerance: 100 * ms, ends: 800 * ms},
+			{advance: 200 * ms, op: opAnchor, d: 850 * ms, tolerance: 100 * ms, moved: true, ends: 850 * ms},
+			{op: opAnchor, d: 780 * ms, tolerance: 100 * ms, ends: 850 * ms},
+			{op: opAnchor, d: 2850 * ms, tolerance: 100 * ms, ends: 850 * ms},
 			{ok: true},
-			{delay: 800 * ms, limit: 0},
+			{delay: 850 * ms, limit: 0},
 			{op: opAnchor, d: 700 * ms, tolerance: 99 * ms, moved: true, ends: 700 * ms},
 			{delay: 700 * ms, limit: 0},
 		},

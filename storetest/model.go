@@ -35,6 +35,7 @@ type model struct {
 	last   map[string]map[int64]int64      // FixedWindow, SlidingWindow: latest instant charged per window
 	phase  map[string]int64                // Anchored windows: the counter's phase, once it has one
 	expiry map[string]int64                // Anchored windows: when the counter's state (phase included) ends
+	learn  map[string]bool                 // Anchored windows: the phase is the vendor's (an anchor set it)
 	log    map[string][]quotamath.LogEntry // SlidingLog: entries in order of instant
 	pauses map[string]int64                // end of the pause per scope and pause key
 	leases map[string][]lease              // Concurrency: slots held, by lease id
@@ -55,6 +56,7 @@ func newModel() *model {
 		last:   map[string]map[int64]int64{},
 		phase:  map[string]int64{},
 		expiry: map[string]int64{},
+		learn:  map[string]bool{},
 		log:    map[string][]quotamath.LogEntry{},
 		pauses: map[string]int64{},
 		leases: map[string][]lease{},
@@ -148,6 +150,7 @@ func (m *model) expire(id string, l quota.Limit, now int64) {
 		delete(m.last, id)
 		delete(m.phase, id)
 		delete(m.expiry, id)
+		delete(m.learn, id)
 	}
 }
 
@@ -539,7 +542,7 @@ func (m *model) anchor(scope string, b quota.Bucket, within, tolerance time.Dura
 		return q.Ends(now), false
 	}
 	end := now + quotamath.CeilMicros(within)
-	if phased && !q.AnchorMoves(end, max(tolerance, 0).Microseconds()) {
+	if m.learn[id] && !q.AnchorMoves(end, max(tolerance, 0).Microseconds()) {
 		return q.Ends(now), false
 	}
 	var ws []quotamath.WindowCount
@@ -553,7 +556,7 @@ func (m *model) anchor(scope string, b quota.Bucket, within, tolerance time.Dura
 	windows := q.Reanchor(ws, phase, now)
 	delete(m.win, id)
 	delete(m.last, id)
-	m.phase[id] = phase
+	m.phase[id], m.learn[id] = phase, true
 	q = m.grid(id, l)
 	m.count(id, q, q.Window(now), 0, now)
 	for _, w := range windows {
