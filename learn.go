@@ -275,9 +275,13 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 // the response gives one with a reset and it is less than the limit could
 // admit before that reset (otherwise the store call could change nothing).
 // windowEnd, when not zero, is when the anchored window of now ends
-// ([Limiter.anchor]): the vendor's window, so the remaining quota is
-// applied to it and to no later window, however late the reset's
-// rounding puts it.
+// ([Limiter.anchor]). The vendor's window is then one of the anchored
+// windows: the one whose end is nearest the reset (this one, or the next
+// when the vendor's window has already turned while ours, anchored late
+// by the reset's rounding, has not). The reset is moved inside it, a
+// tolerance before its end, so that the store applies the remaining
+// quota to that window, whatever the rounding, and however late the
+// store gets the call.
 func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now, windowEnd time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
@@ -285,7 +289,10 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	b := d.Limits[r.syncIdx]
 	within := fb.Reset.Sub(now)
 	if !windowEnd.IsZero() {
-		within = min(within, windowEnd.Sub(now))
+		per := b.Limit.Per
+		ahead := max((fb.Reset.Sub(windowEnd)+per/2)/per, 0) // windows between ours and the vendor's
+		end := windowEnd.Add(ahead * per)
+		within = max(end.Sub(now)-anchorTolerance(r, b.Limit), time.Microsecond)
 	}
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or
@@ -324,10 +331,7 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 	if fb.Window > 0 && fb.Window != l.Per {
 		return time.Time{} // another of the vendor's quotas
 	}
-	tol := r.Learn.AnchorTolerance
-	if tol == 0 {
-		tol = min(time.Second, l.Per/4)
-	}
+	tol := anchorTolerance(r, l)
 	within := fb.Reset.Sub(now)
 	if within > l.Per+tol {
 		return time.Time{} // no window of this limit ends that far away
@@ -363,6 +367,15 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 	end := sent.Add(ends)
 	lim.learned.keepWindow(id, end, now)
 	return end
+}
+
+// anchorTolerance is the rule's AnchorTolerance for its Anchor limit l,
+// with its default.
+func anchorTolerance(r *rule, l quota.Limit) time.Duration {
+	if r.Learn.AnchorTolerance > 0 {
+		return r.Learn.AnchorTolerance
+	}
+	return min(time.Second, l.Per/4)
 }
 
 // nearBoundary reports whether an offset d from a window end falls

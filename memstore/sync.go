@@ -57,13 +57,13 @@ func (b *memBucket) lower(p params, now, within, left int64) {
 			b.expire = max(b.expire, tat)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		// The window of now holds at most left more; a later window that
-		// starts before the reset, none (see quota.Syncer).
+		// The last window that starts before the reset holds at most left
+		// more, those before it none (see quota.Syncer).
 		first, last := p.SyncWindows(now, within)
 		for k := first; k <= last; k++ {
-			target, at := p.Rate, p.Start(k)
-			if k == first {
-				target, at = p.Rate-left, now
+			target, at := p.Rate, max(now, p.Start(k))
+			if k == last {
+				target = p.Rate - left
 			}
 			if c := b.count(k); c < target {
 				b.add(k, target-c, at)

@@ -87,12 +87,12 @@ if algo == SLIDING_LOG then
   return 1
 end
 
--- Fixed and sliding window: raise the count of the window of now to
--- target, and fill (count Rate) every later window that starts before
--- the reset, now + within: what it admitted before the reset would count
--- in the vendor's window too. The key lives to the end of the last
--- (one window longer for the sliding window, which reads it as the
--- previous window).
+-- Fixed and sliding window: raise to target the count of the last window
+-- that starts before the reset, now + within, and fill (count Rate)
+-- every window from the one of now up to it: what they admitted before
+-- the reset would count in the vendor's window too. The key lives to the
+-- end of the last (one window longer for the sliding window, which reads
+-- it as the previous window).
 local rate, phase = tonumber(ARGV[7]), tonumber(ARGV[8])
 local anchored = phase < 0
 local expiry = 0
@@ -112,7 +112,8 @@ local last = floor((now + within - 1 - phase) / per)
 local lowered = 0
 for window = first, last do
   local field, want, at = fmt('%d', window), rate, window * per + phase
-  if window == first then want, at = target, now end
+  if window == last then want = target end
+  if at < now then at = now end
   local count = tonumber(redis.call('HGET', key, field)) or 0
   if count < want then
     redis.call('HINCRBY', key, field, want - count)

@@ -507,9 +507,9 @@ func (m *model) sync(scope string, b quota.Bucket, left int64, within time.Durat
 		}
 		first, last := q.SyncWindows(now, w)
 		for k := first; k <= last; k++ {
-			target, at := q.Rate, q.Start(k)
-			if k == first {
-				target, at = q.Rate-left, now
+			target, at := q.Rate, max(now, q.Start(k))
+			if k == last {
+				target = q.Rate - left
 			}
 			m.count(id, q, k, max(target-m.win[id][k], 0), at)
 		}

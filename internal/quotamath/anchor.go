@@ -68,9 +68,9 @@ func (l Limit) Reanchor(ws []WindowCount, phase, now int64) []WindowCount {
 
 // SyncWindows returns the windows that a sync at now, of left units
 // within the next within microseconds (within > 0), raises (see
-// [quota.Syncer]): the window first that holds now, whose count must
-// reach R-left, and the later windows up to last that start before
-// now+within, which must be full.
+// [quota.Syncer]): from first, the window that holds now, to last, the
+// last window that starts before now+within. The count of last must
+// reach R-left, and those before it must be full.
 func (l Limit) SyncWindows(now, within int64) (first, last int64) {
 	return l.Window(now), l.Window(now + within - 1)
 }

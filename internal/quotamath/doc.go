@@ -47,9 +47,9 @@
 // start of the first later window with room. Inspection reports count(k),
 // until the window ends.
 //
-// A sync of left units within w ([Limit.SyncWindows]) raises count(k) to
-// R-left for the window k of now, and fills every later window that
-// starts before now+w (count R).
+// A sync of left units within w ([Limit.SyncWindows]) raises to R-left
+// the count of the last window that starts before now+w, and fills
+// (count R) every window from the one of now up to it.
 //
 // # SlidingWindow
 //
