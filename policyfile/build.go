@@ -391,6 +391,7 @@ func (b *builder) limit(n *node, w at) throttle.Limit {
 		{"per", func(v *node, w at) { l.Per, perGiven = b.duration(v, w), true }},
 		{"burst", into(&l.Burst, b.whole)},
 		{"algorithm", into(&l.Algorithm, b.algorithm)},
+		{"phase", into(&l.Phase, b.duration)},
 		{"key", into(&l.Key, b.key)},
 	})
 	if n.kind == mappingNode && !perGiven {
@@ -414,6 +415,8 @@ func (b *builder) learning(n *node, w at) throttle.Learning {
 		}},
 		{"sync", into(&l.Sync, b.str)},
 		{"sync_resource", into(&l.SyncResource, b.str)},
+		{"anchor", into(&l.Anchor, b.str)},
+		{"anchor_tolerance", into(&l.AnchorTolerance, b.duration)},
 		{"pause_by", into(&l.PauseBy, b.str)},
 	})
 	return l
