@@ -20,7 +20,7 @@ func (lim *Limiter) admit(r *rule, req *http.Request, budget time.Duration) (Dec
 
 // newDemand returns an empty demand of rule r, to be filled in by decide.
 func (lim *Limiter) newDemand(r *rule) *demand {
-	return &demand{Demand: quota.Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]quota.Bucket, len(r.Limits)), Cost: 1}}
+	return &demand{Demand: quota.Demand{Scope: r.scope, Pauses: []string{""}, Limits: make([]quota.Bucket, 0, len(r.Limits)), Cost: 1}}
 }
 
 // admitDemand is admit with d, a demand from newDemand that may carry the
@@ -51,36 +51,12 @@ func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration
 // in ev as it learns.
 func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *demand, ev *DecisionEvent) error {
 	ctx := req.Context()
-	for i, l := range r.Limits {
-		key := ""
-		if l.Key != nil {
-			k, err := l.Key(req)
-			if err != nil {
-				return errKeyFunc(r.id, l.Name, err)
-			}
-			key = escapeKey(k)
-		}
-		d.Limits[i] = quota.Bucket{Limit: r.limits[i], Key: key}
+	if err := r.buckets(req, d); err != nil {
+		return err
 	}
 	pk := r.pauseKey(d)
 	if pk != "" {
 		d.Pauses = append(d.Pauses, pk)
-	}
-	switch {
-	case d.cost != 0:
-		d.Cost = d.cost
-	case r.Cost != nil:
-		d.Cost = r.Cost(req)
-	}
-	if d.Cost != 1 {
-		if d.Cost < 1 {
-			return fmt.Errorf("throttle: rule %s: %w: cost must be at least 1, got %d", r.id, ErrInvalidPolicy, d.Cost)
-		}
-		for _, l := range r.limits {
-			if c := l.Capacity(); d.Cost > c {
-				return fmt.Errorf("throttle: rule %s: %w: limit %s admits at most %d at once, request costs %d", r.id, ErrCostTooHigh, l.Name, c, d.Cost)
-			}
-		}
 	}
 	w, _ := ctx.Value(waiterKey{}).(Waiter)
 	if w == nil {
@@ -130,13 +106,14 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 	}
 	if !dec.OK {
 		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
-		if dec.Limit >= 0 && dec.Limit < len(r.Limits) {
-			le.Limit = r.Limits[dec.Limit].Name
+		if dec.Limit >= 0 && dec.Limit < len(d.Limits) {
+			le.Limit = d.Limits[dec.Limit].Limit.Name
 		}
 		ev.Outcome, ev.Limit, ev.Wait = Refused, le.Limit, ev.Wait+dec.Delay
 		return le
 	}
 	d.granted = dec.Reservation
+	ev.Remaining, ev.ResetAfter = dec.Remaining, dec.ResetAfter
 	if d.reserve {
 		// The caller waits: nothing sleeps here.
 		d.delay = max(dec.Delay, paused)
@@ -189,6 +166,7 @@ type demand struct {
 	cost    int  // the caller's cost (Limiter's n); 0: the rule's
 	reserve bool // decide without waiting: the caller waits delay (Limiter.Reserve)
 
+	rules   []int              // per limit, its index in the rule's Limits; nil: the same index (all apply)
 	held    *quota.Reservation // the granted reservation whose slots the request holds
 	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
 	delay   time.Duration      // reserve: how long the caller must wait before it acts

@@ -22,17 +22,9 @@ import (
 // The zero value is the default for every field; docs/when-redis-fails.md
 // has the states and the measured bounds.
 type Breaker struct {
-	// Failures is how many calls in a row must fail to open the breaker.
-	// Zero or less means 3.
-	Failures int
-
-	// OpenFor is how long the breaker stays open before a probe. Zero or
-	// less means 500 ms.
-	OpenFor time.Duration
-
-	// MaxInFlight caps the store calls in progress at once. Zero or less
-	// means 256.
-	MaxInFlight int
+	Failures    int           // calls in a row that open the breaker; zero or less means 3
+	OpenFor     time.Duration // how long it stays open before a probe; zero or less means 500 ms
+	MaxInFlight int           // store calls in progress at once; zero or less means 256
 
 	// CallTimeout is the least time the store may stay silent before a
 	// call fails; the budget adapts to the store's latency (as TCP's

@@ -27,9 +27,9 @@
 //
 // A [Policy] is an ordered list of [Rule]s; a request takes the first
 // rule that matches its host, method and path. A rule names [Limit]s, each
-// "at most Rate per Per" counted per key ([KeyFunc]), and decides them all
-// in one atomic step in the store: every limit admits and is charged, or
-// none is. The rule's [Waiter] (package waiters) says how long a request
+// "at most Rate per Per" counted per key ([KeyFunc]), and decides those
+// that apply to the request, each its own cost, in one atomic step in the
+// store: every limit admits and is charged, or none is. The rule's [Waiter] (package waiters) says how long a request
 // may wait; the store reserves its instant and the request sleeps on a
 // timer, or it fails at once with a [*LimitError] carrying RetryAfter. The
 // vendor's answers (429s, Retry-After, quota headers, per [Learning])
@@ -39,7 +39,6 @@
 //
 // A [Limiter] makes the same decisions for calls that are not HTTP
 // (Allow, Wait, Reserve, and Report for the answer); the [Transport] is
-// the Limiter of an [http.Client].
-//
-// The repository's docs/ folder holds the long form.
+// the Limiter of an [http.Client]. The repository's docs/ folder holds
+// the long form.
 package throttle

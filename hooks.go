@@ -93,6 +93,9 @@ type DecisionEvent struct {
 	StoreTime time.Duration // the store call's duration; zero when none was made
 	StoreErr  error         // the store call's error, if it failed
 	Shadow    bool          // the rule is in shadow mode: sent whatever Outcome says
+
+	Remaining  int64         // what the rule's limits admit now after a grant (quota.Decision)
+	ResetAfter time.Duration // until the grant's charge stops counting (quota.Decision)
 }
 
 // WithHooks makes the transport report its decisions to h.

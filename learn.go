@@ -25,11 +25,8 @@ import (
 // and are also kept in each instance's memory, so a store that loses them
 // does not send a request early. docs/learning.md has the details.
 type Learning struct {
-	// Off disables learning for the rule.
-	Off bool
-
-	// MaxPause caps every learned pause. Zero means [DefaultMaxPause].
-	MaxPause time.Duration
+	Off      bool          // disables learning for the rule
+	MaxPause time.Duration // caps every learned pause; zero means [DefaultMaxPause]
 
 	// DefaultPause is the first pause after a "slow down" answer that says
 	// nothing about when to resume. Zero means 5 s (GitHub wants 60).
@@ -286,7 +283,11 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
 	}
-	b := d.Limits[r.syncIdx]
+	i := d.limitOf(r.syncIdx)
+	if i < 0 {
+		return // the Sync limit does not apply to this request
+	}
+	b := d.Limits[i]
 	within := fb.Reset.Sub(now)
 	if !windowEnd.IsZero() {
 		per := b.Limit.Per

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/quotakit/throttle/quota"
@@ -15,6 +16,10 @@ import (
 //
 //	throttle.Limit{Name: "category", Rate: 100, Per: 30 * time.Minute,
 //		Key: throttle.KeyFromContext("category")}
+//
+// Limits stack: a request is charged to every limit of its rule that
+// applies to it (Match), each its own Cost, all or none, in one decision
+// (ExampleLimit_stacked: GitHub's).
 type Limit struct {
 	// Name identifies the limit (and its counter) in its scope; it must be
 	// unique among the limits of a rule.
@@ -28,12 +33,8 @@ type Limit struct {
 	// [Concurrency] limit, the lease time (at least [quota.MinLease]).
 	Per time.Duration
 
-	// Burst is, for GCRA only, how much may go at once after an idle
-	// period. Zero means Rate.
-	Burst int
-
-	// Algorithm selects how the limit counts. The zero value is GCRA.
-	Algorithm Algorithm
+	Burst     int       // GCRA only: how much may go at once after an idle period; zero means Rate
+	Algorithm Algorithm // how the limit counts; the zero value is GCRA
 
 	// Phase places the windows of a [FixedWindow] or [SlidingWindow]
 	// limit: they start at Phase + k*Per since the Unix epoch, on the
@@ -46,6 +47,15 @@ type Limit struct {
 	// Key derives the counter's key from the request ([KeyFromContext],
 	// [KeyFromHeader], [KeyFromPath], ...). Nil means one counter.
 	Key KeyFunc
+
+	// Match, if set, must report true for the limit to apply to a request
+	// of its rule (nil: every request). It must not modify the request.
+	Match func(*http.Request) bool
+
+	// Cost, if set, is what a request is charged on this limit, in place
+	// of the rule's cost (Rule.Cost, or a [Limiter] call's n). It must be
+	// at least 1. A Concurrency limit takes one slot whatever the cost.
+	Cost func(*http.Request) int
 }
 
 // Quota returns the limit as a store sees it: everything but Key. A

@@ -156,7 +156,7 @@ func (lim *Limiter) call(ctx context.Context, name string, n int, budget time.Du
 	if ev.Err != nil {
 		return nil, ev.Err
 	}
-	p := &Permit{Rule: r.id, Delay: d.delay, Waited: ev.Wait, lim: lim, r: r, d: d}
+	p := &Permit{Rule: r.id, Delay: d.delay, Waited: ev.Wait, Remaining: ev.Remaining, ResetAfter: ev.ResetAfter, lim: lim, r: r, d: d}
 	if reserve {
 		p.Waited = 0
 	}
@@ -175,16 +175,16 @@ func callRequest(ctx context.Context) *http.Request {
 // are renewed until then); call Cancel instead if the call will not be
 // made. Report tells the Limiter what the vendor answered.
 type Permit struct {
-	// Rule is the rule that decided the call.
-	Rule string
+	Rule string // the rule that decided the call
 
 	// Delay is, for a permit from [Limiter.Reserve], how long the caller
 	// must wait before it acts; zero from Allow and Wait, which return
 	// when the call may go.
 	Delay time.Duration
 
-	// Waited is how long Wait waited for the quota.
-	Waited time.Duration
+	Waited     time.Duration // how long Wait waited for the quota
+	Remaining  int64         // what the rule's limits admit now after the grant ([quota.Decision])
+	ResetAfter time.Duration // until the grant's charge stops counting ([quota.Decision])
 
 	lim *Limiter
 	r   *rule

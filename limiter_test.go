@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,6 +66,8 @@ func TestLimiter(t *testing.T) {
 					Limits: []throttle.Limit{{Name: "per-min", Rate: 7, Per: time.Minute}}}}}
 				fleet := fleetOf(t, 4, p, stores(t))
 				var granted, refused atomic.Int64
+				var mu sync.Mutex
+				var remaining []int64
 				var wg sync.WaitGroup
 				for i := range 4 * 8 {
 					wg.Go(func() {
@@ -74,6 +77,12 @@ func TestLimiter(t *testing.T) {
 							switch {
 							case err == nil:
 								granted.Add(1)
+								mu.Lock()
+								remaining = append(remaining, pm.Remaining)
+								mu.Unlock()
+								if pm.ResetAfter <= 0 || pm.ResetAfter > time.Minute {
+									t.Errorf("ResetAfter %v, want in (0, 1m]", pm.ResetAfter)
+								}
 								pm.Done()
 							case errors.As(err, &le) && errors.Is(err, throttle.ErrLimited) && le.RetryAfter > 0 && le.Limit == "per-min":
 								refused.Add(1)
@@ -85,6 +94,8 @@ func TestLimiter(t *testing.T) {
 				}
 				wg.Wait()
 				assert.Equal(t, int64(7), granted.Load(), "exactly the burst, across 4 instances and 32 goroutines")
+				slices.Sort(remaining)
+				assert.Equal(t, []int64{0, 1, 2, 3, 4, 5, 6}, remaining, "each grant saw what the one decision before it left")
 				assert.Equal(t, int64(160-7), refused.Load())
 			})
 

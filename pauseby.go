@@ -27,6 +27,9 @@ func pauseByIndex(r Rule) (int, error) {
 	}
 	for i, l := range r.Limits {
 		if l.Name == r.Learn.PauseBy {
+			if l.Match != nil {
+				return -1, fmt.Errorf("names limit %q, which has a Match: the pause key must exist for every request of the rule", l.Name)
+			}
 			return i, nil
 		}
 	}
@@ -36,10 +39,14 @@ func pauseByIndex(r Rule) (int, error) {
 // pauseKey returns the store pause key that a response to demand d pauses:
 // "" (the whole scope) unless the rule pauses by a limit's key.
 func (r *rule) pauseKey(d *demand) string {
-	if r.pauseIdx < 0 || d == nil || r.pauseIdx >= len(d.Limits) {
+	if r.pauseIdx < 0 || d == nil {
 		return ""
 	}
-	b := d.Limits[r.pauseIdx]
+	i := d.limitOf(r.pauseIdx)
+	if i < 0 {
+		return ""
+	}
+	b := d.Limits[i]
 	return b.Limit.Name + ":" + b.Key
 }
 

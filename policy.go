@@ -59,12 +59,13 @@ type Rule struct {
 	// Match, if set, must also report true; it must not modify the request.
 	Match func(*http.Request) bool
 
-	// Limits are decided together. A rule with no limits still matches
-	// and honours pauses: use it to exempt requests.
+	// Limits are decided together, all or none: those that apply to a
+	// request ([Limit].Match). A rule with no limits still matches and
+	// honours pauses: use it to exempt requests.
 	Limits []Limit
 
-	// Cost is what a request is charged against every limit (GitHub: 5
-	// points a write). Nil means 1; above a limit's capacity the request
+	// Cost is what a request is charged against every limit that has no
+	// Cost of its own. Nil means 1; above a limit's capacity the request
 	// fails with [ErrCostTooHigh].
 	Cost func(*http.Request) int
 

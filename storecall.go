@@ -96,7 +96,7 @@ func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 	ld := d.Demand
 	ld.Limits = make([]quota.Bucket, len(d.Limits))
 	for i, b := range d.Limits {
-		ld.Limits[i] = quota.Bucket{Limit: r.local[i], Key: b.Key}
+		ld.Limits[i] = quota.Bucket{Limit: r.local[d.ruleLimit(i)], Key: b.Key, Cost: b.Cost}
 	}
 	// Not dec: an abandoned store call may still write it.
 	ldec, lerr := f.local.Take(ctx, &ld)

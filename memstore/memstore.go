@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -93,18 +94,17 @@ type window struct {
 // params are a limit's numbers in store units, and the cost of a demand.
 type params struct {
 	quotamath.Limit
-	cost     int64
-	anchored bool // quota.Limit.Anchored: the phase is the bucket's (grid)
+	cost int64
 }
 
 func newParams(l quota.Limit, cost int) params {
-	return params{Limit: quotamath.Of(l), cost: int64(cost), anchored: l.Anchored}
+	return params{Limit: quotamath.Of(l), cost: int64(cost)}
 }
 
 // grid returns p on b's windows: an anchored limit's phase is b's once b
 // has one.
 func (b *memBucket) grid(p params) params {
-	if p.anchored && b.phased {
+	if p.Anchored && b.phased {
 		p.Limit = p.WithPhase(b.phase)
 	}
 	return p
@@ -119,7 +119,7 @@ func (b *memBucket) setPhase(phase int64) {
 // has expired (no phase, no windows): the sweep drops such buckets only
 // now and then, and an anchored counter's phase ends with it.
 func (b *memBucket) expireAnchor(p params, now int64) {
-	if p.anchored && b.phased && b.expire <= now {
+	if p.Anchored && b.phased && b.expire <= now {
 		*b = memBucket{alg: b.alg}
 	}
 }
@@ -213,12 +213,13 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		if b == nil {
 			b = &memBucket{alg: l.Limit.Algorithm}
 			s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}] = b
+			bs[i] = b
 		}
 		if l.Limit.Algorithm == quota.Concurrency {
 			r.Marks[i] = b.hold(ps[i], now, r.ID)
 			continue
 		}
-		if ps[i].anchored && !b.phased {
+		if ps[i].Anchored && !b.phased {
 			// An anchored counter starts its first window at its first
 			// charge (quota.Limit.Anchored).
 			b.setPhase(quotamath.FloorMod(t, ps[i].Per))
@@ -227,7 +228,26 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		r.Marks[i] = b.commit(ps[i], t)
 	}
 	s.ops++
-	return quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}, nil
+	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
+	left(&dec, ps, bs, now)
+	return dec, nil
+}
+
+// left sets Remaining and ResetAfter of dec, a decision granted at now
+// whose charges bs hold (quota.Decision defines them).
+func left(dec *quota.Decision, ps []params, bs []*memBucket, now int64) {
+	end := now
+	for i := range ps {
+		end = max(end, ps[i].ChargeEnd(dec.Reservation.Marks[i]))
+	}
+	dec.ResetAfter = quotamath.Micros(end - now)
+	if dec.Delay > 0 || len(bs) == 0 {
+		return
+	}
+	dec.Remaining = math.MaxInt64
+	for i, b := range bs {
+		dec.Remaining = min(dec.Remaining, ps[i].State(b.counter(), now).Remaining)
+	}
 }
 
 // reservation is a Reservation with room for the marks of a few limits,
@@ -352,7 +372,7 @@ func (b *memBucket) commit(p params, t int64) int64 {
 		k := p.Window(t)
 		b.add(k, p.cost, t)
 		b.expireWindow(p, k)
-		if p.anchored {
+		if p.Anchored {
 			// The window's start: a refund after the windows moved finds
 			// it on no boundary and gives nothing back (refund).
 			return p.Start(k)
@@ -384,7 +404,7 @@ func (b *memBucket) refund(p params, mark int64) {
 			b.tat = p.GCRARefund(b.tat, p.cost)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		if p.anchored {
+		if p.Anchored {
 			// mark is the start of the window charged: on b's windows
 			// still, unless they moved since.
 			if !b.phased || quotamath.FloorMod(mark-p.Phase, p.Per) != 0 {
@@ -411,7 +431,7 @@ func (b *memBucket) prune(p params, now int64) {
 		if p.Algorithm == quota.SlidingWindow {
 			keep--
 		}
-		if p.anchored {
+		if p.Anchored {
 			keep-- // its units may fall in the windows a move makes (Anchor)
 		}
 		i := 0

@@ -37,7 +37,7 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		s.buckets[id] = mb
 	}
 	mb.expireAnchor(p, now)
-	if p.anchored && !mb.phased {
+	if p.Anchored && !mb.phased {
 		mb.setPhase(quotamath.FloorMod(now, p.Per)) // as a first charge would
 	}
 	p = mb.grid(p)

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/pattern"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
@@ -332,8 +334,7 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 	b.ids = append(b.ids, w.id)
 	b.lines.set(w, n.line)
 	var r throttle.Rule
-	var cost, costs *node
-	var costAt, costsAt at
+	var c costFields
 	b.mapping(n, w, []field{
 		{"name", into(&r.Name, b.str)},
 		{"host", into(&r.Host, b.str)},
@@ -341,8 +342,8 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 		{"path", into(&r.Path, b.str)},
 		{"scope", into(&r.Scope, b.str)},
 		{"wait", into(&r.Wait, b.waiter)},
-		{"cost", func(v *node, w at) { cost, costAt = v, w }},
-		{"cost_by_method", func(v *node, w at) { costs, costsAt = v, w }},
+		{"cost", c.readCost},
+		{"cost_by_method", c.readByMethod},
 		{"shadow", into(&r.Shadow, b.boolean)},
 		{"on_store_failure", into(&r.OnStoreFailure, b.failureMode)},
 		{"limits", func(v *node, w at) {
@@ -353,37 +354,97 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 		{"learn", into(&r.Learn, b.learning)},
 		{"retry", into(&r.Retry, b.retry)},
 	})
+	r.Cost = b.costFunc(c)
+	return r
+}
+
+// costFields holds the cost fields of a rule or a limit, read by
+// costFunc once the mapping is read.
+type costFields struct {
+	cost, costs     *node
+	costAt, costsAt at
+}
+
+func (c *costFields) readCost(v *node, w at)     { c.cost, c.costAt = v, w }
+func (c *costFields) readByMethod(v *node, w at) { c.costs, c.costsAt = v, w }
+
+// costFunc returns the cost that c gives: cost (a whole number) or
+// cost_by_method (methods to costs, "default" for the others), nil for
+// neither.
+func (b *builder) costFunc(c costFields) func(*http.Request) int {
 	switch {
-	case cost != nil && costs != nil:
-		b.bad(costAt, cost.line, "give cost or cost_by_method, not both")
-	case cost != nil:
-		if c, ok := b.integer(cost, costAt); ok {
-			if c < 1 {
-				b.bad(costAt, cost.line, "must be at least 1, got %d", c)
+	case c.cost != nil && c.costs != nil:
+		b.bad(c.costAt, c.cost.line, "give cost or cost_by_method, not both")
+	case c.cost != nil:
+		if n, ok := b.integer(c.cost, c.costAt); ok {
+			if n < 1 {
+				b.bad(c.costAt, c.cost.line, "must be at least 1, got %d", n)
 			}
-			r.Cost = throttle.CostByMethod(c, nil)
+			return throttle.CostByMethod(n, nil)
 		}
-	case costs != nil:
+	case c.costs != nil:
 		def, byMethod := 1, map[string]int{}
-		b.fields(costs, costsAt, nil, func(method string, v *node, w at) {
-			c, ok := b.integer(v, w)
+		b.fields(c.costs, c.costsAt, nil, func(method string, v *node, w at) {
+			n, ok := b.integer(v, w)
 			switch {
 			case !ok:
-			case c < 1:
-				b.bad(w, v.line, "must be at least 1, got %d", c)
+			case n < 1:
+				b.bad(w, v.line, "must be at least 1, got %d", n)
 			case method == "default":
-				def = c
+				def = n
 			default:
-				byMethod[strings.ToUpper(method)] = c
+				byMethod[strings.ToUpper(method)] = n
 			}
 		})
-		r.Cost = throttle.CostByMethod(def, byMethod)
+		return throttle.CostByMethod(def, byMethod)
 	}
-	return r
+	return nil
+}
+
+// match reads a limit's match: method (one, or a list) and path (a
+// pattern as a rule's path), ANDed; it must give at least one.
+func (b *builder) match(n *node, w at) func(*http.Request) bool {
+	var methods []string
+	var path *pattern.Path
+	b.mapping(n, w, []field{
+		{"method", func(v *node, w at) {
+			items := []*node{v}
+			if v.kind == listNode {
+				items = b.list(v, w)
+			}
+			for _, item := range items {
+				if m := b.str(item, w); m != "" {
+					methods = append(methods, strings.ToUpper(m))
+				}
+			}
+		}},
+		{"path", func(v *node, w at) {
+			p, err := pattern.ParsePath(b.str(v, w))
+			if err != nil {
+				b.bad(w, v.line, "%v", err)
+				return
+			}
+			path = p
+		}},
+	})
+	if n.kind == mappingNode && methods == nil && path == nil {
+		b.bad(w, n.line, "give method or path")
+	}
+	return func(r *http.Request) bool {
+		if methods != nil && !slices.Contains(methods, r.Method) {
+			return false
+		}
+		if path != nil {
+			_, _, ok := path.Match(r.URL)
+			return ok
+		}
+		return true
+	}
 }
 
 func (b *builder) limit(n *node, w at) throttle.Limit {
 	var l throttle.Limit
+	var c costFields
 	perGiven := false
 	b.mapping(n, w, []field{
 		{"name", into(&l.Name, b.str)},
@@ -393,10 +454,14 @@ func (b *builder) limit(n *node, w at) throttle.Limit {
 		{"algorithm", into(&l.Algorithm, b.algorithm)},
 		{"phase", into(&l.Phase, b.duration)},
 		{"key", into(&l.Key, b.key)},
+		{"match", into(&l.Match, b.match)},
+		{"cost", c.readCost},
+		{"cost_by_method", c.readByMethod},
 	})
 	if n.kind == mappingNode && !perGiven {
 		b.bad(w.in("per"), n.line, "missing: give a duration such as 1m or 30m")
 	}
+	l.Cost = b.costFunc(c)
 	return l
 }
 

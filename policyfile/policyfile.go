@@ -64,8 +64,9 @@ import (
 // Presets are the presets a file can name, each giving its rules with the
 // preset's default options. Add your own before loading files.
 var Presets = map[string]func() []throttle.Rule{
-	"slack":  func() []throttle.Rule { return slackquota.Rules(slackquota.Options{}) },
-	"github": func() []throttle.Rule { return githubquota.Rules(githubquota.Options{}) },
+	// The zero Options of both are valid: Rules gives no error.
+	"slack":  func() []throttle.Rule { r, _ := slackquota.Rules(slackquota.Options{}); return r },
+	"github": func() []throttle.Rule { r, _ := githubquota.Rules(githubquota.Options{}); return r },
 }
 
 func presetNames() string {

@@ -161,6 +161,11 @@ func TestBadFiles(t *testing.T) {
 		{"zero rate (validation)", "rules:\n  - name: a\n    limits:\n      - name: l\n        per: 1m\n        rate: 0\n", 6, "a", "limits[0].rate", ""},
 		{"bad path (validation)", "rules:\n  - name: a\n    path: /x/{\n", 3, "a", "path", ""},
 		{"duplicate names (validation)", "rules:\n  - name: a\n  - name: a\n", 3, "a", "name", ""},
+		{"empty match", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {}}\n", 4, "a", "limits[0].match", "give method or path"},
+		{"bad match path", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {path: \"/x/{\"}}\n", 4, "a", "limits[0].match.path", "wildcard"},
+		{"unknown match field", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {host: x}}\n", 4, "a", "limits[0].match.host", "unknown field"},
+		{"limit cost 0", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, cost: 0}\n", 4, "a", "limits[0].cost", "at least 1"},
+		{"limit cost twice", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, cost: 2, cost_by_method: {GET: 1}}\n", 4, "a", "limits[0].cost", "not both"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -328,7 +333,7 @@ rules:
 		`policy.yaml:5: rule "a": wait: unknown waiter "soon" (block, fail-fast, up-to DURATION)`,
 		`policy.yaml:7: rule "a": limits[0].rate: must be a whole number, got 5.5`,
 		`policy.yaml:9: rule "a": limits[2].per: not a duration (such as 30s, 5m, 1h): "forever"`,
-		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, phase, key)`,
+		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, phase, key, match, cost, cost_by_method)`,
 		`policy.yaml:13: rule "b": limits[0].per: missing: give a duration such as 1m or 30m`,
 		`policy.yaml:1: instances: must not be negative, got -1`,
 		`policy.yaml:8: rule "a": limits[1].rate: must be positive, got 0`,

@@ -213,17 +213,21 @@ type Decision struct {
 	// when the decision was refused.
 	Reservation *Reservation
 
-	// Remaining is how much the demand's limits still admit at once, now,
-	// after what this decision charged: the least, over its limits, of
-	// what each has left as [LimitState.Remaining] counts it (free slots
-	// for a Concurrency limit). It is 0 while a pause of the demand is in
-	// force, and usually 0 after a reservation or a refusal.
+	// Remaining is, when the demand is granted at once (OK, Delay 0), how
+	// much its limits still admit now, after its charge: the least, over
+	// its limits, of [LimitState.Remaining] (free slots for a Concurrency
+	// limit). It is 0 for a reservation (Delay > 0), for a refusal, and
+	// for a demand without limits.
 	Remaining int64
 
-	// ResetAfter is how long until every limit of the demand is back to
-	// full if nothing more is charged (the longest [LimitState.Reset] of
-	// its limits, after this decision's charge), or until a pause of the
-	// demand ends, if that is later.
+	// ResetAfter is, when the demand is granted, how long until what it
+	// charged stops counting against its limits, the longest over them:
+	// for GCRA until the bucket is full again (its arrival time), for
+	// FixedWindow until the end of the window charged, for SlidingWindow
+	// until the end of the window after it (which weighs it as its
+	// previous), for SlidingLog until Per after the charged instant. A
+	// Concurrency slot frees when it is released, so those limits do not
+	// count. It is 0 for a refusal (see Delay).
 	ResetAfter time.Duration
 }
 
@@ -296,8 +300,9 @@ type LeaseStore interface {
 	// takes one slot of every Concurrency limit of r's demand, all or
 	// none, in one atomic step: if each has a free slot now, each gets a
 	// lease with id r.ID from now until now+Per, and the decision is
-	// granted (OK, Delay 0) with a Reservation that is a copy of r holding
-	// the slots (Unclaimed false, the leases' expiries as marks): release,
+	// granted (OK, Delay 0; Remaining and ResetAfter zero) with a
+	// Reservation that is a copy of r holding the slots (Unclaimed false,
+	// the leases' expiries as marks): release,
 	// renew or cancel that one. Otherwise it takes nothing and refuses:
 	// Decision.Limit is the index in the demand of a limit with no free
 	// slot and Delay the time until lease expiry alone frees one, an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/quotakit/throttle/quota"
@@ -30,6 +31,8 @@ import (
 //     the quota of the limits that had room until their windows end. Under
 //     overload fewer than Rate may pass in a window; never more.
 //   - Cancel gives back nothing.
+//   - Decision.ResetAfter is the window's PTTL rounded up to the next
+//     millisecond, not the exact microsecond of [Store].
 //   - No [quota.Concurrency] limits: it is not a [quota.LeaseStore]; nor
 //     a [quota.Inspector].
 //
@@ -146,7 +149,18 @@ func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decis
 		}
 	}
 	if binding < 0 && pause < 0 {
-		return quota.Decision{OK: true, Limit: -1, Reservation: &quota.Reservation{Demand: d, Marks: make([]int64, len(d.Limits))}}, nil
+		// Remaining and ResetAfter from the counts and the windows' TTLs
+		// (whole milliseconds, rounded up: the window's end, never early).
+		dec := quota.Decision{OK: true, Limit: -1, Reservation: &quota.Reservation{Demand: d, Marks: make([]int64, len(d.Limits))}}
+		dec.Remaining = math.MaxInt64
+		for i, c := range counts {
+			dec.Remaining = min(dec.Remaining, int64(d.Limits[i].Limit.Rate)-c.Val())
+			dec.ResetAfter = max(dec.ResetAfter, ttls[i].Val()+time.Millisecond)
+		}
+		if len(counts) == 0 {
+			dec.Remaining = 0
+		}
+		return dec, nil
 	}
 	dec := quota.Decision{Delay: wait, Limit: binding}
 	if binding < 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -337,13 +338,6 @@ func (s *Store) takeKeys(d *quota.Demand, replayID string) []string {
 // integers separated by spaces.
 func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) {
 	switch v := res.(type) {
-	case int64:
-		if len(d.Limits) != 1 {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: reply has 1 mark for %d limits", len(d.Limits))
-		}
-		r := newReservation(d, id)
-		r.Marks[0] = v
-		return quota.Decision{OK: true, Limit: -1, Reservation: r}, nil
 	case string:
 		var buf [8]int64
 		n := buf[:0]
@@ -354,19 +348,13 @@ func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) 
 			}
 			n = append(n, x)
 		}
-		if len(n) < 4 {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
-		}
-		return decide(n[0] == 1, n[1], n[2], n[3], n[4:], d, id, v)
+		return decide(n, d, id, v)
 	}
 	return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 }
 
 // parseTake reads take.lua's reply.
 func parseTake(res []any, d *quota.Demand, id string) (quota.Decision, error) {
-	if len(res) < 4 {
-		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
-	}
 	var buf [8]int64
 	n := buf[:0]
 	for _, x := range res {
@@ -376,13 +364,18 @@ func parseTake(res []any, d *quota.Demand, id string) (quota.Decision, error) {
 		}
 		n = append(n, v)
 	}
-	return decide(n[0] == 1, n[1], n[2], n[3], n[4:], d, id, res)
+	return decide(n, d, id, res)
 }
 
-// decide makes the Decision of a take's reply: granted or not, the delay
-// in µs, the binding limit and pause indexes, and the marks of a grant.
-// reply is only printed in errors.
-func decide(ok bool, delay, limit, pause int64, marks []int64, d *quota.Demand, id string, reply any) (quota.Decision, error) {
+// decide makes the Decision of a take's reply n: granted or not, the
+// delay in µs, the binding limit and pause indexes, and for a grant the
+// store's clock, what the limits admit now (-1: compute it from the GCRA
+// marks) and the marks. reply is only printed in errors.
+func decide(n []int64, d *quota.Demand, id string, reply any) (quota.Decision, error) {
+	if len(n) < 4 || n[0] == 1 && len(n) < 6 {
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+	}
+	ok, delay, limit, pause := n[0] == 1, n[1], n[2], n[3]
 	if delay < 0 {
 		return quota.Decision{}, fmt.Errorf("redisstore: take: negative delay %d in reply", delay)
 	}
@@ -397,6 +390,7 @@ func decide(ok bool, delay, limit, pause int64, marks []int64, d *quota.Demand, 
 		}
 		return dec, nil
 	}
+	now, remaining, marks := n[4], n[5], n[6:]
 	if len(marks) != len(d.Limits) {
 		return quota.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(marks), len(d.Limits))
 	}
@@ -404,7 +398,32 @@ func decide(ok bool, delay, limit, pause int64, marks []int64, d *quota.Demand, 
 	copy(r.Marks, marks)
 	markUnclaimed(r) // lease.go
 	dec.Reservation = r
+	left(&dec, now, remaining)
 	return dec, nil
+}
+
+// left sets Remaining and ResetAfter of dec, granted at now (the store's
+// clock), from its marks (quota.Decision defines them). remaining is what
+// the reply says the limits admit now, or -1 when every limit is GCRA
+// and the marks tell it.
+func left(dec *quota.Decision, now, remaining int64) {
+	r := dec.Reservation
+	end := now
+	gcra := remaining < 0 && dec.Delay == 0 && len(r.Marks) > 0
+	if gcra {
+		remaining = math.MaxInt64
+	}
+	for i := range r.Demand.Limits {
+		l := quotamath.Of(r.Demand.Limits[i].Limit)
+		end = max(end, l.ChargeEnd(r.Marks[i]))
+		if gcra {
+			remaining = min(remaining, l.State(quotamath.Counter{TAT: r.Marks[i]}, now).Remaining)
+		}
+	}
+	dec.ResetAfter = quotamath.Micros(end - now)
+	if dec.Delay == 0 {
+		dec.Remaining = max(remaining, 0)
+	}
 }
 
 // newReservation returns a Reservation of d with room for its marks, in

@@ -46,11 +46,12 @@
 -- limit costs one round trip per request, not two. They are applied
 -- first, as release.lua does: ZREM by id (idempotent) and PUBLISH.
 --
--- Reply: {1, delay, -1, -1, mark...} when granted (a mark per limit: the
--- GCRA arrival time set, the window charged, the log instant, or the
--- lease's expiry, 0 for a slot left unclaimed), or
--- {0, delay, binding limit index, binding pause index} when refused; indexes
--- are 0-based, -1 for none.
+-- Reply: {1, delay, -1, -1, now, remaining, mark...} when granted (the
+-- clock; what the limits admit now after the charge, the least over
+-- them, when granted at once, else 0; a mark per limit: the GCRA arrival
+-- time set, the window charged, the log instant, or the lease's expiry, 0
+-- for a slot left unclaimed), or {0, delay, binding limit index, binding
+-- pause index} when refused; indexes are 0-based, -1 for none.
 
 -- Carried releases first (as in release.lua); a second run is a no-op.
 local carried = tonumber(ARGV[6])
@@ -67,11 +68,11 @@ if replyTTL > 0 then
   -- A retry of a call whose reply was lost: answer as the first run did.
   local prev = redis.call('GET', replayKey)
   if prev then
-    local reply = {1, 0, -1, -1}
+    local reply = {1, 0, -1, -1, now, 0}
     for word in string.gmatch(prev, '%S+') do
       reply[#reply + 1] = tonumber(word)
     end
-    local granted = table.remove(reply, 5)
+    local granted = table.remove(reply, 7)
     if granted > now then reply[2] = granted - now end
     return reply
   end
@@ -234,7 +235,15 @@ end
 -- expiry rule, see take_gcra.lua), at the end of the window (one window
 -- later for the sliding window, which reads it as the previous one), or
 -- Per after the newest log entry.
-local reply = {1, instant - now, -1, -1}
+-- When granted at once, remaining is the least, over the limits, of what
+-- each admits now after the charge (quotamath's State): GCRA B - ceil((tat
+-- - now)/T), windows Rate less the (weighted) count, the log Rate less the
+-- cost after now-Per, Concurrency its free slots.
+local reply = {1, instant - now, -1, -1, now, 0}
+local remaining = nil
+local function leaves(left)
+  if instant == now and (not remaining or left < remaining) then remaining = left end
+end
 for i = 1, limits do
   local arg = 2 + 5 * i
   local algo, param, cost = ARGV[arg], tonumber(ARGV[arg + 1]), ARGV[arg + 3]
@@ -254,12 +263,15 @@ for i = 1, limits do
     else
       redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
-    reply[4 + i] = tat
+    reply[6 + i] = tat
+    local t = param / tonumber(cost)
+    local burst = (tonumber(ARGV[arg + 2]) + param) / t
+    leaves(burst - math.min(math.ceil((tat - now) / t), burst))
   elseif algo == CONCURRENCY then
     if instant > now then
       -- A reservation holds no slot while it waits: its holder claims
       -- one when it comes due (claim.lua). Mark 0: unclaimed.
-      reply[4 + i] = 0
+      reply[6 + i] = 0
     else
       -- The lease runs from now to now + Per. The key lives until its
       -- latest lease expires.
@@ -271,7 +283,8 @@ for i = 1, limits do
       else
         redis.call('PEXPIRE', key, ttl, 'GT')
       end
-      reply[4 + i] = expiry
+      reply[6 + i] = expiry
+      leaves(tonumber(ARGV[arg + 2]) - redis.call('ZCOUNT', key, fmt('(%d', now), '+inf'))
     end
   elseif algo == SLIDING_LOG then
     -- The entry's score is the running total with its cost (the instant
@@ -306,7 +319,16 @@ for i = 1, limits do
       end
     end
     redis.call('PEXPIRE', key, math.ceil((instant + per - now) / 1000) + slack)
-    reply[4 + i] = instant
+    reply[6 + i] = instant
+    if instant == now then
+      -- After the pruning above, the first entry is the first after
+      -- now-Per: the cost since is the newest total less the total
+      -- before that entry.
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+      local base = tonumber(first[2]) - tonumber(string.match(first[1], '^%d+:(%d+):'))
+      leaves(tonumber(ARGV[arg + 2]) + tonumber(cost) - (newest - base))
+    end
   else
     local per, phase = param, phases[i]
     local anchored = tonumber(ARGV[arg + 4]) < 0
@@ -319,7 +341,8 @@ for i = 1, limits do
     end
     local window = floor((instant - phase) / per)
     local field = fmt('%d', window)
-    if redis.call('HINCRBY', key, field, cost) == tonumber(cost) then
+    local count = redis.call('HINCRBY', key, field, cost)
+    if count == tonumber(cost) then
       -- A new window (once per window and key): extend the TTL to its
       -- end, and drop windows that have passed.
       local ends = (window + 1) * per + phase
@@ -349,16 +372,26 @@ for i = 1, limits do
         local last = tonumber(redis.call('HGET', key, field .. 'r'))
         if not last or instant > last then redis.call('HSET', key, field .. 'r', fmt('%d', instant)) end
       end
-      reply[4 + i] = window * per + phase
+      reply[6 + i] = window * per + phase
     else
-      reply[4 + i] = window
+      reply[6 + i] = window
+    end
+    if instant == now then
+      local left = tonumber(ARGV[arg + 2]) + tonumber(cost) - count
+      if algo == SLIDING_WINDOW then
+        local prev = tonumber(redis.call('HGET', key, fmt('%d', window - 1))) or 0
+        left = left - math.ceil(prev * (per - (now - window * per - phase)) / per)
+        if left < 0 then left = 0 end
+      end
+      leaves(left)
     end
   end
 end
+if remaining then reply[6] = remaining end
 
 if replyTTL > 0 then
   local remembered = fmt('%d', instant)
-  for i = 1, limits do remembered = remembered .. ' ' .. fmt('%d', reply[4 + i]) end
+  for i = 1, limits do remembered = remembered .. ' ' .. fmt('%d', reply[6 + i]) end
   redis.call('SET', replayKey, remembered, 'PX', replyTTL)
 end
 return reply

@@ -16,10 +16,9 @@
 -- then per demand: P (pause keys), L (limits), MaxWait, then L pairs
 --          charge = cost*T, allowance = Burst*T - cost*T (T = ceil(Per/Rate))
 --
--- Reply: a table with one entry per demand, in take_gcra.lua's format: an
--- integer (the TAT set) when granted at once on one limit; otherwise a
--- string "1 delay -1 -1 TAT..." when granted, "0 delay limit pause" when
--- refused.
+-- Reply: a table with one entry per demand, in take_gcra.lua's format: a
+-- string "1 delay -1 -1 now -1 TAT..." when granted, "0 delay limit
+-- pause" when refused.
 
 -- current holds every key read so far: its value as the demands decided
 -- so far left it. stored holds the value Redis had, and changed lists the
@@ -66,11 +65,7 @@ for demand = 1, tonumber(ARGV[3]) do
       current[key] = tat
       marks = marks .. ' ' .. fmt('%d', tat)
     end
-    if instant == now and limits == 1 then
-      replies[demand] = tat
-    else
-      replies[demand] = fmt('1 %d -1 -1', instant - now) .. marks
-    end
+    replies[demand] = fmt('1 %d -1 -1 %d -1', instant - now, now) .. marks
   end
   nextKey = nextKey + limits
   nextArg = nextArg + 2 * limits

@@ -22,10 +22,11 @@
 -- then 2 per limit: charge = cost*T, allowance = Burst*T - cost*T
 --          (T = ceil(Per/Rate)), limit i's at ARGV[3 + 2*i], ARGV[4 + 2*i]
 --
--- Reply: an integer when granted at once on one limit: the arrival time
--- (TAT) it set. Otherwise a string of integers, "1 delay -1 -1 TAT..."
--- (one TAT per limit) when granted, "0 delay limit pause" when refused,
--- with the binding limit and pause as 0-based indexes, -1 for none.
+-- Reply: a string of integers, "1 delay -1 -1 now -1 TAT..." (the clock,
+-- and one TAT per limit) when granted, "0 delay limit pause" when refused,
+-- with the binding limit and pause as 0-based indexes, -1 for none. The
+-- -1 after the clock leaves Decision.Remaining to Go, which knows Burst and
+-- T and computes it from the TATs and the clock (a replay sends 0).
 --
 -- Expiry rule, shared by every script that writes a GCRA key: a key
 -- whose value (its arrival time) lies in second n of Redis's clock expires
@@ -56,7 +57,7 @@ if replyTTL > 0 then
     local granted, marks = string.match(prev, '^(%d+)(.*)$')
     local delay = 0
     if tonumber(granted) > now then delay = granted - now end
-    return fmt('1 %d -1 -1', delay) .. marks
+    return fmt('1 %d -1 -1 %d 0', delay, now) .. marks
   end
 end
 
@@ -100,14 +101,13 @@ if limits <= 2 and pauses <= 1 then
     end
     if i == 1 then tat1 = tat else tat2 = tat end
   end
-  if replyTTL == 0 and instant == now and limits == 1 then return tat1 end
+  if replyTTL == 0 and limits == 1 then return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1) end
   local marks
   if limits == 2 then marks = fmt('%d %d', tat1, tat2) else marks = fmt('%d', tat1) end
   if replyTTL > 0 then
     redis.call('SET', replayKey, fmt('%d ', instant) .. marks, 'PX', replyTTL)
-    if instant == now and limits == 1 then return tat1 end
   end
-  return fmt('1 %d -1 -1 ', instant - now) .. marks
+  return fmt('1 %d -1 -1 %d -1 ', instant - now, now) .. marks
 end
 
 -- One read for every pause and limit key.
@@ -151,4 +151,4 @@ end
 if replyTTL > 0 then
   redis.call('SET', replayKey, fmt('%d', instant) .. marks, 'PX', replyTTL)
 end
-return fmt('1 %d -1 -1', instant - now) .. marks
+return fmt('1 %d -1 -1 %d -1', instant - now, now) .. marks

@@ -20,9 +20,10 @@
 -- ARGV[7]  cost (at most Rate; Go checks)
 -- ARGV[8]  the windows' phase F: window k starts at F + k*Per
 --
--- Reply: an integer when granted at once: the window index charged.
--- Otherwise a string of integers, "1 delay -1 -1 window" when granted,
--- "0 delay limit pause" when refused (take_gcra.lua's format).
+-- Reply: a string of integers, "1 delay -1 -1 now remaining window" when
+-- granted (remaining: what the window admits now, after the charge, when
+-- granted at once; else 0), "0 delay limit pause" when refused
+-- (take_gcra.lua's format).
 
 local fixed = ARGV[3] == FIXED_WINDOW
 local maxWait = ARGV[4]
@@ -39,7 +40,7 @@ end
 -- more than the parse saved).
 local per, rate, cost, phase = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local window = floor((instant - phase) / per)
-local count, binding = nil, -1
+local count, binding, prev = nil, -1, 0
 if fixed then
   if instant == now or instant - now <= tonumber(maxWait) then
     -- Charge the window of t, and give the cost back if that overfills
@@ -71,7 +72,7 @@ else
     if room >= 0 then
       local offset = instant - start
       if offset < 0 then offset = 0 end
-      local prev = tonumber(counts[1]) or 0
+      prev = tonumber(counts[1]) or 0
       if prev > 0 then
         local needed = per - floor(room * per / prev)
         if needed > offset then offset = needed end
@@ -109,5 +110,15 @@ if count == cost then
     end
   end
 end
-if instant == now then return window end
-return fmt('1 %d -1 -1 %d', instant - now, window)
+-- What the window admits now: Rate less the count, for the sliding
+-- window less the weighted count cur + ceil(prev*(P-e)/P) (quotamath's
+-- State).
+local remaining = 0
+if instant == now then
+  remaining = rate - count
+  if not fixed and prev > 0 then
+    remaining = remaining - math.ceil(prev * (per - (now - window * per - phase)) / per)
+    if remaining < 0 then remaining = 0 end
+  end
+end
+return fmt('1 %d -1 -1 %d %d %d', instant - now, now, remaining, window)

@@ -141,10 +141,16 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 			if got.Reservation != nil {
 				fail(step, "refused with a Reservation")
 			}
+			if got.Remaining != 0 || got.ResetAfter != 0 {
+				fail(step, "refused with Remaining=%d ResetAfter=%v, want 0", got.Remaining, got.ResetAfter)
+			}
 			return got, true
 		}
 		if got.Limit != -1 || got.Pause != "" {
 			fail(step, "granted with Limit=%d Pause=%q, want -1 and \"\"", got.Limit, got.Pause)
+		}
+		if got.Remaining != want.Remaining || got.ResetAfter != want.ResetAfter {
+			fail(step, "granted with Remaining=%d ResetAfter=%v, want %d and %v", got.Remaining, got.ResetAfter, want.Remaining, want.ResetAfter)
 		}
 		if len(d.Limits) > 0 && got.Reservation == nil {
 			fail(step, "granted without a Reservation")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -331,7 +332,49 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		}
 		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t)
 	}
-	return quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}, t, nil
+	dec := quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}
+	dec.Remaining, dec.ResetAfter = m.left(d, r.Marks, now, t)
+	return dec, t, nil
+}
+
+// left returns Remaining and ResetAfter of a demand granted for t at now
+// with marks, as quota.Decision defines them: the charges' ends are
+// written out here, apart from package quotamath, so that the
+// differential tests check its ChargeEnd.
+func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.Duration) {
+	end := now
+	for i, b := range d.Limits {
+		p := per(b.Limit)
+		switch b.Limit.Algorithm {
+		case quota.GCRA:
+			end = max(end, marks[i])
+		case quota.FixedWindow, quota.SlidingWindow:
+			start := marks[i] // an Anchored limit's mark is its window's start
+			if !b.Limit.Anchored {
+				start = marks[i]*p + b.Limit.Phase.Microseconds()%p
+			}
+			e := start + p
+			if b.Limit.Algorithm == quota.SlidingWindow {
+				e += p // the next window weighs it as its previous
+			}
+			end = max(end, e)
+		case quota.SlidingLog:
+			end = max(end, marks[i]+p)
+		}
+	}
+	if t > now || len(d.Limits) == 0 {
+		return 0, time.Duration(end-now) * time.Microsecond
+	}
+	rem := int64(math.MaxInt64)
+	for _, b := range d.Limits {
+		id := bucketID(d.Scope, b)
+		if b.Limit.Algorithm == quota.Concurrency {
+			rem = min(rem, int64(b.Limit.Rate)-int64(len(m.live(id, now))))
+			continue
+		}
+		rem = min(rem, m.grid(id, b.Limit).State(m.counter(id), now).Remaining)
+	}
+	return rem, time.Duration(end-now) * time.Microsecond
 }
 
 func (m *model) cancel(r *quota.Reservation, now int64) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,6 +55,7 @@ type step struct {
 
 	// For opTake: the demand.
 	use     []int         // indexes into the case's buckets; nil means all
+	costs   []int         // non-nil: Bucket.Cost of each limit of the demand
 	scope   string        // non-empty: a separate scope, named so
 	cost    int           // 0 means 1; costZero means 0
 	maxWait time.Duration // Demand.MaxWait
@@ -70,6 +72,7 @@ type step struct {
 	limit int
 	pause string
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
+	left  *left // non-nil: a take's Remaining and ResetAfter must be these
 
 	// For opCancel, opRelease, opRenew and opClaim: the 1-based number of
 	// the step whose reservation is cancelled, released, renewed or
@@ -104,7 +107,19 @@ func (st step) demand(buckets []quota.Bucket, scope string) *quota.Demand {
 			d.Limits = append(d.Limits, buckets[i])
 		}
 	}
+	if st.costs != nil {
+		d.Limits = slices.Clone(d.Limits)
+		for i, c := range st.costs {
+			d.Limits[i].Cost = c
+		}
+	}
 	return d
+}
+
+// left is what a step wants of Decision.Remaining and ResetAfter.
+type left struct {
+	remaining int64
+	reset     time.Duration
 }
 
 // String describes the step for failure messages.
@@ -142,6 +157,9 @@ func (st step) String() string {
 		s += " cost 0"
 	default:
 		s += fmt.Sprintf(" cost %d", st.cost)
+	}
+	if st.costs != nil {
+		s += fmt.Sprintf(" limit costs %v", st.costs)
 	}
 	if st.maxWait != 0 {
 		s += fmt.Sprintf(" maxWait %v", st.maxWait)
@@ -285,6 +303,9 @@ func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope 
 			}
 			decs[i] = dec
 			if !checkDecision(t, n, st, dec, len(d.Limits), st.delay > 0 && hasConcurrency(d)) {
+				return
+			}
+			if st.left != nil && !assert.Equal(t, *st.left, left{dec.Remaining, dec.ResetAfter}, "step %d: %v: Remaining and ResetAfter (want vs got)", n, st) {
 				return
 			}
 		}

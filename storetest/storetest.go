@@ -46,6 +46,8 @@ func Run(t *testing.T, c Config) {
 	t.Run("Phases", func(t *testing.T) { s.runCases(t, phaseCases()) })
 	t.Run("OddPeriods", func(t *testing.T) { s.runCases(t, oddPeriodCases()) })
 	t.Run("MultiLimit", func(t *testing.T) { s.runCases(t, multiLimitCases()) })
+	t.Run("LimitCosts", func(t *testing.T) { s.runCases(t, limitCostCases()) })
+	t.Run("Left", func(t *testing.T) { s.runCases(t, leftCases()) })
 	t.Run("Reservations", func(t *testing.T) { s.runCases(t, reservationCases()) })
 	t.Run("Cancel", func(t *testing.T) { s.runCases(t, cancelCases()) })
 	t.Run("Pauses", func(t *testing.T) { s.runCases(t, pauseCases()) })

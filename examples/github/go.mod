@@ -3,7 +3,7 @@ module github.com/quotakit/throttle/examples/github
 go 1.26.0
 
 require (
-	github.com/google/go-github/v75 v75.0.0
+	github.com/google/go-github/v89 v89.0.0
 	github.com/quotakit/throttle v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
@@ -13,7 +13,7 @@ require (
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/google/go-querystring v1.1.0 // indirect
+	github.com/google/go-querystring v1.2.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect

@@ -7,13 +7,17 @@
 //	go run ./examples/github                # offline, a fake GitHub, ~20 s
 //	REDIS_URL=redis://localhost:6379 go run ./examples/github
 //	GITHUB_TOKEN=ghp_... GITHUB_REPO=owner/repo go run ./examples/github -duration 10s
+//	GITHUB_API_URL=https://ghe.example.com/api/v3/ GITHUB_TOKEN=... GITHUB_REPO=owner/repo go run ./examples/github
 //
 // Without REDIS_URL the instances share one in-process store (as
 // instances in separate processes share Redis). With REDIS_URL they use
 // that Redis, so several processes of this example started side by side
 // stay within the limits together. With GITHUB_TOKEN they talk to the real
 // GitHub, read-only (issues and search of GITHUB_REPO): no comments are
-// posted.
+// posted. GITHUB_API_URL (as GitHub Actions sets it) names another GitHub:
+// a GitHub Enterprise Server's https://HOST/api/v3/, or GHE.com's
+// https://api.SUBDOMAIN.ghe.com/. The offline fake GitHub serves the paths
+// of a GitHub Enterprise Server, reached the same way.
 package main
 
 import (
@@ -22,15 +26,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	gogithub "github.com/google/go-github/v75/github"
+	gogithub "github.com/google/go-github/v89/github"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotakit/throttle"
@@ -49,6 +51,7 @@ func main() {
 	flag.DurationVar(&cfg.progress, "progress", 5*time.Second, "interval of the progress line (0: none)")
 	flag.Parse()
 	cfg.redisURL, cfg.token, cfg.repo = os.Getenv("REDIS_URL"), os.Getenv("GITHUB_TOKEN"), os.Getenv("GITHUB_REPO")
+	cfg.apiURL = os.Getenv("GITHUB_API_URL")
 	sum, err := run(context.Background(), cfg, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "github:", err)
@@ -64,6 +67,7 @@ type config struct {
 	duration, progress time.Duration
 	redisURL           string
 	token, repo        string // the real GitHub, if token is set
+	apiURL             string // its REST API's base URL; empty: github.com
 
 	fake *fakegithub.Server // tests: the fake GitHub to use, shared by runs
 }
@@ -78,17 +82,15 @@ type summary struct {
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
-	opts := githubquota.Options{}
 	token, owner, repo, write := cfg.token, "octo", "hello", true
+	apiURL := cfg.apiURL
 	fake := cfg.fake
-	var baseURL *url.URL
 	if token == "" {
 		if fake == nil {
-			fake = fakegithub.NewServer(fakegithub.Options{})
+			fake = fakegithub.NewServer(fakegithub.Options{Enterprise: true})
 			defer fake.Close()
 		}
-		opts.Host = fake.Host()
-		baseURL, _ = url.Parse(fake.URL + "/")
+		apiURL = fake.BaseURL()
 		token = "ghp_fake_example_token"
 	} else {
 		var ok bool
@@ -96,6 +98,10 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 			return nil, errors.New("GITHUB_TOKEN is set: set GITHUB_REPO to owner/repo to read")
 		}
 		write = false
+	}
+	policy, err := githubquota.Policy(githubquota.Options{BaseURL: apiURL})
+	if err != nil {
+		return nil, fmt.Errorf("GITHUB_API_URL: %w", err)
 	}
 
 	store, where, closeStore, err := newStore(ctx, cfg.redisURL)
@@ -127,7 +133,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 	}}
 	target := "the real GitHub (read-only)"
 	if fake != nil {
-		target = "a fake GitHub at " + fake.URL
+		target = "a fake GitHub Enterprise Server at " + apiURL
+	} else if apiURL != "" {
+		target = "the GitHub at " + apiURL + " (read-only)"
 	}
 	fmt.Fprintf(out, "%d instances x %d workers, %v, %s, store: %s\n", cfg.instances, cfg.workers, cfg.duration, target, where)
 	fmt.Fprintf(out, "limits per token: %d/h; search %d/min; code search %d/min; %d points/min per endpoint (writes %d); content creation %d/min, %d/h\n",
@@ -139,16 +147,27 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 	var rateLimited atomic.Int64
 	var wg sync.WaitGroup
 	for i := range cfg.instances {
-		t, err := throttle.NewTransport(nil, githubquota.Policy(opts), throttle.WithStore(store), throttle.WithHooks(hooks))
+		t, err := throttle.NewTransport(nil, policy, throttle.WithStore(store), throttle.WithHooks(hooks))
 		if err != nil {
 			return nil, err
 		}
-		httpClient := &http.Client{Transport: t}
-		defer httpClient.CloseIdleConnections()
-		gh := gogithub.NewClient(httpClient).WithAuthToken(token)
-		gh.DisableRateLimitCheck = true // throttle keeps the limits, fleet-wide
-		if baseURL != nil {
-			gh.BaseURL = baseURL
+		defer t.CloseIdleConnections()
+		opts := []gogithub.ClientOptionsFunc{
+			gogithub.WithTransport(t),
+			gogithub.WithAuthToken(token),
+			gogithub.WithDisableRateLimitCheck(), // throttle keeps the limits, fleet-wide
+		}
+		if apiURL != "" {
+			opts = append(opts, gogithub.WithEnterpriseURLs(apiURL, uploadURL(apiURL)))
+		}
+		gh, err := gogithub.NewClient(opts...)
+		if err != nil {
+			return nil, err
+		}
+		if want := strings.TrimSuffix(apiURL, "/") + "/"; apiURL != "" && gh.BaseURL() != want {
+			// WithEnterpriseURLs adds api/v3/ to a GitHub Enterprise
+			// Server's bare URL; the preset must be given the same URL.
+			return nil, fmt.Errorf("GITHUB_API_URL: go-github reads %s as %s: give that", apiURL, gh.BaseURL())
 		}
 		for w := range cfg.workers {
 			wg.Add(1)
@@ -225,6 +244,15 @@ func bot(ctx context.Context, gh *gogithub.Client, owner, repo string, write boo
 			fmt.Fprintln(os.Stderr, "github:", err)
 		}
 	}
+}
+
+// uploadURL is the uploads API's base URL beside apiURL: /api/uploads/ on
+// a GitHub Enterprise Server, else apiURL (the example uploads nothing).
+func uploadURL(apiURL string) string {
+	if api, ok := strings.CutSuffix(apiURL, "/api/v3/"); ok {
+		return api + "/api/uploads/"
+	}
+	return apiURL
 }
 
 // sleep waits d or until ctx ends.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
-	gogithub "github.com/google/go-github/v75/github"
+	gogithub "github.com/google/go-github/v89/github"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -25,16 +25,16 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestRunOffline(t *testing.T) {
-	sum, err := run(context.Background(), config{instances: 2, workers: 5, duration: 2 * time.Second, progress: time.Second}, io.Discard)
+	sum, err := run(context.Background(), config{instances: 2, workers: 5, duration: 4 * time.Second, progress: time.Second}, io.Discard)
 	require.NoError(t, err)
 	assert.Zero(t, sum.rateLimited, "go-github saw rate-limit answers")
 	assert.Zero(t, sum.fake.Limited, "the fake GitHub refused requests")
-	// Each limit's first window, exactly, in 2 s.
+	// Each limit's first window, exactly, in 4 s (of its 61).
 	assert.Equal(t, githubquota.ContentPerMinute, sum.fake.Created)
 	assert.Equal(t, githubquota.SearchPerMinute, sum.fake.ByResource["search"])
 	assert.Equal(t, githubquota.CodeSearchPerMinute, sum.fake.ByResource["code_search"])
 	// The reads fill two endpoints' windows only if the machine keeps up
-	// (under -race on a loaded machine it may not in 2 s): never more.
+	// (under -race on a loaded machine it may not in 4 s): never more.
 	assert.LessOrEqual(t, sum.fake.ByResource["core"], 2*githubquota.EndpointPoints+githubquota.ContentPerMinute, "two read endpoints and the comments")
 	assert.Greater(t, sum.fake.ByResource["core"], githubquota.ContentPerMinute)
 }
@@ -43,7 +43,7 @@ func TestRunOffline(t *testing.T) {
 // GitHub they talk to, stay within GitHub's limits together.
 func TestRunsShareRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	fake := fakegithub.NewServer(fakegithub.Options{})
+	fake := fakegithub.NewServer(fakegithub.Options{Enterprise: true})
 	defer fake.Close()
 	cfg := config{instances: 2, workers: 5, duration: 2 * time.Second, redisURL: "redis://" + srv.Addr(), fake: fake}
 	var wg sync.WaitGroup
@@ -65,58 +65,123 @@ func TestRunsShareRedis(t *testing.T) {
 	assert.Equal(t, githubquota.CodeSearchPerMinute, st.ByResource["code_search"])
 }
 
-// The real go-github client, through the preset's transport.
-func TestGoGitHubThroughTransport(t *testing.T) {
-	fake := fakegithub.NewServer(fakegithub.Options{NoRetryAfter: true})
-	defer fake.Close()
-	newClient := func() (*gogithub.Client, func()) {
-		tr, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{Host: fake.Host(), Wait: waiters.FailFast()}))
-		require.NoError(t, err)
-		hc := &http.Client{Transport: tr}
-		gh := gogithub.NewClient(hc).WithAuthToken("ghp_test_token")
-		gh.DisableRateLimitCheck = true // else go-github refuses on its own, per client
-		gh.BaseURL, _ = url.Parse(fake.URL + "/")
-		return gh, hc.CloseIdleConnections
-	}
-	gh, done := newClient()
-	defer done()
-	ctx := context.Background()
+// host is a GitHub the real go-github client reaches on loopback: the fake
+// at its root (go-github's WithURLs), as GitHub Enterprise Server (its
+// WithEnterpriseURLs), or as GHE.com (api.acme.ghe.com, dialed to the
+// fake whatever the address).
+type host struct {
+	name       string
+	enterprise bool
+	gheCom     bool
+}
 
-	// Search: 30, then refused before sending; go-github passes our error
-	// through.
-	for range githubquota.SearchPerMinute {
-		_, _, err := gh.Search.Issues(ctx, "is:open", nil)
-		require.NoError(t, err)
-	}
-	_, _, err := gh.Search.Issues(ctx, "is:open", nil)
-	assert.ErrorIs(t, err, throttle.ErrLimited)
-	var le *throttle.LimitError
-	require.ErrorAs(t, err, &le)
-	assert.Equal(t, "github-search", le.Rule)
+var hosts = []host{{name: "a fake at its root"}, {name: "Enterprise Server", enterprise: true}, {name: "GHE.com", gheCom: true}}
 
-	// A plain permission 403 is go-github's ErrorResponse, and no pause.
-	for range 2 {
-		_, _, err = gh.Repositories.Get(ctx, "o", "private")
-		var er *gogithub.ErrorResponse
-		require.ErrorAs(t, err, &er)
-		assert.Equal(t, http.StatusForbidden, er.Response.StatusCode)
+// client returns go-github through the preset's transport with its own
+// store (an instance), pointed at fake as h says.
+func (h host) client(t *testing.T, fake *fakegithub.Server) *gogithub.Client {
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	baseURL, uploadURL := fake.BaseURL(), fake.UploadURL()
+	if h.gheCom {
+		baseURL, uploadURL = "http://api.acme.ghe.com/", "http://uploads.acme.ghe.com/"
+		addr := fake.Listener.Addr().String()
+		base.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr) // loopback only
+		}
 	}
+	policy, err := githubquota.Policy(githubquota.Options{BaseURL: baseURL, Wait: waiters.FailFast()})
+	require.NoError(t, err)
+	tr, err := throttle.NewTransport(base, policy)
+	require.NoError(t, err)
+	opts := []gogithub.ClientOptionsFunc{
+		gogithub.WithTransport(tr),
+		gogithub.WithAuthToken(testToken),
+		gogithub.WithDisableRateLimitCheck(), // else go-github refuses on its own, per client
+	}
+	if h.enterprise || h.gheCom {
+		opts = append(opts, gogithub.WithEnterpriseURLs(baseURL, uploadURL))
+	} else {
+		opts = append(opts, gogithub.WithURLs(&baseURL, &uploadURL))
+	}
+	gh, err := gogithub.NewClient(opts...)
+	require.NoError(t, err)
+	require.Equal(t, baseURL, gh.BaseURL(), "the preset and go-github agree")
+	return gh
+}
 
-	// 80 comments; then another instance (a store of its own) makes an
-	// 81st, and GitHub answers a secondary-limit 403 without Retry-After:
-	// go-github's AbuseRateLimitError. That instance pauses the token for
-	// a minute.
-	for range githubquota.ContentPerMinute {
-		_, _, err = gh.Issues.CreateComment(ctx, "o", "r", 1, &gogithub.IssueComment{Body: gogithub.Ptr("x")})
-		require.NoError(t, err)
+const testToken = "ghp_test_token"
+
+// The real go-github client, through the preset's transport, on every
+// host: the limits apply, and it learns from the fake's headers.
+func TestGoGitHubOnEachHost(t *testing.T) {
+	for _, h := range hosts {
+		t.Run(h.name, func(t *testing.T) {
+			fake := fakegithub.NewServer(fakegithub.Options{Enterprise: h.enterprise, NoRetryAfter: true})
+			defer fake.Close()
+			gh := h.client(t, fake)
+			ctx := context.Background()
+
+			// Search: 30, then refused before sending; go-github passes
+			// our error through.
+			for range githubquota.SearchPerMinute {
+				_, _, err := gh.Search.Issues(ctx, "is:open", nil)
+				require.NoError(t, err)
+			}
+			_, _, err := gh.Search.Issues(ctx, "is:open", nil)
+			assert.ErrorIs(t, err, throttle.ErrLimited)
+			var le *throttle.LimitError
+			require.ErrorAs(t, err, &le)
+			assert.Equal(t, "github-search", le.Rule)
+
+			// A plain permission 403 is go-github's ErrorResponse, and
+			// no pause.
+			for range 2 {
+				_, _, err = gh.Repositories.Get(ctx, "o", "private")
+				var er *gogithub.ErrorResponse
+				require.ErrorAs(t, err, &er)
+				assert.Equal(t, http.StatusForbidden, er.Response.StatusCode)
+			}
+
+			// 80 comments; then another instance (a store of its own)
+			// makes an 81st, and GitHub answers a secondary-limit 403
+			// without Retry-After: go-github's AbuseRateLimitError. That
+			// instance pauses the token for GitHub's minute.
+			for range githubquota.ContentPerMinute {
+				_, _, err = gh.Issues.CreateComment(ctx, "o", "r", 1, &gogithub.IssueComment{Body: gogithub.Ptr("x")})
+				require.NoError(t, err)
+			}
+			_, _, err = gh.Issues.CreateComment(ctx, "o", "r", 1, &gogithub.IssueComment{Body: gogithub.Ptr("x")})
+			require.ErrorAs(t, err, &le, "the 81st is not sent")
+			assert.Equal(t, githubquota.ContentMinuteLimit, le.Limit)
+			other := h.client(t, fake)
+			_, _, err = other.Issues.CreateComment(ctx, "o", "r", 1, &gogithub.IssueComment{Body: gogithub.Ptr("x")})
+			var al *gogithub.AbuseRateLimitError
+			require.True(t, errors.As(err, &al), "got %v", err)
+			_, _, err = other.Issues.ListByRepo(ctx, "o", "r", nil)
+			require.ErrorAs(t, err, &le, "the token is paused")
+			assert.Equal(t, githubquota.CoreLimit, le.Pause)
+			assert.InDelta(t, githubquota.SecondaryPause.Seconds(), le.RetryAfter.Seconds(), 1.5)
+			assert.Equal(t, 1, fake.Stats().Limited)
+
+			// Another service spends the token's hourly quota but 3: the
+			// fake's x-ratelimit-remaining lowers a third instance's
+			// counter, which sends 3 and then holds back until the reset.
+			st := fake.Stats()
+			used := st.ByResource["core"] - st.Limited // what the fake charged
+			fake.Use(testToken, "core", 5000-used-3)
+			third := h.client(t, fake)
+			sent := 0
+			for range 10 {
+				if _, _, err = third.Users.Get(ctx, ""); err != nil {
+					break
+				}
+				sent++
+			}
+			assert.Equal(t, 3, sent, "what GitHub said remained")
+			require.ErrorAs(t, err, &le)
+			assert.Equal(t, githubquota.CoreLimit, le.Pause, "no quota left: paused until the reset")
+			assert.Equal(t, 1, fake.Stats().Limited, "GitHub refused nothing more")
+		})
 	}
-	other, done2 := newClient()
-	defer done2()
-	_, _, err = other.Issues.CreateComment(ctx, "o", "r", 1, &gogithub.IssueComment{Body: gogithub.Ptr("x")})
-	var al *gogithub.AbuseRateLimitError
-	require.True(t, errors.As(err, &al), "got %v", err)
-	_, _, err = other.Issues.ListByRepo(ctx, "o", "r", nil)
-	require.ErrorAs(t, err, &le, "the token is paused")
-	assert.InDelta(t, time.Minute.Seconds(), le.RetryAfter.Seconds(), 1.5)
-	assert.Equal(t, 1, fake.Stats().Limited)
 }

@@ -85,7 +85,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 			fake = fakeslack.NewServer(fakeslack.Options{})
 			defer fake.Close()
 		}
-		opts.APIHost, opts.WebhookHost = fake.Host(), fake.Host()
+		opts.APIURL = fake.APIURL() // the webhooks are found beside it
 		apiURL = fake.APIURL()
 		token = "xoxb-fake-workspace-token"
 		channels = nil
@@ -135,8 +135,12 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 	defer cancel()
 	var rateLimited atomic.Int64
 	var wg sync.WaitGroup
+	policy, err := slackquota.Policy(opts)
+	if err != nil {
+		return nil, err
+	}
 	for i := range cfg.instances {
-		t, err := throttle.NewTransport(nil, slackquota.Policy(opts), throttle.WithStore(store), throttle.WithHooks(hooks))
+		t, err := throttle.NewTransport(nil, policy, throttle.WithStore(store), throttle.WithHooks(hooks))
 		if err != nil {
 			return nil, err
 		}

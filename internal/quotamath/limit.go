@@ -15,6 +15,7 @@ type Limit struct {
 	Rate      int64 // R
 	Burst     int64 // B, for GCRA; Rate when the limit's Burst is zero
 	Phase     int64 // F, in [0, P): where the windows start (window k at F + k*P)
+	Anchored  bool  // quota.Limit.Anchored: F is the counter's, and a window's mark is its start
 }
 
 // Of returns l's algorithm and numbers in store units: Per and Phase in
@@ -23,7 +24,7 @@ type Limit struct {
 // sets on the result.
 func Of(l quota.Limit) Limit {
 	p := l.Per.Microseconds()
-	return Limit{Algorithm: l.Algorithm, Per: p, Rate: int64(l.Rate), Burst: int64(l.BurstOrRate()), Phase: FloorMod(l.Phase.Microseconds(), p)}
+	return Limit{Algorithm: l.Algorithm, Per: p, Rate: int64(l.Rate), Burst: int64(l.BurstOrRate()), Phase: FloorMod(l.Phase.Microseconds(), p), Anchored: l.Anchored}
 }
 
 // WithPhase returns l with its windows starting at phase (modulo P).

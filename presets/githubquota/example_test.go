@@ -16,13 +16,18 @@ import (
 // to the 30th said no search quota remains, so the token's search is
 // paused until GitHub's reset (the limit would refuse it too).
 func ExamplePolicy() {
-	fake := fakegithub.NewServer(fakegithub.Options{}) // a fake GitHub; drop it and Host in production
+	fake := fakegithub.NewServer(fakegithub.Options{}) // a fake GitHub; drop it and BaseURL in production
 	defer fake.Close()
 
-	t, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{
-		Host: fake.Host(),
-		Wait: waiters.FailFast(),
-	}))
+	policy, err := githubquota.Policy(githubquota.Options{
+		BaseURL: fake.BaseURL(),
+		Wait:    waiters.FailFast(),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t, err := throttle.NewTransport(nil, policy)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -32,7 +37,7 @@ func ExamplePolicy() {
 
 	sent := 0
 	for range 31 {
-		req, _ := http.NewRequest(http.MethodGet, fake.URL+"/search/issues?q=is:open", nil)
+		req, _ := http.NewRequest(http.MethodGet, fake.BaseURL()+"search/issues?q=is:open", nil)
 		req.Header.Set("Authorization", "Bearer ghp_example")
 		resp, err := client.Do(req)
 		var le *throttle.LimitError
@@ -53,4 +58,50 @@ func ExamplePolicy() {
 	// refused by rule github-search (limit "", pause "search")
 	// sent: 30
 	// refused by GitHub: 0
+}
+
+// On a GitHub Enterprise Server the preset limits the REST API under
+// /api/v3/ and GraphQL at /api/graphql, and finds OAuth token requests on
+// the same host; the rest of the host is no rule's.
+func ExampleRules_enterpriseServer() {
+	rules, err := githubquota.Rules(githubquota.Options{BaseURL: "https://ghe.example.com/api/v3/"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rules {
+		fmt.Printf("%-25s %s%s\n", r.Name, r.Host, r.Path)
+	}
+	_, err = githubquota.Rules(githubquota.Options{BaseURL: "https://*.example.com/api/v3/"})
+	fmt.Println(errors.Is(err, throttle.ErrInvalidPolicy), err)
+	// Output:
+	// github-installation-token ghe.example.com/api/v3/app/installations/{installation_id}/access_tokens
+	// github-oauth-token        ghe.example.com/login/oauth/access_token
+	// github-unauthenticated    ghe.example.com
+	// github-code-search        ghe.example.com/api/v3/search/code
+	// github-search             ghe.example.com/api/v3/search/
+	// github-graphql            ghe.example.com/api/graphql
+	// github-create             ghe.example.com/api/v3/
+	// github-write              ghe.example.com/api/v3/
+	// github-read               ghe.example.com/api/v3/
+	// true throttle: invalid policy: githubquota.Options.BaseURL: "https://*.example.com/api/v3/": the host must be one name, not a pattern
+}
+
+// Profile is GitHub's vendor profile for the preset's host, for rules of
+// your own on a GitHub Enterprise Server or a fake; on github.com and
+// GHE.com it is quotaheader.GitHub, which the transport has already.
+func ExampleProfile() {
+	for _, base := range []string{"", "https://api.acme.ghe.com/", "https://ghe.example.com/api/v3/", "http://127.0.0.1:8080/"} {
+		p, err := githubquota.Profile(githubquota.Options{BaseURL: base})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%q: %s profile for %v\n", base, p.Name, p.Hosts)
+	}
+	// Output:
+	// "": github profile for [api.github.com uploads.github.com *.ghe.com]
+	// "https://api.acme.ghe.com/": github profile for [api.github.com uploads.github.com *.ghe.com]
+	// "https://ghe.example.com/api/v3/": github profile for [ghe.example.com]
+	// "http://127.0.0.1:8080/": github profile for [127.0.0.1:8080]
 }

@@ -4,10 +4,22 @@
 // limits; and pauses learned from its 403 and 429 answers. Token requests
 // have a lane of their own.
 //
-// Use it as the policy of a [throttle.Transport], e.g. under go-github:
+// Use it as the policy of a [throttle.Transport], e.g. under go-github
+// (github.com/google/go-github/v89/github):
 //
-//	t, err := throttle.NewTransport(nil, githubquota.Policy(githubquota.Options{}), throttle.WithStore(store))
-//	gh := gogithub.NewClient(&http.Client{Transport: t}).WithAuthToken(token)
+//	policy, err := githubquota.Policy(githubquota.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	t, err := throttle.NewTransport(nil, policy, throttle.WithStore(store))
+//	if err != nil {
+//		return err
+//	}
+//	gh, err := github.NewClient(
+//		github.WithTransport(t),
+//		github.WithAuthToken(token),
+//		github.WithDisableRateLimitCheck(), // throttle keeps the limits, for the whole fleet
+//	)
 //
 // # Primary limits
 //
@@ -59,11 +71,43 @@
 // github.com/login/oauth/access_token) are in a lane of their own (their
 // own scope, with GitHub's limit of 2,000 token requests an hour), so they
 // never wait behind requests that are waiting for a token.
+//
+// # Hosts
+//
+// The zero [Options] are github.com: the REST and GraphQL API on
+// api.github.com, OAuth token requests on github.com. [Options.BaseURL]
+// points the preset at another GitHub, and takes the base URL given to
+// go-github:
+//
+//   - GitHub Enterprise Server, "https://HOST/api/v3/": the REST API under
+//     /api/v3/, GraphQL at /api/graphql, OAuth token requests at
+//     /login/oauth/access_token; other paths of HOST (web pages, uploads
+//     under /api/uploads/) are not limited.
+//   - GHE.com, "https://api.SUBDOMAIN.ghe.com/": the REST and GraphQL API
+//     there, OAuth token requests at SUBDOMAIN.ghe.com.
+//   - Any other URL, such as a test fake's "http://127.0.0.1:PORT/": the
+//     REST API under the URL's path, GraphQL at graphql below it, OAuth
+//     token requests at /login/oauth/access_token of its host.
+//
+// go-github's WithEnterpriseURLs adds api/v3/ to a URL whose host does not
+// start with "api." and whose path does not end in /api/v3/: give it, and
+// the preset, the whole "https://HOST/api/v3/". Uploads (uploads.github.com,
+// /api/uploads/) are not limited by the preset.
+//
+// A GitHub Enterprise Server limits rates only when its administrator turns
+// that on, with quotas of their own: set [Options.Hourly] to theirs. The
+// secondary limits are github.com's.
+//
+// The rules learn from answers as [quotaheader.GitHub] says GitHub speaks,
+// whatever the host. For rules of your own that send to a GitHub
+// Enterprise Server or a fake, give the transport [Profile]: the same, for
+// that host.
 package githubquota
 
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -144,7 +188,7 @@ const (
 	UnauthenticatedScope = "github-anonymous"
 )
 
-// Options configure the preset. The zero value is api.github.com with
+// Options configure the preset. The zero value is github.com with
 // standard tokens and requests that wait for their turn.
 type Options struct {
 	// Token is the kind of token, which sets the hourly quota.
@@ -153,13 +197,15 @@ type Options struct {
 	// Hourly overrides the token's hourly quota when positive.
 	Hourly int
 
-	// Host is the API's host; empty means "api.github.com". Tests point it
-	// at a fake GitHub ("127.0.0.1:port").
-	Host string
-
-	// OAuthHost is the host of OAuth token requests; empty means
-	// "github.com".
-	OAuthHost string
+	// BaseURL is the REST API's base URL, the one the client sends to
+	// (go-github's WithEnterpriseURLs or WithURLs, and Client.BaseURL);
+	// empty means [DefaultBaseURL]. GitHub Enterprise Server:
+	// "https://HOST/api/v3/" (GraphQL at /api/graphql, OAuth tokens at
+	// /login/oauth/access_token of HOST); GHE.com:
+	// "https://api.SUBDOMAIN.ghe.com/" (OAuth tokens at SUBDOMAIN.ghe.com);
+	// a test fake: its URL (GraphQL at graphql below it, OAuth tokens on
+	// its host). The package doc's "Hosts" has the details.
+	BaseURL string
 
 	// Endpoint gives a request's endpoint for the per-endpoint secondary
 	// limit; nil means [EndpointKey].
@@ -179,15 +225,35 @@ type Options struct {
 	MaxInFlight int
 }
 
-// Policy returns a policy of [Rules](o).
-func Policy(o Options) throttle.Policy { return throttle.Policy{Rules: Rules(o)} }
+// Policy returns a policy of [Rules](o), or the error Rules gives.
+func Policy(o Options) (throttle.Policy, error) {
+	rules, err := Rules(o)
+	if err != nil {
+		return throttle.Policy{}, err
+	}
+	return throttle.Policy{Rules: rules}, nil
+}
 
 // Rules returns the preset's rules, in order: token requests, requests
 // without a token, code search, search, GraphQL, REST POSTs, other REST
 // writes, REST reads. Put your own rules before them to override.
-func Rules(o Options) []throttle.Rule {
-	host := cmp.Or(o.Host, "api.github.com")
-	oauthHost := cmp.Or(o.OAuthHost, "github.com")
+//
+// Bad options give an error that matches [throttle.ErrInvalidPolicy]
+// and is a [*throttle.PolicyError] naming the field: a BaseURL that does
+// not parse, is not http or https, has no host, a host pattern, a
+// query, or (on api.github.com and GHE.com) a path; a Token that is
+// none of the kinds.
+func Rules(o Options) ([]throttle.Rule, error) {
+	site, err := o.site()
+	if err != nil {
+		return nil, err
+	}
+	if o.Token < Standard || o.Token > Actions {
+		return nil, &throttle.PolicyError{Field: "githubquota.Options.Token",
+			Err: fmt.Errorf("%d is none of Standard, EnterpriseCloud and Actions", o.Token)}
+	}
+	profile := quotaheader.GitHub // how GitHub speaks, whatever its host
+	host, rest := site.apiHost, site.restPrefix
 	margin := max(cmp.Or(o.Margin, time.Second), 0)
 	minute, hour := time.Minute+margin, time.Hour+margin
 	hourly := o.Token.Hourly()
@@ -203,7 +269,7 @@ func Rules(o Options) []throttle.Rule {
 	}
 	core := perToken(CoreLimit, hourly, hour)
 	if o.Token == Actions {
-		core.Key = actionsKey
+		core.Key = actionsKey(rest)
 	}
 	perEndpoint := func(name string, rate int) throttle.Limit {
 		l := perToken(name, rate, minute)
@@ -223,9 +289,9 @@ func Rules(o Options) []throttle.Rule {
 	limits := func(ls ...throttle.Limit) []throttle.Limit { return append(ls, everyRequest...) }
 	learn := func(sync, resource, pauseBy string) throttle.Learning {
 		return throttle.Learning{
-			Limited:      quotaheader.GitHubLimited,
-			ResetFormat:  quotaheader.ResetEpochSeconds,
-			DefaultPause: SecondaryPause,
+			Limited:      profile.Limited,
+			ResetFormat:  profile.ResetFormat,
+			DefaultPause: profile.DefaultPause,
 			MaxPause:     hour, // a reset is at most an hour away
 			Sync:         sync, SyncResource: resource,
 			PauseBy: pauseBy,
@@ -238,53 +304,53 @@ func Rules(o Options) []throttle.Rule {
 	return []throttle.Rule{
 		{
 			Name: "github-installation-token", Scope: TokenScope, Host: host, Method: http.MethodPost,
-			Path:   "/app/installations/{installation_id}/access_tokens",
+			Path:   rest + "app/installations/{installation_id}/access_tokens",
 			Limits: []throttle.Limit{tokenRequests}, Learn: learn("", "", ""), Wait: o.Wait,
 		},
 		{
-			Name: "github-oauth-token", Scope: TokenScope, Host: oauthHost, Method: http.MethodPost,
+			Name: "github-oauth-token", Scope: TokenScope, Host: site.oauthHost, Method: http.MethodPost,
 			Path:   "/login/oauth/access_token",
 			Limits: []throttle.Limit{tokenRequests}, Learn: learn("", "", ""), Wait: o.Wait,
 		},
 		{
 			Name: "github-unauthenticated", Scope: UnauthenticatedScope, Host: host,
-			Match:  func(r *http.Request) bool { return r.Header.Get("Authorization") == "" },
+			Match:  func(r *http.Request) bool { return r.Header.Get("Authorization") == "" && site.underAPI(r) },
 			Limits: []throttle.Limit{{Name: UnauthenticatedLimit, Rate: UnauthenticatedHourly, Per: hour, Algorithm: throttle.SlidingLog}},
 			Learn:  learn(UnauthenticatedLimit, "core", UnauthenticatedLimit), Wait: o.Wait,
 		},
 		{
-			Name: "github-code-search", Scope: Scope, Host: host, Path: "/search/code",
+			Name: "github-code-search", Scope: Scope, Host: host, Path: rest + "search/code",
 			Limits: limits(perToken(CodeSearchLimit, CodeSearchPerMinute, minute)),
 			Learn:  learn(CodeSearchLimit, "code_search", CodeSearchLimit), Wait: o.Wait,
 		},
 		{
-			Name: "github-search", Scope: Scope, Host: host, Path: "/search/",
+			Name: "github-search", Scope: Scope, Host: host, Path: rest + "search/",
 			Limits: limits(perToken(SearchLimit, SearchPerMinute, minute)),
 			Learn:  learn(SearchLimit, "search", SearchLimit), Wait: o.Wait,
 		},
 		{
-			Name: "github-graphql", Scope: Scope, Host: host, Path: "/graphql",
+			Name: "github-graphql", Scope: Scope, Host: host, Path: site.graphQL,
 			Limits: limits(perToken(GraphQLLimit, hourly, hour), perToken(GraphQLPointsLimit, GraphQLPoints, minute)),
 			Cost:   graphQLCost,
 			Learn:  learn(GraphQLLimit, "graphql", GraphQLLimit), Wait: o.Wait,
 		},
 		{
-			Name: "github-create", Scope: Scope, Host: host, Method: http.MethodPost,
+			Name: "github-create", Scope: Scope, Host: host, Path: rest, Method: http.MethodPost,
 			Limits: limits(core, perEndpoint(WritePointsLimit, EndpointPoints/WritePoints),
 				perToken(ContentMinuteLimit, ContentPerMinute, minute), perToken(ContentHourLimit, ContentPerHour, hour)),
 			Learn: learn(CoreLimit, "core", CoreLimit), Wait: o.Wait,
 		},
 		{
-			Name: "github-write", Scope: Scope, Host: host, Match: isWrite,
+			Name: "github-write", Scope: Scope, Host: host, Path: rest, Match: isWrite,
 			Limits: limits(core, perEndpoint(WritePointsLimit, EndpointPoints/WritePoints)),
 			Learn:  learn(CoreLimit, "core", CoreLimit), Wait: o.Wait,
 		},
 		{
-			Name: "github-read", Scope: Scope, Host: host,
+			Name: "github-read", Scope: Scope, Host: host, Path: rest,
 			Limits: limits(core, perEndpoint(ReadPointsLimit, EndpointPoints/ReadPoints)),
 			Learn:  learn(CoreLimit, "core", CoreLimit), Wait: o.Wait,
 		},
-	}
+	}, nil
 }
 
 // TokenKey is the key of a token's limits: the Authorization header's
@@ -309,13 +375,16 @@ func credentials(r *http.Request) (string, error) {
 
 // actionsKey counts a GITHUB_TOKEN's requests per repository, whatever the
 // token (each workflow run has a new one); requests outside a repository
-// per token.
-func actionsKey(r *http.Request) (string, error) {
-	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	if len(seg) >= 3 && seg[0] == "repos" {
-		return "repo:" + strings.ToLower(seg[1]+"/"+seg[2]), nil
+// per token. rest is the REST API's path, "/" on github.com.
+func actionsKey(rest string) throttle.KeyFunc {
+	return func(r *http.Request) (string, error) {
+		path := strings.TrimPrefix(r.URL.EscapedPath(), strings.TrimSuffix(rest, "/"))
+		seg := strings.Split(strings.Trim(path, "/"), "/")
+		if len(seg) >= 3 && seg[0] == "repos" {
+			return "repo:" + strings.ToLower(seg[1]+"/"+seg[2]), nil
+		}
+		return TokenKey(r)
 	}
-	return TokenKey(r)
 }
 
 // EndpointKey is the default endpoint of a request for the per-endpoint

@@ -2,8 +2,11 @@ package githubquota_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/quotakit/throttle/presets/githubquota"
 	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -70,30 +74,112 @@ type fixture struct {
 	fake   *fakegithub.Server
 	store  *keyStore
 	client *http.Client
+	rules  *rulesSeen // of client
+
+	site site // where the client sends
+}
+
+// site is where a fixture's client sends: the REST API's base URL as
+// githubquota.Options.BaseURL takes it, GraphQL's URL and the host's root
+// (for OAuth tokens). A site whose host is not the fake's reaches the fake
+// all the same: the client dials the fake whatever the address.
+type site struct {
+	name                string
+	enterprise          bool // the fake serves GitHub Enterprise Server's paths
+	base, graphQL, root string
+	redirect            bool
+}
+
+// sites are the GitHubs the tests run on: github.com's layout (the fake
+// at its root), GitHub Enterprise Server's (/api/v3/) and GHE.com's
+// (api.acme.ghe.com, reached on loopback).
+func sites() []site {
+	return []site{
+		{name: "github.com layout"},
+		{name: "Enterprise Server", enterprise: true},
+		{name: "GHE.com", base: "http://api.acme.ghe.com/", graphQL: "http://api.acme.ghe.com/graphql", root: "http://acme.ghe.com", redirect: true},
+	}
 }
 
 func newFixture(t *testing.T, po githubquota.Options, fo fakegithub.Options) *fixture {
+	return newFixtureAt(t, sites()[0], po, fo)
+}
+
+func newFixtureAt(t *testing.T, at site, po githubquota.Options, fo fakegithub.Options) *fixture {
 	c := &clock{t: time.Now()}
 	fo.Now = c.Now
+	fo.Enterprise = at.enterprise
 	fake := fakegithub.NewServer(fo)
 	t.Cleanup(fake.Close)
-	f := &fixture{t: t, clock: c, fake: fake}
-	f.client, f.store = f.newClient(po)
+	if at.base == "" {
+		at.base, at.root = fake.BaseURL(), fake.URL
+		at.graphQL = fake.URL + "/graphql"
+		if at.enterprise {
+			at.graphQL = fake.URL + "/api/graphql"
+		}
+	}
+	f := &fixture{t: t, clock: c, fake: fake, site: at, rules: &rulesSeen{}}
+	f.client, f.store = f.newClient(po, throttle.WithHooks(throttle.Hooks{OnDecision: f.rules.add}))
 	return f
 }
 
+// rulesSeen records the rule of every decision.
+type rulesSeen struct {
+	mu    sync.Mutex
+	rules []string
+}
+
+func (r *rulesSeen) add(ev throttle.DecisionEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rules = append(r.rules, ev.Rule)
+}
+
+// last returns the rule of the latest decision, and forgets them all.
+func (r *rulesSeen) last() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.rules) == 0 {
+		return ""
+	}
+	last := r.rules[len(r.rules)-1]
+	r.rules = nil
+	return last
+}
+
 // newClient is another instance: a transport with a store of its own.
-func (f *fixture) newClient(po githubquota.Options) (*http.Client, *keyStore) {
-	po.Host, po.OAuthHost = f.fake.Host(), f.fake.Host()
+func (f *fixture) newClient(po githubquota.Options, opts ...throttle.Option) (*http.Client, *keyStore) {
+	po.BaseURL = f.site.base
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
 	store := &keyStore{Store: memstore.New(memstore.WithClock(f.clock.Now))}
-	tr, err := throttle.NewTransport(nil, githubquota.Policy(po), throttle.WithStore(store), throttle.WithClock(f.clock.Now))
+	policy, err := githubquota.Policy(po)
+	require.NoError(f.t, err)
+	base := &http.Transport{}
+	if f.site.redirect {
+		addr := f.fake.Listener.Addr().String()
+		base.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr) // loopback only, whatever the host
+		}
+	}
+	tr, err := throttle.NewTransport(base, policy, append([]throttle.Option{throttle.WithStore(store), throttle.WithClock(f.clock.Now)}, opts...)...)
 	require.NoError(f.t, err)
 	c := &http.Client{Transport: tr}
-	f.t.Cleanup(c.CloseIdleConnections)
+	f.t.Cleanup(base.CloseIdleConnections)
 	return c, store
+}
+
+// url is the URL of path: a REST path ("/search/issues"), "/graphql" or
+// "/login/oauth/access_token".
+func (f *fixture) url(path string) string {
+	switch {
+	case path == "/graphql":
+		return f.site.graphQL
+	case strings.HasPrefix(path, "/login/"):
+		return f.site.root + path
+	}
+	return strings.TrimSuffix(f.site.base, "/") + path
 }
 
 type result struct {
@@ -108,7 +194,7 @@ func (f *fixture) send(c *http.Client, token, method, path, body string) result 
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, f.fake.URL+path, rd)
+	req, err := http.NewRequest(method, f.url(path), rd)
 	require.NoError(f.t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -166,28 +252,32 @@ func TestLimits(t *testing.T) {
 		{"primary, standard token", githubquota.Options{Hourly: 40}, tokenA, "GET", "/user", "", 40, "github-read", githubquota.CoreLimit, time.Hour + time.Second},
 		{"unauthenticated", githubquota.Options{}, "", "GET", "/repos/o/r", "", 60, "github-unauthenticated", githubquota.UnauthenticatedLimit, time.Hour + time.Second},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, tc.opts, fakegithub.Options{Hourly: tc.opts.Hourly})
-			ok, le := f.upTo(tc.admitted, tc.token, tc.method, tc.path, tc.body)
-			assert.Equal(t, tc.admitted, ok)
-			require.NotNil(t, le)
-			assert.Equal(t, tc.rule, le.Rule)
-			// The limit refuses, or the pause learned from the answer that
-			// said nothing remains until the reset (at most a second of
-			// jitter later); both name the limit.
-			name := le.Limit
-			if name == "" {
-				name = le.Pause
-			}
-			assert.Equal(t, tc.limit, name)
-			assert.InDelta(t, tc.retryAfter.Seconds(), le.RetryAfter.Seconds(), 2)
-			assert.Zero(t, f.fake.Stats().Limited, "GitHub refused a request")
-			if tc.token != "" {
-				r := f.do(tokenB, tc.method, tc.path, tc.body)
-				assert.Nil(t, r.le, "another token has its own quota")
-			}
-		})
+	for _, at := range sites() {
+		for _, tc := range cases {
+			t.Run(at.name+"/"+tc.name, func(t *testing.T) {
+				f := newFixtureAt(t, at, tc.opts, fakegithub.Options{Hourly: tc.opts.Hourly})
+				ok, le := f.upTo(tc.admitted, tc.token, tc.method, tc.path, tc.body)
+				assert.Equal(t, tc.admitted, ok)
+				require.NotNil(t, le)
+				assert.Equal(t, tc.rule, le.Rule)
+				// The limit refuses, or the pause learned from the answer
+				// that said nothing remains until the reset (at most a
+				// second of jitter later); both name the limit.
+				name := le.Limit
+				if name == "" {
+					name = le.Pause
+				}
+				assert.Equal(t, tc.limit, name)
+				assert.InDelta(t, tc.retryAfter.Seconds(), le.RetryAfter.Seconds(), 2)
+				st := f.fake.Stats()
+				assert.Zero(t, st.Limited, "GitHub refused a request")
+				assert.Equal(t, tc.admitted, st.OK, "every request reached the fake at its path")
+				if tc.token != "" {
+					r := f.do(tokenB, tc.method, tc.path, tc.body)
+					assert.Nil(t, r.le, "another token has its own quota")
+				}
+			})
+		}
 	}
 }
 
@@ -339,7 +429,9 @@ func TestTokenKinds(t *testing.T) {
 	assert.Equal(t, 15000, githubquota.EnterpriseCloud.Hourly())
 	assert.Equal(t, 1000, githubquota.Actions.Hourly())
 	for _, tok := range []githubquota.Token{githubquota.Standard, githubquota.EnterpriseCloud, githubquota.Actions} {
-		require.NoError(t, githubquota.Policy(githubquota.Options{Token: tok}).Validate())
+		p, err := githubquota.Policy(githubquota.Options{Token: tok})
+		require.NoError(t, err)
+		require.NoError(t, p.Validate())
 	}
 	f := newFixture(t, githubquota.Options{Token: githubquota.EnterpriseCloud}, fakegithub.Options{Hourly: 15000})
 	r := f.do(tokenA, "GET", "/user", "")
@@ -352,7 +444,7 @@ func TestTokensAreHashed(t *testing.T) {
 	f.do(tokenA, "GET", "/repos/o/r/issues", "")
 	f.do(tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`)
 	// "token X" and "Bearer X" are one token.
-	req, _ := http.NewRequest("GET", f.fake.URL+"/user", nil)
+	req, _ := http.NewRequest("GET", f.url("/user"), nil)
 	req.Header.Set("Authorization", "token "+tokenA)
 	resp, err := f.client.Do(req)
 	require.NoError(t, err)
@@ -415,7 +507,7 @@ func TestInFlightLimit(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, err := http.NewRequest(http.MethodGet, f.fake.URL+"/repos/o/r"+strings.Repeat("x", i%3), nil)
+				req, err := http.NewRequest(http.MethodGet, f.url("/repos/o/r"+strings.Repeat("x", i%3)), nil)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -443,4 +535,243 @@ func TestInFlightLimit(t *testing.T) {
 		assert.Greater(t, st.MaxInFlight, 100)
 		assert.Positive(t, st.Limited)
 	})
+}
+
+// Every GitHub sends each kind of request to its rule, at its paths; a
+// page of the host outside the API is no rule's.
+func TestHostsMatchTheirRules(t *testing.T) {
+	cases := []struct {
+		token, method, path, body string
+		rule                      string
+	}{
+		{tokenA, "GET", "/repos/o/r/issues", "", "github-read"},
+		{tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, "github-write"},
+		{tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, "github-create"},
+		{tokenA, "GET", "/search/issues?q=x", "", "github-search"},
+		{tokenA, "GET", "/search/code?q=x", "", "github-code-search"},
+		{tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`, "github-graphql"},
+		{"", "GET", "/repos/o/r", "", "github-unauthenticated"},
+		{"app.jwt", "POST", "/app/installations/42/access_tokens", "", "github-installation-token"},
+		{"", "POST", "/login/oauth/access_token", "client_id=x", "github-oauth-token"},
+	}
+	for _, at := range sites() {
+		t.Run(at.name, func(t *testing.T) {
+			f := newFixtureAt(t, at, githubquota.Options{}, fakegithub.Options{})
+			for _, tc := range cases {
+				r := f.do(tc.token, tc.method, tc.path, tc.body)
+				require.Nil(t, r.le, tc.path)
+				assert.Equal(t, tc.rule, f.rules.last(), "%s %s", tc.method, tc.path)
+			}
+			if at.enterprise {
+				// GitHub Enterprise Server's web pages and uploads are
+				// not the API's: no rule decides them.
+				for _, path := range []string{"/o/r", "/api/uploads/repos/o/r/releases/1/assets?name=a"} {
+					req, err := http.NewRequest(http.MethodPost, f.fake.URL+path, strings.NewReader("x"))
+					require.NoError(t, err)
+					req.Header.Set("Authorization", "Bearer "+tokenA)
+					resp, err := f.client.Do(req)
+					require.NoError(t, err)
+					require.NoError(t, resp.Body.Close())
+					assert.Empty(t, f.rules.last(), path)
+				}
+			}
+			assert.Zero(t, f.fake.Stats().Limited)
+		})
+	}
+}
+
+// Learning follows the host: on every GitHub, what the fake's headers say
+// remains lowers the preset's counter, and a secondary-limit 403 without
+// Retry-After pauses the token for GitHub's minute.
+func TestLearningOnEveryHost(t *testing.T) {
+	for _, at := range sites() {
+		t.Run(at.name, func(t *testing.T) {
+			f := newFixtureAt(t, at, githubquota.Options{}, fakegithub.Options{NoRetryAfter: true})
+			f.fake.Use(tokenA, "core", 4990) // another service used the token
+			ok, le := f.upTo(20, tokenA, "GET", "/user", "")
+			assert.Equal(t, 10, ok, "what GitHub said remained")
+			require.NotNil(t, le)
+			assert.Equal(t, githubquota.CoreLimit, le.Pause)
+
+			// Instance B, with a store of its own, creates one comment
+			// more than GitHub takes in a minute.
+			sent, _ := f.upTo(githubquota.ContentPerMinute, tokenB, "POST", "/repos/o/r/issues", `{"title":"x"}`)
+			require.Equal(t, githubquota.ContentPerMinute, sent)
+			b, _ := f.newClient(githubquota.Options{})
+			r := f.send(b, tokenB, "POST", "/repos/o/r/issues", `{"title":"x"}`)
+			require.Nil(t, r.le)
+			assert.Equal(t, http.StatusForbidden, r.status)
+			r = f.send(b, tokenB, "GET", "/user", "")
+			require.NotNil(t, r.le, "B paused the token")
+			assert.Equal(t, githubquota.CoreLimit, r.le.Pause)
+			assert.InDelta(t, githubquota.SecondaryPause.Seconds(), r.le.RetryAfter.Seconds(), 1)
+			assert.Equal(t, 1, f.fake.Stats().Limited, "only the one B sent")
+		})
+	}
+}
+
+// A rule of your own in front of the preset's learns GitHub's way on a
+// GitHub Enterprise Server, or a fake, only with the preset's Profile:
+// without it a secondary-limit 403 with no Retry-After is a response like
+// any other, and the next request gets another.
+func TestProfileForRulesOfYourOwn(t *testing.T) {
+	for _, withProfile := range []bool{true, false} {
+		t.Run(fmt.Sprint("profile ", withProfile), func(t *testing.T) {
+			fake := fakegithub.NewServer(fakegithub.Options{Enterprise: true, NoRetryAfter: true})
+			defer fake.Close()
+			po := githubquota.Options{BaseURL: fake.BaseURL(), Wait: waiters.FailFast()}
+			rules, err := githubquota.Rules(po)
+			require.NoError(t, err)
+			host := strings.TrimPrefix(fake.URL, "http://")
+			mine := throttle.Rule{Name: "uploads", Host: host, Path: "/api/uploads/", Wait: waiters.FailFast()} // no limits of its own
+			var opts []throttle.Option
+			if withProfile {
+				profile, err := githubquota.Profile(po)
+				require.NoError(t, err)
+				assert.Equal(t, []string{host}, profile.Hosts)
+				opts = append(opts, throttle.WithProfiles(append([]quotaheader.Profile{profile}, quotaheader.DefaultProfiles...)...))
+			}
+			tr, err := throttle.NewTransport(nil, throttle.Policy{Rules: append([]throttle.Rule{mine}, rules...)}, opts...)
+			require.NoError(t, err)
+			client := &http.Client{Transport: tr}
+			defer client.CloseIdleConnections()
+			post := func(url string) (int, error) {
+				req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"title":"x"}`))
+				require.NoError(t, err)
+				req.Header.Set("Authorization", "Bearer "+tokenA)
+				resp, err := client.Do(req)
+				if err != nil {
+					return 0, err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return resp.StatusCode, resp.Body.Close()
+			}
+			for range githubquota.ContentPerMinute {
+				status, err := post(fake.BaseURL() + "repos/o/r/issues")
+				require.NoError(t, err)
+				require.Equal(t, http.StatusCreated, status)
+			}
+			// The fake counts an upload as content created: the 81st.
+			upload := fake.UploadURL() + "repos/o/r/releases/1/assets?name=a.txt"
+			status, err := post(upload)
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusForbidden, status)
+			status, err = post(upload)
+			if withProfile {
+				assert.ErrorIs(t, err, throttle.ErrLimited, "the 403 paused the rule")
+				assert.Equal(t, 1, fake.Stats().Limited)
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusForbidden, status, "sent again")
+				assert.Equal(t, 2, fake.Stats().Limited)
+			}
+		})
+	}
+}
+
+func TestProfile(t *testing.T) {
+	for _, base := range []string{"", githubquota.DefaultBaseURL, "https://api.acme.ghe.com/", "https://API.Acme.GHE.com:8443/"} {
+		p, err := githubquota.Profile(githubquota.Options{BaseURL: base})
+		require.NoError(t, err)
+		assert.Equal(t, quotaheader.GitHub.Hosts, p.Hosts, "%q: quotaheader.GitHub covers it", base)
+	}
+	p, err := githubquota.Profile(githubquota.Options{BaseURL: "https://ghe.example.com:8443/api/v3/"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ghe.example.com:8443"}, p.Hosts)
+	assert.Equal(t, quotaheader.GitHub.Name, p.Name)
+	assert.Equal(t, quotaheader.GitHub.ResetFormat, p.ResetFormat)
+	assert.Equal(t, githubquota.SecondaryPause, p.DefaultPause)
+	assert.NotNil(t, p.Limited)
+	_, err = githubquota.Profile(githubquota.Options{BaseURL: "ftp://ghe.example.com/"})
+	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+}
+
+// Where each GitHub's rules match, read from the rules themselves.
+func TestRulesOfEachHost(t *testing.T) {
+	type where struct{ host, path string }
+	cases := []struct {
+		base                        string
+		rest, graphQL, oauth, token where
+	}{
+		{"", where{"api.github.com", "/"}, where{"api.github.com", "/graphql"}, where{"github.com", "/login/oauth/access_token"},
+			where{"api.github.com", "/app/installations/{installation_id}/access_tokens"}},
+		{"https://api.acme.ghe.com", where{"api.acme.ghe.com", "/"}, where{"api.acme.ghe.com", "/graphql"}, where{"acme.ghe.com", "/login/oauth/access_token"},
+			where{"api.acme.ghe.com", "/app/installations/{installation_id}/access_tokens"}},
+		{"https://ghe.example.com/api/v3", where{"ghe.example.com", "/api/v3/"}, where{"ghe.example.com", "/api/graphql"}, where{"ghe.example.com", "/login/oauth/access_token"},
+			where{"ghe.example.com", "/api/v3/app/installations/{installation_id}/access_tokens"}},
+		{"https://example.com:8443/github/api/v3/", where{"example.com:8443", "/github/api/v3/"}, where{"example.com:8443", "/github/api/graphql"}, where{"example.com:8443", "/login/oauth/access_token"},
+			where{"example.com:8443", "/github/api/v3/app/installations/{installation_id}/access_tokens"}},
+		{"http://127.0.0.1:8080/", where{"127.0.0.1:8080", "/"}, where{"127.0.0.1:8080", "/graphql"}, where{"127.0.0.1:8080", "/login/oauth/access_token"},
+			where{"127.0.0.1:8080", "/app/installations/{installation_id}/access_tokens"}},
+		{"http://[::1]:8080/fake/", where{"[::1]:8080", "/fake/"}, where{"[::1]:8080", "/fake/graphql"}, where{"[::1]:8080", "/login/oauth/access_token"},
+			where{"[::1]:8080", "/fake/app/installations/{installation_id}/access_tokens"}},
+	}
+	for _, tc := range cases {
+		rules, err := githubquota.Rules(githubquota.Options{BaseURL: tc.base})
+		require.NoError(t, err, tc.base)
+		require.NoError(t, throttle.Policy{Rules: rules}.Validate())
+		got := map[string]where{}
+		for _, r := range rules {
+			got[r.Name] = where{r.Host, r.Path}
+		}
+		assert.Equal(t, map[string]where{
+			"github-installation-token": tc.token,
+			"github-oauth-token":        tc.oauth,
+			"github-unauthenticated":    {tc.rest.host, ""},
+			"github-code-search":        {tc.rest.host, tc.rest.path + "search/code"},
+			"github-search":             {tc.rest.host, tc.rest.path + "search/"},
+			"github-graphql":            tc.graphQL,
+			"github-create":             tc.rest,
+			"github-write":              tc.rest,
+			"github-read":               tc.rest,
+		}, got, tc.base)
+	}
+}
+
+// Bad options fail at construction with an error naming the field, never
+// a panic and never a preset that matches some other host.
+func TestBadOptions(t *testing.T) {
+	cases := []struct {
+		opts  githubquota.Options
+		field string
+		says  string
+	}{
+		{githubquota.Options{BaseURL: "://ghe"}, "BaseURL", "missing protocol scheme"},
+		{githubquota.Options{BaseURL: "ghe.example.com/api/v3/"}, "BaseURL", "scheme must be https"},
+		{githubquota.Options{BaseURL: "ftp://ghe.example.com/"}, "BaseURL", "scheme must be https"},
+		{githubquota.Options{BaseURL: "https:///api/v3/"}, "BaseURL", "no host"},
+		{githubquota.Options{BaseURL: "https:ghe.example.com"}, "BaseURL", "no host"},
+		{githubquota.Options{BaseURL: "https://*.ghe.com/"}, "BaseURL", "one name, not a pattern"},
+		{githubquota.Options{BaseURL: "https://ghe.example.com:x/"}, "BaseURL", "invalid port"},
+		{githubquota.Options{BaseURL: "https://user:secret@ghe.example.com/api/v3/"}, "BaseURL", "credentials"},
+		{githubquota.Options{BaseURL: "https://ghe.example.com/api/v3/?x=1"}, "BaseURL", "no query"},
+		{githubquota.Options{BaseURL: "https://ghe.example.com/api/v3/#top"}, "BaseURL", "no query or fragment"},
+		{githubquota.Options{BaseURL: "https://ghe.example.com/{org}/api/v3/"}, "BaseURL", "{ or }"},
+		{githubquota.Options{BaseURL: "https://api.github.com/api/v3/"}, "BaseURL", "root of api.github.com"},
+		{githubquota.Options{BaseURL: "https://api.acme.ghe.com/api/v3/"}, "BaseURL", "root of api.acme.ghe.com"},
+		{githubquota.Options{Token: githubquota.Actions + 1}, "Token", "none of Standard"},
+		{githubquota.Options{Token: -1}, "Token", "none of Standard"},
+	}
+	for _, tc := range cases {
+		_, err := githubquota.Rules(tc.opts)
+		require.Error(t, err, "%+v", tc.opts)
+		assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+		var pe *throttle.PolicyError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, "githubquota.Options."+tc.field, pe.Field)
+		assert.ErrorContains(t, err, tc.says)
+		if tc.opts.BaseURL != "" {
+			assert.ErrorContains(t, err, "githubquota.Options.BaseURL")
+			assert.NotContains(t, err.Error(), "secret", "no credentials in errors")
+		}
+		_, perr := githubquota.Policy(tc.opts)
+		assert.Equal(t, err, perr, "Policy gives the error Rules gives")
+	}
+	var ue *url.Error
+	_, err := githubquota.Rules(githubquota.Options{BaseURL: "://ghe"})
+	assert.ErrorAs(t, err, &ue, "the parse error is wrapped")
+}
+
+func TestSecondaryPauseIsGitHubsProfile(t *testing.T) {
+	assert.Equal(t, quotaheader.GitHub.DefaultPause, githubquota.SecondaryPause)
 }

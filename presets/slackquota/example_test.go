@@ -21,19 +21,22 @@ import (
 // channel's burst): the category's limit stops the last two, and a
 // "warnings" notification still goes.
 func ExamplePolicy_notifier() {
-	fake := fakeslack.NewServer(fakeslack.Options{}) // a fake Slack; drop it and the hosts in production
+	fake := fakeslack.NewServer(fakeslack.Options{}) // a fake Slack; drop it and APIURL in production
 	defer fake.Close()
 
-	policy := slackquota.Policy(slackquota.Options{
+	policy, err := slackquota.Policy(slackquota.Options{
 		Notify: []throttle.Limit{
 			{Name: "global", Rate: 100, Per: 30 * time.Minute, Algorithm: throttle.SlidingLog},
 			{Name: "category", Rate: 10, Per: 30 * time.Minute, Algorithm: throttle.SlidingLog,
 				Key: throttle.KeyFromContext("category")},
 		},
-		Wait:        waiters.FailFast(),
-		APIHost:     fake.Host(),
-		WebhookHost: fake.Host(),
+		Wait:   waiters.FailFast(),
+		APIURL: fake.APIURL(),
 	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	t, err := throttle.NewTransport(nil, policy)
 	if err != nil {
 		fmt.Println(err)
@@ -80,4 +83,25 @@ func ExamplePolicy_notifier() {
 	// warnings: 200 OK
 	// errors: refused by limit "category"
 	// 429s from Slack: 0
+}
+
+// For GovSlack the preset limits the Web API on slack-gov.com and incoming
+// webhooks on hooks.slack-gov.com; an API URL slack-go could not use is
+// an error.
+func ExampleRules_govSlack() {
+	rules, err := slackquota.Rules(slackquota.Options{APIURL: "https://slack-gov.com/api/"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rules[:3] {
+		fmt.Printf("%-13s %s%s\n", r.Name, r.Host, r.Path)
+	}
+	_, err = slackquota.Rules(slackquota.Options{APIURL: "https://slack-gov.com/api"})
+	fmt.Println(errors.Is(err, throttle.ErrInvalidPolicy), err)
+	// Output:
+	// slack-post    slack-gov.com/api/chat.postMessage
+	// slack-webhook hooks.slack-gov.com/services/
+	// slack-tier1   slack-gov.com/api/{method}
+	// true throttle: invalid policy: slackquota.Options.APIURL: "https://slack-gov.com/api" must end in "/": slack-go appends a method's name to it as it is
 }

@@ -2,10 +2,18 @@
 // tiers, the posting limits of chat.postMessage and incoming webhooks, and
 // pauses learned from Slack's 429s that hold back only what Slack limited.
 //
-// Use it as the policy of a [throttle.Transport], e.g. under slack-go:
+// Use it as the policy of a [throttle.Transport], e.g. under slack-go
+// (github.com/slack-go/slack):
 //
-//	t, err := throttle.NewTransport(nil, slackquota.Policy(slackquota.Options{}), throttle.WithStore(store))
-//	api := slackgo.New(token, slackgo.OptionHTTPClient(&http.Client{Transport: t}))
+//	policy, err := slackquota.Policy(slackquota.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	t, err := throttle.NewTransport(nil, policy, throttle.WithStore(store))
+//	if err != nil {
+//		return err
+//	}
+//	api := slack.New(token, slack.OptionHTTPClient(&http.Client{Transport: t}))
 //
 // # What it limits
 //
@@ -41,13 +49,26 @@
 // for the Slack Marketplace may call conversations.history and
 // conversations.replies only once a minute (and get at most 15 messages a
 // call). Set [Options.NonMarketplace2025] for such apps.
+//
+// # Hosts
+//
+// The zero [Options] are slack.com: the Web API at
+// https://slack.com/api/ and incoming webhooks at
+// https://hooks.slack.com/services/. [Options.APIURL] takes the URL
+// given to slack-go's OptionAPIURL: "https://slack-gov.com/api/" for
+// GovSlack (webhooks then at hooks.slack-gov.com), or a test fake's
+// "http://127.0.0.1:PORT/api/" (webhooks then under /services/ of the
+// same host); [Options.WebhookURL] sets the webhooks' apart. Slack needs
+// no vendor profile ([github.com/quotakit/throttle/quotaheader.Profile]):
+// its 429s and Retry-After are read as they are, on any host.
 package slackquota
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,8 +202,7 @@ const (
 	WebhookLimit = "webhook"
 )
 
-// Options configure the preset. The zero value is Slack's production
-// hosts with [DefaultTiers], Tier2 for other methods, the workspace
+// Options configure the preset. The zero value is slack.com with [DefaultTiers], Tier2 for other methods, the workspace
 // told apart by token, and requests that wait for their turn.
 type Options struct {
 	// Tiers sets the tier of methods, over DefaultTiers.
@@ -210,13 +230,16 @@ type Options struct {
 	// in all" and "10 per 30 minutes per category" here.
 	Notify []throttle.Limit
 
-	// APIHost is the Web API's host; empty means "slack.com". Tests point
-	// it at a fake Slack ("127.0.0.1:port").
-	APIHost string
+	// APIURL is the Web API's base URL, as slack-go's OptionAPIURL takes
+	// it (ending in "/"); empty means [DefaultAPIURL]. GovSlack:
+	// "https://slack-gov.com/api/"; a test fake: its URL and "/api/".
+	APIURL string
 
-	// WebhookHost is the incoming webhooks' host; empty means
-	// "hooks.slack.com".
-	WebhookHost string
+	// WebhookURL is where incoming webhooks' URLs start. Empty means
+	// Slack's beside APIURL: "https://hooks.slack.com/services/" for
+	// slack.com, "https://hooks.slack-gov.com/services/" for GovSlack,
+	// and for any other host (a test fake) "/services/" on that host.
+	WebhookURL string
 
 	// Wait is the waiter of every rule; nil means block until the quota
 	// allows (or the request's context ends).
@@ -234,18 +257,39 @@ const (
 // ("slack-tier3"); it is also the rule's scope.
 func TierRule(t Tier) string { return "slack-" + t.String() }
 
-// Policy returns a policy of [Rules](o).
-func Policy(o Options) throttle.Policy {
-	return throttle.Policy{Rules: Rules(o)}
+// Policy returns a policy of [Rules](o), or the error Rules gives.
+func Policy(o Options) (throttle.Policy, error) {
+	rules, err := Rules(o)
+	if err != nil {
+		return throttle.Policy{}, err
+	}
+	return throttle.Policy{Rules: rules}, nil
 }
 
 // Rules returns the preset's rules, in order: chat.postMessage, incoming
 // webhooks, then one rule per tier for every other Web API method. Put
 // your own rules before them to override; validate the result with
 // [throttle.Policy.Validate] (NewTransport does).
-func Rules(o Options) []throttle.Rule {
-	apiHost := cmp.Or(o.APIHost, "slack.com")
-	hookHost := cmp.Or(o.WebhookHost, "hooks.slack.com")
+//
+// Bad options give an error that matches [throttle.ErrInvalidPolicy]
+// and is a [*throttle.PolicyError] naming the field: an APIURL or
+// WebhookURL that does not parse, is not http or https, has no host, a
+// host pattern, a query, or does not end in "/"; a Slack host's APIURL
+// not at /api/; a tier in Tiers or DefaultTier that is none of Tier1 to
+// Tier4.
+func Rules(o Options) ([]throttle.Rule, error) {
+	s, err := o.site()
+	if err != nil {
+		return nil, err
+	}
+	if o.DefaultTier != 0 && !o.DefaultTier.Valid() {
+		return nil, &throttle.PolicyError{Field: "slackquota.Options.DefaultTier", Err: fmt.Errorf("%v is none of Tier1 to Tier4", o.DefaultTier)}
+	}
+	for _, m := range slices.Sorted(maps.Keys(o.Tiers)) {
+		if t := o.Tiers[m]; !t.Valid() {
+			return nil, &throttle.PolicyError{Field: fmt.Sprintf("slackquota.Options.Tiers[%q]", m), Err: fmt.Errorf("%v is none of Tier1 to Tier4", t)}
+		}
+	}
 	ws := o.Workspace
 	if ws == nil {
 		ws = TokenWorkspace
@@ -258,13 +302,13 @@ func Rules(o Options) []throttle.Rule {
 		Key: throttle.JoinKeys(throttle.HashKey(webhookPath), optionalBodyField("channel"))}
 	rules := []throttle.Rule{
 		{
-			Name: PostRule, Scope: PostScope, Host: apiHost, Path: "/api/chat.postMessage",
+			Name: PostRule, Scope: PostScope, Host: s.apiHost, Path: s.apiPath + "chat.postMessage",
 			Limits: append([]throttle.Limit{post}, o.Notify...),
 			Learn:  throttle.Learning{PauseBy: ChannelLimit},
 			Wait:   o.Wait,
 		},
 		{
-			Name: WebhookRule, Scope: PostScope, Host: hookHost, Path: "/services/",
+			Name: WebhookRule, Scope: PostScope, Host: s.hookHost, Path: s.hookPath,
 			Limits: append([]throttle.Limit{hook}, o.Notify...),
 			Learn:  throttle.Learning{PauseBy: WebhookLimit},
 			Wait:   o.Wait,
@@ -274,7 +318,7 @@ func Rules(o Options) []throttle.Rule {
 		l := t.Limit()
 		l.Key = throttle.JoinKeys(ws, throttle.KeyFromPath("method"))
 		rules = append(rules, throttle.Rule{
-			Name: TierRule(t), Host: apiHost, Path: "/api/{method}",
+			Name: TierRule(t), Host: s.apiHost, Path: s.apiPath + "{method}",
 			Match: func(r *http.Request) bool {
 				return tiers.of(r.PathValue("method")) == t
 			},
@@ -283,7 +327,7 @@ func Rules(o Options) []throttle.Rule {
 			Wait:   o.Wait,
 		})
 	}
-	return rules
+	return rules, nil
 }
 
 // tierTable resolves a method's tier.
@@ -300,7 +344,7 @@ func (tt tierTable) of(method string) Tier {
 }
 
 // tiers merges DefaultTiers, the 2025 switch and o.Tiers. Invalid tiers
-// in o.Tiers fall back to the default tier.
+// (which Rules refuses) give the default tier.
 func (o Options) tiers() tierTable {
 	tt := tierTable{m: make(map[string]Tier, len(DefaultTiers)+len(o.Tiers)), def: o.DefaultTier}
 	if !tt.def.Valid() {
@@ -323,7 +367,9 @@ func (o Options) tiers() tierTable {
 	return tt
 }
 
-// TierOf returns the tier the preset with options o gives method.
+// TierOf returns the tier the preset with options o gives method. With
+// options that [Rules] refuses for a tier that is none of Tier1 to Tier4,
+// it gives the default tier instead.
 func (o Options) TierOf(method string) Tier { return o.tiers().of(method) }
 
 // TokenWorkspace is the default workspace key: the request's token,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -53,28 +54,69 @@ type fixture struct {
 	fake   *fakeslack.Server
 	store  *keyStore
 	client *http.Client
+	site   site
+}
+
+// site is where a fixture's client sends: the Web API's base URL as
+// slackquota.Options.APIURL takes it, and the start of webhook URLs. A
+// site whose host is not the fake's reaches the fake all the same: the
+// client dials the fake whatever the address.
+type site struct {
+	name          string
+	api, webhooks string
+	redirect      bool
+}
+
+// sites are the Slacks the tests run on: slack.com's layout (the fake at
+// its root) and GovSlack's (slack-gov.com and hooks.slack-gov.com,
+// reached on loopback).
+func sites() []site {
+	return []site{
+		{name: "slack.com layout"},
+		{name: "GovSlack", api: "http://slack-gov.com/api/", webhooks: "http://hooks.slack-gov.com/services/", redirect: true},
+	}
 }
 
 func newFixture(t *testing.T, po slackquota.Options, fo fakeslack.Options) *fixture {
+	return newFixtureAt(t, sites()[0], po, fo)
+}
+
+func newFixtureAt(t *testing.T, at site, po slackquota.Options, fo fakeslack.Options) *fixture {
 	fake := fakeslack.NewServer(fo)
 	t.Cleanup(fake.Close)
-	po.APIHost, po.WebhookHost = fake.Host(), fake.Host()
+	if at.api == "" {
+		at.api, at.webhooks = fake.APIURL(), fake.URL+"/services/"
+	}
+	po.APIURL = at.api // the webhooks are found beside it
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
 	store := &keyStore{Store: memstore.New()}
-	tr, err := throttle.NewTransport(nil, slackquota.Policy(po), throttle.WithStore(store))
+	policy, err := slackquota.Policy(po)
 	require.NoError(t, err)
-	c := &http.Client{Transport: tr}
-	t.Cleanup(c.CloseIdleConnections)
-	return &fixture{t: t, fake: fake, store: store, client: c}
+	base := &http.Transport{}
+	if at.redirect {
+		addr := fake.Listener.Addr().String()
+		base.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr) // loopback only, whatever the host
+		}
+	}
+	t.Cleanup(base.CloseIdleConnections)
+	tr, err := throttle.NewTransport(base, policy, throttle.WithStore(store))
+	require.NoError(t, err)
+	return &fixture{t: t, fake: fake, store: store, client: &http.Client{Transport: tr}, site: at}
+}
+
+// webhookURL is the URL of the fake's incoming webhook n at the site.
+func (f *fixture) webhookURL(n int) string {
+	return f.site.webhooks + strings.TrimPrefix(f.fake.WebhookURL(n), f.fake.URL+"/services/")
 }
 
 // call calls a Web API method with a form body as slack-go does; it
 // returns the status (0 if not sent) and the refusal, if any.
 func (f *fixture) call(token, method string, form url.Values) (int, *throttle.LimitError) {
 	f.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, f.fake.APIURL()+method, strings.NewReader(form.Encode()))
+	req, err := http.NewRequest(http.MethodPost, f.site.api+method, strings.NewReader(form.Encode()))
 	require.NoError(f.t, err)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -136,28 +178,30 @@ func TestTiers(t *testing.T) {
 		{"non-Marketplace 2025: replies", slackquota.Options{NonMarketplace2025: true}, "conversations.replies", slackquota.Tier1, 1, time.Minute, "slack-tier1"},
 		{"non-Marketplace 2025, overridden", slackquota.Options{NonMarketplace2025: true, Tiers: map[string]slackquota.Tier{"conversations.replies": slackquota.Tier3}}, "conversations.replies", slackquota.Tier3, 5, 1200 * time.Millisecond, "slack-tier3"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.tier, tc.opts.TierOf(tc.method))
-			f := newFixture(t, tc.opts, fakeslack.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025})
-			sent, le := f.burst(tokenA, tc.method, tc.burst+3)
-			assert.Equal(t, tc.burst, sent, "a burst, then the tier's pace")
-			require.NotNil(t, le)
-			assert.Equal(t, tc.ruleFor, le.Rule)
-			assert.Equal(t, tc.tier.String(), le.Limit)
-			assert.InDelta(t, tc.nextIn.Seconds(), le.RetryAfter.Seconds(), 0.1)
+	for _, at := range sites() {
+		for _, tc := range cases {
+			t.Run(at.name+"/"+tc.name, func(t *testing.T) {
+				assert.Equal(t, tc.tier, tc.opts.TierOf(tc.method))
+				f := newFixtureAt(t, at, tc.opts, fakeslack.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025})
+				sent, le := f.burst(tokenA, tc.method, tc.burst+3)
+				assert.Equal(t, tc.burst, sent, "a burst, then the tier's pace")
+				require.NotNil(t, le)
+				assert.Equal(t, tc.ruleFor, le.Rule)
+				assert.Equal(t, tc.tier.String(), le.Limit)
+				assert.InDelta(t, tc.nextIn.Seconds(), le.RetryAfter.Seconds(), 0.1)
 
-			// Per method per workspace: another workspace, and another
-			// method of the same tier, have their own counters.
-			sent, _ = f.burst(tokenB, tc.method, tc.burst)
-			assert.Equal(t, tc.burst, sent, "another workspace")
-			sent, _ = f.burst(tokenA, tc.method+"x", 1)
-			assert.Equal(t, 1, sent, "another method")
+				// Per method per workspace: another workspace, and another
+				// method of the same tier, have their own counters.
+				sent, _ = f.burst(tokenB, tc.method, tc.burst)
+				assert.Equal(t, tc.burst, sent, "another workspace")
+				sent, _ = f.burst(tokenA, tc.method+"x", 1)
+				assert.Equal(t, 1, sent, "another method")
 
-			st := f.fake.Stats()
-			assert.Zero(t, st.Limited, "Slack answered 429")
-			assert.Equal(t, 2*tc.burst, st.ByMethod[tc.method])
-		})
+				st := f.fake.Stats()
+				assert.Zero(t, st.Limited, "Slack answered 429")
+				assert.Equal(t, 2*tc.burst, st.ByMethod[tc.method])
+			})
+		}
 	}
 }
 
@@ -170,10 +214,14 @@ func TestTierValues(t *testing.T) {
 	assert.False(t, slackquota.Tier(0).Valid())
 	assert.Equal(t, "Tier(9)", slackquota.Tier(9).String())
 	assert.Zero(t, slackquota.Tier(9).Limit())
-	// An invalid override falls back to the default tier.
+	// Rules refuses an invalid override; TierOf gives the default tier.
 	o := slackquota.Options{Tiers: map[string]slackquota.Tier{"users.info": 7}}
 	assert.Equal(t, slackquota.Tier2, o.TierOf("users.info"))
-	require.NoError(t, slackquota.Policy(slackquota.Options{}).Validate())
+	_, err := slackquota.Rules(o)
+	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	p, err := slackquota.Policy(slackquota.Options{})
+	require.NoError(t, err)
+	require.NoError(t, p.Validate())
 }
 
 func TestPostMessagePerChannel(t *testing.T) {
@@ -182,10 +230,10 @@ func TestPostMessagePerChannel(t *testing.T) {
 		var req *http.Request
 		var err error
 		if json {
-			req, err = http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage", strings.NewReader(`{"channel":"`+channel+`","text":"hi"}`))
+			req, err = http.NewRequest(http.MethodPost, f.site.api+"chat.postMessage", strings.NewReader(`{"channel":"`+channel+`","text":"hi"}`))
 			req.Header.Set("Content-Type", "application/json; charset=utf-8")
 		} else {
-			req, err = http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage", strings.NewReader(url.Values{"channel": {channel}, "text": {"hi"}}.Encode()))
+			req, err = http.NewRequest(http.MethodPost, f.site.api+"chat.postMessage", strings.NewReader(url.Values{"channel": {channel}, "text": {"hi"}}.Encode()))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		}
 		require.NoError(t, err)
@@ -214,7 +262,7 @@ func TestPostMessagePerChannel(t *testing.T) {
 	_, le = post(tokenB, "C-form", true)
 	assert.Nil(t, le)
 	// No channel: the request cannot be decided and is not sent.
-	req, _ := http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage", strings.NewReader("text=hi"))
+	req, _ := http.NewRequest(http.MethodPost, f.site.api+"chat.postMessage", strings.NewReader("text=hi"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+tokenA)
 	_, err := f.client.Do(req)
@@ -226,9 +274,15 @@ func TestPostMessagePerChannel(t *testing.T) {
 }
 
 func TestWebhookPerURLAndChannel(t *testing.T) {
-	f := newFixture(t, slackquota.Options{}, fakeslack.Options{})
+	for _, at := range sites() {
+		t.Run(at.name, func(t *testing.T) { testWebhookPerURLAndChannel(t, at) })
+	}
+}
+
+func testWebhookPerURLAndChannel(t *testing.T, at site) {
+	f := newFixtureAt(t, at, slackquota.Options{}, fakeslack.Options{})
 	hook := func(n int, body string) *throttle.LimitError {
-		req, err := http.NewRequest(http.MethodPost, f.fake.WebhookURL(n), strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, f.webhookURL(n), strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		status, le := f.do(req)
@@ -256,7 +310,7 @@ func TestTokensAreHashed(t *testing.T) {
 	f.call(tokenA, "users.info", url.Values{"user": {"U1"}})
 	f.call(tokenA, "chat.postMessage", url.Values{"channel": {"C1"}, "text": {"x"}})
 	// The older style: the token in the form body.
-	req, _ := http.NewRequest(http.MethodPost, f.fake.APIURL()+"users.info", strings.NewReader(url.Values{"token": {tokenB}}.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, f.site.api+"users.info", strings.NewReader(url.Values{"token": {tokenB}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	status, le := f.do(req)
 	require.Nil(t, le)
@@ -277,7 +331,7 @@ func TestTokensAreHashed(t *testing.T) {
 	assert.Positive(t, hashed)
 
 	// No token at all: not sent.
-	req, _ = http.NewRequest(http.MethodPost, f.fake.APIURL()+"users.info", strings.NewReader("user=U1"))
+	req, _ = http.NewRequest(http.MethodPost, f.site.api+"users.info", strings.NewReader("user=U1"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	_, err := f.client.Do(req)
 	assert.ErrorIs(t, err, throttle.ErrMissingKey)
@@ -289,7 +343,13 @@ func TestTokensAreHashed(t *testing.T) {
 // burst of 3), so the preset's third call gets a 429; the pause it learns
 // holds back users.list in that workspace only.
 func TestRateLimitedPausesMethodInWorkspace(t *testing.T) {
-	f := newFixture(t, slackquota.Options{}, fakeslack.Options{Tiers: map[string]slackquota.Tier{"users.list": slackquota.Tier1}})
+	for _, at := range sites() {
+		t.Run(at.name, func(t *testing.T) { testRateLimitedPausesMethodInWorkspace(t, at) })
+	}
+}
+
+func testRateLimitedPausesMethodInWorkspace(t *testing.T, at site) {
+	f := newFixtureAt(t, at, slackquota.Options{}, fakeslack.Options{Tiers: map[string]slackquota.Tier{"users.list": slackquota.Tier1}})
 	for range 2 {
 		status, le := f.call(tokenA, "users.list", nil)
 		require.Nil(t, le)
@@ -317,7 +377,13 @@ func TestRateLimitedPausesMethodInWorkspace(t *testing.T) {
 }
 
 func TestRateLimitedPausesPostingChannel(t *testing.T) {
-	f := newFixture(t, slackquota.Options{}, fakeslack.Options{PostPerSecond: 1})
+	for _, at := range sites() {
+		t.Run(at.name, func(t *testing.T) { testRateLimitedPausesPostingChannel(t, at) })
+	}
+}
+
+func testRateLimitedPausesPostingChannel(t *testing.T, at site) {
+	f := newFixtureAt(t, at, slackquota.Options{}, fakeslack.Options{PostPerSecond: 1})
 	form := func(ch string) url.Values { return url.Values{"channel": {ch}, "text": {"hi"}} }
 	status, _ := f.call(tokenA, "chat.postMessage", form("C1"))
 	assert.Equal(t, http.StatusOK, status)
@@ -345,7 +411,7 @@ func TestWaitingKeepsUnderTheLimit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest(http.MethodPost, f.fake.APIURL()+"chat.postMessage",
+			req, _ := http.NewRequest(http.MethodPost, f.site.api+"chat.postMessage",
 				strings.NewReader(url.Values{"channel": {"C" + string(rune('0'+i%2))}, "text": {"hi"}}.Encode()))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			req.Header.Set("Authorization", "Bearer "+tokenA)
@@ -363,4 +429,75 @@ func TestWaitingKeepsUnderTheLimit(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, 8, sent, "4 messages on each of 2 channels wait at most 2 s each")
 	assert.Zero(t, f.fake.Stats().Limited)
+}
+
+// Where each Slack's rules match, read from the rules themselves.
+func TestRulesOfEachHost(t *testing.T) {
+	type where struct{ host, path string }
+	cases := []struct {
+		api, webhooks string
+		post, tier    where
+		hook          where
+	}{
+		{"", "", where{"slack.com", "/api/chat.postMessage"}, where{"slack.com", "/api/{method}"}, where{"hooks.slack.com", "/services/"}},
+		{slackquota.DefaultAPIURL, "", where{"slack.com", "/api/chat.postMessage"}, where{"slack.com", "/api/{method}"}, where{"hooks.slack.com", "/services/"}},
+		{"https://slack-gov.com/api/", "", where{"slack-gov.com", "/api/chat.postMessage"}, where{"slack-gov.com", "/api/{method}"}, where{"hooks.slack-gov.com", "/services/"}},
+		{"http://127.0.0.1:8080/api/", "", where{"127.0.0.1:8080", "/api/chat.postMessage"}, where{"127.0.0.1:8080", "/api/{method}"}, where{"127.0.0.1:8080", "/services/"}},
+		{"http://[::1]:8080/slack/api/", "http://[::1]:9090/hooks", where{"[::1]:8080", "/slack/api/chat.postMessage"}, where{"[::1]:8080", "/slack/api/{method}"}, where{"[::1]:9090", "/hooks/"}},
+		{"", "https://proxy.example.com/slack-hooks/", where{"slack.com", "/api/chat.postMessage"}, where{"slack.com", "/api/{method}"}, where{"proxy.example.com", "/slack-hooks/"}},
+	}
+	for _, tc := range cases {
+		rules, err := slackquota.Rules(slackquota.Options{APIURL: tc.api, WebhookURL: tc.webhooks})
+		require.NoError(t, err, tc.api)
+		require.NoError(t, throttle.Policy{Rules: rules}.Validate())
+		got := map[string]where{}
+		for _, r := range rules {
+			got[r.Name] = where{r.Host, r.Path}
+		}
+		want := map[string]where{slackquota.PostRule: tc.post, slackquota.WebhookRule: tc.hook}
+		for tier := slackquota.Tier1; tier <= slackquota.Tier4; tier++ {
+			want[slackquota.TierRule(tier)] = tc.tier
+		}
+		assert.Equal(t, want, got, "%s %s", tc.api, tc.webhooks)
+	}
+}
+
+// Bad options fail at construction with an error naming the field, never
+// a panic and never a preset that matches some other host.
+func TestBadOptions(t *testing.T) {
+	cases := []struct {
+		opts  slackquota.Options
+		field string
+		says  string
+	}{
+		{slackquota.Options{APIURL: "://slack"}, "APIURL", "missing protocol scheme"},
+		{slackquota.Options{APIURL: "slack.com/api/"}, "APIURL", "scheme must be https"},
+		{slackquota.Options{APIURL: "wss://slack.com/api/"}, "APIURL", "scheme must be https"},
+		{slackquota.Options{APIURL: "https:///api/"}, "APIURL", "no host"},
+		{slackquota.Options{APIURL: "https://*.slack.com/api/"}, "APIURL", "one name, not a pattern"},
+		{slackquota.Options{APIURL: "https://xoxb:secret@slack.example.com/api/"}, "APIURL", "credentials"},
+		{slackquota.Options{APIURL: "https://slack.example.com/api/?team=T1"}, "APIURL", "no query"},
+		{slackquota.Options{APIURL: "https://slack.example.com/api"}, "APIURL", `must end in "/"`},
+		{slackquota.Options{APIURL: "https://slack.com/"}, "APIURL", "at /api/ of slack.com"},
+		{slackquota.Options{APIURL: "https://slack-gov.com/v2/api/"}, "APIURL", "at /api/ of slack-gov.com"},
+		{slackquota.Options{WebhookURL: "hooks.slack.com/services/"}, "WebhookURL", "scheme must be https"},
+		{slackquota.Options{WebhookURL: "https://hooks.slack.com:port/services/"}, "WebhookURL", "invalid port"},
+		{slackquota.Options{DefaultTier: 5}, "DefaultTier", "Tier(5) is none of Tier1 to Tier4"},
+		{slackquota.Options{Tiers: map[string]slackquota.Tier{"users.info": slackquota.Tier3, "users.list": -1}}, `Tiers["users.list"]`, "Tier(-1) is none"},
+	}
+	for _, tc := range cases {
+		_, err := slackquota.Rules(tc.opts)
+		require.Error(t, err, "%+v", tc.opts)
+		assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+		var pe *throttle.PolicyError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, "slackquota.Options."+tc.field, pe.Field)
+		assert.ErrorContains(t, err, tc.says)
+		assert.NotContains(t, err.Error(), "secret", "no credentials in errors")
+		_, perr := slackquota.Policy(tc.opts)
+		assert.Equal(t, err, perr, "Policy gives the error Rules gives")
+	}
+	var ue *url.Error
+	_, err := slackquota.Rules(slackquota.Options{APIURL: "://slack"})
+	assert.ErrorAs(t, err, &ue, "the parse error is wrapped")
 }

@@ -23,6 +23,12 @@
 //
 // Requests for installation tokens are limited only to 2,000 an hour. A
 // repository named "private" answers a plain permission 403.
+//
+// It serves the API at its root as api.github.com does, or, with
+// Options.Enterprise, as GitHub Enterprise Server does: the REST API under
+// /api/v3/, GraphQL at /api/graphql, uploads under /api/uploads/.
+// [Server.BaseURL] and [Server.UploadURL] give the URLs for the client and
+// for githubquota.Options.BaseURL.
 package fakegithub
 
 import (
@@ -64,6 +70,12 @@ type Options struct {
 	// once; one more is answered with a secondary-limit answer. Zero
 	// means 100, as GitHub documents.
 	MaxInFlight int
+
+	// Enterprise serves the paths of GitHub Enterprise Server: the REST
+	// API under /api/v3/, GraphQL at /api/graphql and uploads under
+	// /api/uploads/ (anything else is a 404). False serves them as
+	// api.github.com and uploads.github.com do, at the root.
+	Enterprise bool
 }
 
 // Stats are what a fake GitHub received.
@@ -87,8 +99,8 @@ type Stats struct {
 	ByResource map[string]int
 }
 
-// Server is a fake GitHub API. Its URL + "/" is the API's base URL. It is
-// safe for concurrent use.
+// Server is a fake GitHub API. [Server.BaseURL] is the API's base URL. It
+// is safe for concurrent use.
 type Server struct {
 	*httptest.Server
 	opts Options
@@ -153,13 +165,57 @@ func NewServer(o Options) *Server {
 		return 201, map[string]any{"token": "ghs_fakeinstallationtoken", "expires_at": "2099-01-01T00:00:00Z"}
 	}))
 	mux.HandleFunc("GET /user", s.limited(func(*http.Request) (int, any) { return 200, map[string]any{"login": "fake"} }))
+	mux.HandleFunc("POST /repos/{owner}/{repo}/releases/{id}/assets", s.limited(func(r *http.Request) (int, any) {
+		return 201, map[string]any{"id": 1, "name": r.URL.Query().Get("name"), "state": "uploaded"}
+	}))
 	mux.HandleFunc("/", s.limited(func(*http.Request) (int, any) { return 200, map[string]any{} }))
-	s.Server = httptest.NewServer(mux)
+	var h http.Handler = mux
+	if o.Enterprise {
+		h = enterprise(mux)
+	}
+	s.Server = httptest.NewServer(h)
 	return s
 }
 
-// Host is the server's host:port, for githubquota.Options.Host.
-func (s *Server) Host() string { return strings.TrimPrefix(s.URL, "http://") }
+// enterprise serves h, which answers at the root, under the paths of
+// GitHub Enterprise Server.
+func enterprise(h http.Handler) http.Handler {
+	api := http.StripPrefix("/api/v3", h)
+	uploads := http.StripPrefix("/api/uploads", h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case strings.HasPrefix(p, "/api/v3/"):
+			api.ServeHTTP(w, r)
+		case strings.HasPrefix(p, "/api/uploads/"):
+			uploads.ServeHTTP(w, r)
+		case p == "/api/graphql":
+			r2 := r.Clone(r.Context())
+			r2.URL.Path, r2.URL.RawPath = "/graphql", ""
+			h.ServeHTTP(w, r2)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// BaseURL is the REST API's base URL: the server's URL and "/", or with
+// Options.Enterprise "/api/v3/". Give it to the client (go-github's
+// WithURLs or WithEnterpriseURLs) and to githubquota.Options.BaseURL.
+func (s *Server) BaseURL() string {
+	if s.opts.Enterprise {
+		return s.URL + "/api/v3/"
+	}
+	return s.URL + "/"
+}
+
+// UploadURL is the uploads API's base URL: the server's URL and "/", or
+// with Options.Enterprise "/api/uploads/".
+func (s *Server) UploadURL() string {
+	if s.opts.Enterprise {
+		return s.URL + "/api/uploads/"
+	}
+	return s.URL + "/"
+}
 
 // Stats returns a copy of what the server received so far.
 func (s *Server) Stats() Stats {

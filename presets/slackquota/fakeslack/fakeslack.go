@@ -92,18 +92,15 @@ func NewServer(o Options) *Server {
 	return s
 }
 
-// APIURL is the Web API's base URL, ending in "/api/" (slack-go's
-// OptionAPIURL).
+// APIURL is the Web API's base URL, ending in "/api/", for slack-go's
+// OptionAPIURL and slackquota.Options.APIURL (which then finds the
+// webhooks on the same host).
 func (s *Server) APIURL() string { return s.URL + "/api/" }
 
 // WebhookURL returns the URL of incoming webhook n.
 func (s *Server) WebhookURL(n int) string {
 	return fmt.Sprintf("%s/services/T0000FAKE/B%07d/fakesecret%d", s.URL, n, n)
 }
-
-// Host is the server's host:port, for slackquota.Options.APIHost and
-// WebhookHost.
-func (s *Server) Host() string { return strings.TrimPrefix(s.URL, "http://") }
 
 // Stats returns a copy of what the server received so far.
 func (s *Server) Stats() Stats {
