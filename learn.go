@@ -327,7 +327,11 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 	if fb.Reset.IsZero() || fb.Capped || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return time.Time{}
 	}
-	b := d.Limits[r.anchorIdx]
+	i := d.limitOf(r.anchorIdx)
+	if i < 0 {
+		return time.Time{} // the Anchor limit does not apply to this request
+	}
+	b := d.Limits[i]
 	l := b.Limit
 	if fb.Window > 0 && fb.Window != l.Per {
 		return time.Time{} // another of the vendor's quotas
