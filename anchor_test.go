@@ -21,6 +21,8 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 )
 
@@ -231,4 +233,75 @@ func TestAnchoredFleet(t *testing.T) {
 			assert.GreaterOrEqual(t, float64(total), 0.95*windows*rate, "the fleet used %d of %d", total, windows*rate)
 		})
 	}
+}
+
+// demandStore records the limits of the demands a store is asked.
+type demandStore struct {
+	*memstore.Store
+	mu     sync.Mutex
+	limits []quota.Limit
+}
+
+func (s *demandStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	s.mu.Lock()
+	for _, b := range d.Limits {
+		s.limits = append(s.limits, b.Limit)
+	}
+	s.mu.Unlock()
+	return s.Store.Take(ctx, d)
+}
+
+// notAnchorer is a store that cannot move windows.
+type notAnchorer struct{ quota.Store }
+
+// TestAnchorPolicy: Learning.Anchor names a window limit of the rule,
+// without a Phase, on a store that can anchor; the limit is anchored in
+// every rule that uses it, and a Phase reaches the store.
+func TestAnchorPolicy(t *testing.T) {
+	window := throttle.Limit{Name: "window", Rate: 10, Per: time.Minute, Algorithm: throttle.FixedWindow}
+	rule := func(learn throttle.Learning, limits ...throttle.Limit) throttle.Rule {
+		return throttle.Rule{Name: "r", Limits: limits, Learn: learn}
+	}
+	for _, c := range []struct {
+		name  string
+		rule  throttle.Rule
+		field string
+	}{
+		{"no such limit", rule(throttle.Learning{Anchor: "x"}, window), "Learn.Anchor"},
+		{"a gcra limit", rule(throttle.Learning{Anchor: "g"}, throttle.Limit{Name: "g", Rate: 1, Per: time.Second}), "Learn.Anchor"},
+		{"a phased limit", rule(throttle.Learning{Anchor: "window"}, throttle.Limit{Name: "window", Rate: 1, Per: time.Minute, Algorithm: throttle.FixedWindow, Phase: time.Second}), "Learn.Anchor"},
+		{"a phase of a whole window", rule(throttle.Learning{}, throttle.Limit{Name: "window", Rate: 1, Per: time.Minute, Algorithm: throttle.FixedWindow, Phase: time.Minute}), "Limits[0].Phase"},
+		{"a negative tolerance", rule(throttle.Learning{Anchor: "window", AnchorTolerance: -time.Second}, window), "Learn.AnchorTolerance"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := throttle.Policy{Rules: []throttle.Rule{c.rule}}.Validate()
+			require.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+			var pe *throttle.PolicyError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, c.field, pe.Field, "%v", err)
+		})
+	}
+
+	shared := throttle.Policy{Rules: []throttle.Rule{
+		{Name: "a", Scope: "s", Limits: []throttle.Limit{window}, Learn: throttle.Learning{Anchor: "window"}},
+		{Name: "b", Scope: "s", Limits: []throttle.Limit{window, {Name: "day", Rate: 100, Per: 24 * time.Hour, Algorithm: throttle.FixedWindow, Phase: 8 * time.Hour}}},
+	}}
+	_, err := throttle.NewLimiter(shared, throttle.WithStore(notAnchorer{memstore.New()}))
+	var pe *throttle.PolicyError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "Learn.Anchor", pe.Field)
+
+	store := &demandStore{Store: memstore.New()}
+	lim, err := throttle.NewLimiter(shared, throttle.WithStore(store))
+	require.NoError(t, err)
+	for _, r := range []string{"a", "b"} {
+		p, err := lim.Allow(t.Context(), r)
+		require.NoError(t, err)
+		p.Done()
+	}
+	require.Len(t, store.limits, 3)
+	assert.True(t, store.limits[0].Anchored, "rule a's window")
+	assert.True(t, store.limits[1].Anchored, "rule b's window, the same counter")
+	assert.False(t, store.limits[2].Anchored, "rule b's day")
+	assert.Equal(t, 8*time.Hour, store.limits[2].Phase)
 }
