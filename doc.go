@@ -33,12 +33,14 @@
 // may wait; the store reserves its instant and the request sleeps on a
 // timer, or it fails at once with a [*LimitError] carrying RetryAfter. The
 // vendor's answers (429s, Retry-After, quota headers, per [Learning])
-// become pauses shared by every instance through the store. When the store
-// fails, the rule's [FailureMode] decides, behind a [Breaker] that tells a
-// slow store from a dead one.
+// become pauses shared by every instance through the store. A request
+// whose cost the vendor reports only in its answer is charged an estimate
+// and settled to that cost once the body is read ([Rule].Settle). When the
+// store fails, the rule's [FailureMode] decides, behind a [Breaker] that
+// tells a slow store from a dead one.
 //
 // A [Limiter] makes the same decisions for calls that are not HTTP
-// (Allow, Wait, Reserve, and Report for the answer); the [Transport] is
-// the Limiter of an [http.Client]. The repository's docs/ folder holds
-// the long form.
+// (Allow, Wait, Reserve, and Report and Settle for the answer); the
+// [Transport] is the Limiter of an [http.Client]. The repository's docs/
+// folder holds the long form.
 package throttle

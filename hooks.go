@@ -22,6 +22,10 @@ type Hooks struct {
 	// anchor a limit's windows ([Learning].Anchor): about once per window
 	// and instance, and whenever the reset moves beyond the tolerance.
 	OnAnchor func(AnchorEvent)
+	// OnSettle is called when a request's charge is settled to the cost
+	// its answer reported ([Rule].Settle, [Permit.Settle]), or the answer
+	// reported none.
+	OnSettle func(SettleEvent)
 	// OnStoreState is called once per change of the store's state.
 	OnStoreState func(StoreEvent)
 	// OnLease is called when something happens to an in-flight slot's lease.
@@ -51,6 +55,15 @@ type AnchorEvent struct {
 	Reset       time.Duration // until the vendor's window ends, as the answer said
 	Moved       bool          // the shared windows moved to it
 	Err         error         // the store's, if the call failed
+}
+
+// A SettleEvent describes a request's charge corrected to the cost its
+// answer reported ([Rule].Settle, [Permit.Settle]).
+type SettleEvent struct {
+	Rule    string
+	Charged int   // what the request was charged when it was decided: its estimate
+	Cost    int   // what the answer reported; 0 when it reported none, and the estimate stands
+	Err     error // the store's, if the settlement failed; or why Cost was refused
 }
 
 // An Outcome is what happened to a request that matched a rule.

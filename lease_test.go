@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -315,22 +317,52 @@ func TestWaitForSlot(t *testing.T) {
 
 // TestLeaseRetry: a resend after a 429 gives up the slot of the first
 // attempt before asking for its own; with one slot it would otherwise wait
-// for itself.
+// for itself. With Rule.Settle, the slot is found below the body that
+// keeps the answer for it.
 func TestLeaseRetry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		v := newScriptedVendor(tooMany("1"), ok200)
-		p := inflightPolicy(1, time.Minute, waiters.Block())
-		p.Rules[0].Retry = throttle.Retry{Max: 1}
-		p.Rules[0].Learn.Jitter = -1
-		store := &countingStore{Store: memstore.New()}
-		tr, err := throttle.NewTransport(v, p, throttle.WithStore(store))
-		require.NoError(t, err)
-		resp, err := getVendor(&http.Client{Transport: tr}, context.Background())
-		require.NoError(t, err)
-		assert.Equal(t, http.StatusOK, resp.StatusCode)
-		require.NoError(t, resp.Body.Close())
-		assert.Equal(t, int64(2), store.releases.Load(), "one release per attempt")
-	})
+	// GitHub's secondary limit: a 403 whose body GitHubLimited peeks at,
+	// above the body kept for Rule.Settle; longer than the peek, so that
+	// the peek does not read it to its end (which frees the slot).
+	secondary := func(h http.Header) int {
+		h.Set("X-Test-Body", `{"message":"You have exceeded a secondary rate limit","padding":"`+strings.Repeat("x", 100<<10)+`"}`)
+		return http.StatusForbidden
+	}
+	for _, c := range []struct {
+		settle, peek bool
+	}{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("settle=%v,peek=%v", c.settle, c.peek), func(t *testing.T) {
+			settle := c.settle
+			synctest.Test(t, func(t *testing.T) {
+				v := newScriptedVendor(tooMany("1"), ok200)
+				p := inflightPolicy(1, time.Minute, waiters.Block())
+				p.Rules[0].Retry = throttle.Retry{Max: 1}
+				p.Rules[0].Learn.Jitter = -1
+				if c.peek {
+					v = newScriptedVendor(secondary, ok200)
+					v.echoBodyHeader = true
+					p.Rules[0].Learn.Limited = quotaheader.GitHubLimited
+				}
+				var settled atomic.Int64
+				if settle {
+					p.Rules[0].Settle = func(*http.Response) (int, bool) { settled.Add(1); return 1, true }
+				}
+				store := &countingStore{Store: memstore.New()}
+				tr, err := throttle.NewTransport(v, p, throttle.WithStore(store))
+				require.NoError(t, err)
+				resp, err := getVendor(&http.Client{Transport: tr}, context.Background())
+				require.NoError(t, err)
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+				require.NoError(t, resp.Body.Close())
+				assert.Equal(t, int64(2), store.releases.Load(), "one release per attempt")
+				at := v.arrivals()
+				require.Len(t, at, 2)
+				assert.Less(t, at[1], time.Minute, "the resend went after the pause, not after its own slot's lease")
+				if settle {
+					assert.Equal(t, int64(2), settled.Load(), "one settlement per attempt")
+				}
+			})
+		})
+	}
 }
 
 // TestLeaseStoreRequired: a policy with a Concurrency limit needs a

@@ -48,7 +48,8 @@ type Limiter struct {
 // naming the rule and field if the store cannot decide a rule as written
 // (a [Concurrency] limit on a store that is not a [quota.LeaseStore], a
 // store that is a [quota.LimitChecker] and refuses the rule, Learn.Sync on
-// a store that cannot sync, Learn.Anchor on one that cannot anchor).
+// a store that cannot sync, Learn.Anchor on one that cannot anchor,
+// Settle on one that cannot settle).
 func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	cp, err := p.compile()
 	if err != nil {
@@ -88,6 +89,13 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		for _, r := range cp.rules {
 			if r.anchorIdx >= 0 {
 				return nil, &PolicyError{Rule: r.id, Field: "Learn.Anchor", Err: fmt.Errorf("the store (%T) cannot move windows: it does not implement quota.Anchorer", lim.store)}
+			}
+		}
+	}
+	if _, ok := lim.store.(quota.Settler); !ok {
+		for _, r := range cp.rules {
+			if r.Settle != nil {
+				return nil, &PolicyError{Rule: r.id, Field: "Settle", Err: fmt.Errorf("the store (%T) cannot settle: it does not implement quota.Settler", lim.store)}
 			}
 		}
 	}
@@ -173,7 +181,8 @@ func callRequest(ctx context.Context) *http.Request {
 // A Permit is a [Limiter]'s grant of one call. Call Done when the call has
 // ended, whatever its outcome, so that its in-flight slots are freed (they
 // are renewed until then); call Cancel instead if the call will not be
-// made. Report tells the Limiter what the vendor answered.
+// made. Report tells the Limiter what the vendor answered, and Settle
+// what the call really cost.
 type Permit struct {
 	Rule string // the rule that decided the call
 
@@ -186,10 +195,11 @@ type Permit struct {
 	Remaining  int64         // what the rule's limits admit now after the grant ([quota.Decision])
 	ResetAfter time.Duration // until the grant's charge stops counting ([quota.Decision])
 
-	lim *Limiter
-	r   *rule
-	d   *demand
-	h   *hold
+	lim     *Limiter
+	r       *rule
+	d       *demand
+	h       *hold
+	settled bool // Settle was called: Cancel gives nothing back
 }
 
 // Done ends the call: it frees the call's in-flight slots, if any. It is
@@ -202,15 +212,31 @@ func (p *Permit) Done() {
 
 // Cancel gives back what the permit charged, as far as that is safe for
 // others (see [quota.Reservation]), and frees its slots: the call will not
-// be made. Calling Done after Cancel, or Cancel twice, does nothing more.
+// be made. Calling Done after Cancel, or Cancel twice, does nothing more;
+// after Settle, Cancel only frees the slots: the call was made.
 func (p *Permit) Cancel(ctx context.Context) error {
 	p.Done()
 	res := p.d.granted
 	p.d.granted = nil
-	if res == nil {
+	if res == nil || p.settled {
 		return nil
 	}
 	return p.lim.cancel(ctx, res)
+}
+
+// Settle corrects what the permit charged to cost, what the call really
+// cost (an LLM's tokens, a GraphQL query's points), as [Rule].Settle does
+// for the [Transport]: a refund or an extra charge on the limits without
+// a Cost of their own. Settling again replaces the earlier settlement; a
+// permit that charged nothing (cancelled, or decided by a failure mode)
+// has nothing to settle. cost must be at least 1; the store must be a
+// [quota.Settler].
+func (p *Permit) Settle(ctx context.Context, cost int) error {
+	if p.d.granted == nil {
+		return nil
+	}
+	p.settled = true
+	return p.lim.settle(ctx, p.r, p.d, cost)
 }
 
 // Report tells the Limiter what the vendor answered the call, without

@@ -43,9 +43,20 @@ func (lim *Limiter) logPause(ev PauseEvent) {
 	lim.logger.LogAttrs(context.Background(), slog.LevelInfo, "throttle: vendor asked to slow down; every instance pauses the rule", attrs...)
 }
 
+// logSettle logs, at Warn, a settlement that failed: the request stays
+// charged its estimate.
+func (lim *Limiter) logSettle(ev SettleEvent) {
+	if lim.logger == nil || ev.Err == nil {
+		return
+	}
+	lim.logger.LogAttrs(context.Background(), slog.LevelWarn, "throttle: could not settle a request's charge to the cost its answer reported; its estimate stays charged",
+		slog.String("rule", ev.Rule), slog.Int("charged", ev.Charged), slog.Int("cost", ev.Cost), slog.String("error", ev.Err.Error()))
+}
+
 // WithLogger makes the limiter log to l: each change of the store's state
 // (Error for [ErrStoreConfig], Warn when failing or down, Info when back),
-// each pause learned (Info), and refused requests (Debug). Records never
+// each pause learned (Info), settlements that failed (Warn), and refused
+// requests (Debug). Records never
 // hold a key, header or URL. Without it, store state changes, and only
 // those, go to [slog.Default]; slog.New(slog.DiscardHandler) silences them.
 func WithLogger(l *slog.Logger) Option {

@@ -69,6 +69,15 @@ type Rule struct {
 	// fails with [ErrCostTooHigh].
 	Cost func(*http.Request) int
 
+	// Settle, if set, reads a request's real cost from its response, for
+	// vendors that report it only there ([SettleFromJSON]): Cost is then
+	// an estimate, and the charge of every limit without a Cost of its
+	// own is settled to what Settle reports ([quota.Settler]) once the
+	// caller has read the body to its end or closed it. Settle gets a copy
+	// of the response holding what the caller read (its first MiB); ok
+	// false leaves the estimate. The store must be a [quota.Settler].
+	Settle func(*http.Response) (cost int, ok bool)
+
 	// Wait says how long a request may wait for its quota (package
 	// waiters). Nil means waiters.Block; [WithWaiter] overrides it.
 	Wait Waiter

@@ -16,8 +16,13 @@ func releaseResponse(resp *http.Response) {
 		return
 	}
 	var body io.Closer = resp.Body
-	if pb, ok := body.(interface{ Underlying() io.Closer }); ok {
-		body = pb.Underlying() // peeked at by a Limited function
+	for {
+		// Peeked at by a Limited function, kept for Rule.Settle.
+		pb, ok := body.(interface{ Underlying() io.Closer })
+		if !ok {
+			break
+		}
+		body = pb.Underlying()
 	}
 	switch b := body.(type) {
 	case *leaseBody:

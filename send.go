@@ -11,11 +11,14 @@ import (
 // send sends out, admitted under rule r with demand d, with the base
 // transport, holding the request's Concurrency slots (renewing their
 // leases) until the response body ends; a failed round trip releases them
-// at once.
+// at once. With Rule.Settle, the end of the body also settles the charge.
 func (t *Transport) send(r *rule, d *demand, out *http.Request) (*http.Response, error) {
 	h := t.lim.hold(r, d)
-	resp, err := t.baseRT().RoundTrip(out)
-	return h.bind(resp, err)
+	resp, err := h.bind(t.baseRT().RoundTrip(out))
+	if err == nil && resp != nil {
+		t.settleOnEnd(out.Context(), r, d, resp) // settle.go: Rule.Settle, when the body ends
+	}
+	return resp, err
 }
 
 // A hold is the lease of a sent request's slots: it renews them while the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
@@ -19,12 +18,6 @@ var _ quota.LeaseStore = (*Store)(nil)
 type lease struct {
 	id     string
 	expire int64 // µs; the slot is free at and after it
-}
-
-// nextLeaseID returns a lease id unique in the store. s.mu is held.
-func (s *Store) nextLeaseID() string {
-	s.leaseN++
-	return "m" + strconv.FormatUint(s.leaseN, 36)
 }
 
 // slotsFull reports whether a Concurrency limit of the demand has no free

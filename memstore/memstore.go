@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,10 +33,11 @@ type Store struct {
 	mu      sync.Mutex
 	buckets map[bucketID]*memBucket
 	pauses  map[pauseID]int64 // pause end, µs
-	sweepAt int               // len(buckets)+len(pauses) that triggers a sweep
+	sweepAt int               // len(buckets)+len(pauses)+len(settled) that triggers a sweep
 	ops     int               // decisions since the last sweep
-	leaseN  uint64            // lease ids handed out
+	idN     uint64            // reservation ids handed out
 	watch   map[bucketID]*waitList
+	settled map[string]settlement // settle.go: by reservation id
 }
 
 var _ quota.Store = (*Store)(nil)
@@ -59,6 +61,7 @@ func New(opts ...Option) *Store {
 		now:     time.Now,
 		buckets: make(map[bucketID]*memBucket),
 		pauses:  make(map[pauseID]int64),
+		settled: make(map[string]settlement),
 		sweepAt: minSweep,
 	}
 	for _, o := range opts {
@@ -199,11 +202,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	}
 
 	r := newReservation(d)
+	r.ID = s.nextID() // settle.go's records and lease.go's leases are by id
 	for i, l := range d.Limits {
 		if l.Limit.Algorithm == quota.Concurrency {
-			if r.ID == "" {
-				r.ID = s.nextLeaseID()
-			}
 			if t > now { // memlease.go: claimed when it comes due
 				r.Unclaimed = true
 				continue
@@ -267,6 +268,14 @@ func newReservation(d *quota.Demand) *quota.Reservation {
 	return &rv.Reservation
 }
 
+// nextID returns a reservation id unique in the store: the lease id of
+// its slots, and the key of its settlement. s.mu is held.
+func (s *Store) nextID() string {
+	s.idN++
+	var buf [16]byte
+	return string(strconv.AppendUint(append(buf[:0], 'm'), s.idN, 36))
+}
+
 // Cancel implements [quota.Store.Cancel].
 func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
@@ -312,7 +321,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 // maybeSweep drops expired state when enough decisions have passed or the
 // maps have doubled since the last sweep. Amortized O(1) per decision.
 func (s *Store) maybeSweep(now int64) {
-	n := len(s.buckets) + len(s.pauses)
+	n := len(s.buckets) + len(s.pauses) + len(s.settled)
 	if n < s.sweepAt && s.ops < sweepPeriod {
 		return
 	}
@@ -327,7 +336,12 @@ func (s *Store) maybeSweep(now int64) {
 			delete(s.pauses, id)
 		}
 	}
-	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)))
+	for id, st := range s.settled {
+		if st.expire <= now {
+			delete(s.settled, id)
+		}
+	}
+	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)+len(s.settled)))
 }
 
 // checkDemand rejects a demand no limit could ever grant and converts its

@@ -10,14 +10,15 @@ import (
 // the throttle namespace; the HTTP status is OpenTelemetry's own
 // semantic-convention key.
 const (
-	ruleKey      = attribute.Key("throttle.rule")            // rule name
-	limitKey     = attribute.Key("throttle.limit")           // name of the limit that refused
-	outcomeKey   = attribute.Key("throttle.outcome")         // see outcomeNames
-	shadowKey    = attribute.Key("throttle.shadow")          // rule in shadow mode
-	fallbackKey  = attribute.Key("throttle.fallback")        // failure mode that decided, see modeNames
-	operationKey = attribute.Key("throttle.store.operation") // take, pause
-	waitKey      = attribute.Key("throttle.wait")            // seconds, span events only
-	statusKey    = attribute.Key("http.response.status_code")
+	ruleKey       = attribute.Key("throttle.rule")            // rule name
+	limitKey      = attribute.Key("throttle.limit")           // name of the limit that refused
+	outcomeKey    = attribute.Key("throttle.outcome")         // see outcomeNames
+	shadowKey     = attribute.Key("throttle.shadow")          // rule in shadow mode
+	fallbackKey   = attribute.Key("throttle.fallback")        // failure mode that decided, see modeNames
+	operationKey  = attribute.Key("throttle.store.operation") // take, pause, settle
+	settlementKey = attribute.Key("throttle.settlement")      // refund, extra, exact, unreported, failed
+	waitKey       = attribute.Key("throttle.wait")            // seconds, span events only
+	statusKey     = attribute.Key("http.response.status_code")
 )
 
 // outcomeNames are the outcome attribute values, in Outcome order.

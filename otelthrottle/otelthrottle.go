@@ -28,6 +28,9 @@
 //   - throttle.vendor.limited (counter, {response}): "slow down" answers
 //     from vendors that paused a rule, by throttle.rule and
 //     http.response.status_code;
+//   - throttle.settlements (counter, {request}): charges corrected to the
+//     cost the answer reported (throttle.Rule.Settle, Permit.Settle), by
+//     throttle.rule and throttle.settlement;
 //   - throttle.pauses.active (gauge, {pause}): rules whose learned pause
 //     has not ended yet;
 //   - throttle.store.state (gauge, {state}): 0 up, 1 failing (fallback
@@ -52,7 +55,12 @@
 //     whatever the outcome says (events: only when true);
 //   - throttle.fallback: the failure mode that decided because the store
 //     could not: local, open or closed;
-//   - throttle.store.operation: the failed store call, take or pause;
+//   - throttle.store.operation: the failed store call, take, pause or
+//     settle;
+//   - throttle.settlement: refund (the answer reported less than the
+//     estimate charged), extra (more), exact, unreported (the answer said
+//     nothing: the estimate stands) or failed (the store could not
+//     settle, or the cost was below 1);
 //   - throttle.wait (events only): seconds, as a float, the request waited
 //     (waited, gave_up) or, when refused, until it could succeed;
 //   - http.response.status_code: OpenTelemetry's own attribute.
@@ -63,6 +71,7 @@ package otelthrottle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -84,8 +93,8 @@ var (
 
 // recorder holds the instruments and what the gauges report.
 type recorder struct {
-	decisions, storeErrors, fallbacks, vendorLimited metric.Int64Counter
-	wait, storeTime                                  metric.Float64Histogram
+	decisions, storeErrors, fallbacks, vendorLimited, settlements metric.Int64Counter
+	wait, storeTime                                               metric.Float64Histogram
 
 	now    func() time.Time
 	mu     sync.Mutex
@@ -124,6 +133,8 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		"Decisions made by a rule's failure mode because the store could not decide, by rule and mode.")
 	r.vendorLimited = counter("throttle.vendor.limited", "{response}",
 		"Vendor answers that said slow down and paused a rule, by rule and HTTP status.")
+	r.settlements = counter("throttle.settlements", "{request}",
+		"Charges corrected to the cost the vendor's answer reported, by rule and settlement.")
 	r.wait = hist("throttle.wait", "Time requests waited for their quota, by rule and outcome.", waitBounds)
 	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call, by rule.", storeBounds)
 	_, e := m.Int64ObservableGauge("throttle.pauses.active", metric.WithUnit("{pause}"),
@@ -149,6 +160,12 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		r.pause(ev)
 		if next.OnPause != nil {
 			next.OnPause(ev)
+		}
+	}
+	h.OnSettle = func(ev throttle.SettleEvent) {
+		r.settle(ev)
+		if next.OnSettle != nil {
+			next.OnSettle(ev)
 		}
 	}
 	h.OnStoreState = func(ev throttle.StoreEvent) {
@@ -202,6 +219,26 @@ func (r *recorder) pause(ev throttle.PauseEvent) {
 		r.pauses[ev.Rule] = end
 	}
 	r.mu.Unlock()
+}
+
+func (r *recorder) settle(ev throttle.SettleEvent) {
+	ctx := context.Background()
+	rule := ruleKey.String(ev.Rule)
+	kind := "exact"
+	switch {
+	case ev.Err != nil:
+		kind = "failed"
+		if !errors.Is(ev.Err, throttle.ErrInvalidPolicy) {
+			r.storeErrors.Add(ctx, 1, metric.WithAttributes(rule, operationKey.String("settle")))
+		}
+	case ev.Cost == 0:
+		kind = "unreported"
+	case ev.Cost < ev.Charged:
+		kind = "refund"
+	case ev.Cost > ev.Charged:
+		kind = "extra"
+	}
+	r.settlements.Add(ctx, 1, metric.WithAttributes(rule, settlementKey.String(kind)))
 }
 
 func (r *recorder) observePauses(_ context.Context, o metric.Int64Observer) error {

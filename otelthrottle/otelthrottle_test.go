@@ -3,6 +3,7 @@ package otelthrottle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -209,6 +210,7 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 	h.OnDecision(throttle.DecisionEvent{Context: context.Background(), Rule: "api", Outcome: throttle.Waited,
 		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown})
 	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Hour})
+	h.OnSettle(throttle.SettleEvent{Rule: "api", Charged: 50, Cost: 7})
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -225,7 +227,39 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 		"throttle.store.errors":   "{error}",
 		"throttle.fallback":       "{request}",
 		"throttle.vendor.limited": "{response}",
+		"throttle.settlements":    "{request}",
 		"throttle.pauses.active":  "{pause}",
 		"throttle.store.state":    "{state}",
 	}, units)
+}
+
+func TestMetricsOfSettlements(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	var theirs atomic.Int64
+	h, err := otelthrottle.Hooks(mp, throttle.Hooks{OnSettle: func(throttle.SettleEvent) { theirs.Add(1) }})
+	require.NoError(t, err)
+	for _, ev := range []throttle.SettleEvent{
+		{Rule: "graphql", Charged: 50, Cost: 7},
+		{Rule: "graphql", Charged: 50, Cost: 12},
+		{Rule: "graphql", Charged: 50, Cost: 50},
+		{Rule: "graphql", Charged: 50, Cost: 61},
+		{Rule: "graphql", Charged: 50},
+		{Rule: "graphql", Charged: 50, Cost: 7, Err: errDown},
+		{Rule: "graphql", Charged: 50, Err: fmt.Errorf("%w: a settled cost must be at least 1", throttle.ErrInvalidPolicy)},
+	} {
+		h.OnSettle(ev)
+	}
+	got := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"throttle.rule=graphql,throttle.settlement=refund":     2,
+		"throttle.rule=graphql,throttle.settlement=exact":      1,
+		"throttle.rule=graphql,throttle.settlement=extra":      1,
+		"throttle.rule=graphql,throttle.settlement=unreported": 1,
+		"throttle.rule=graphql,throttle.settlement=failed":     2,
+	}, sums(t, got["throttle.settlements"]))
+	assert.Equal(t, map[string]int64{"throttle.rule=graphql,throttle.store.operation=settle": 1}, sums(t, got["throttle.store.errors"]),
+		"a store error is a store error; a bad cost is not")
+	assert.Equal(t, int64(7), theirs.Load(), "the caller's own hook still runs")
 }

@@ -353,6 +353,16 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 		}},
 		{"learn", into(&r.Learn, b.learning)},
 		{"retry", into(&r.Retry, b.retry)},
+		{"settle_from_json", func(v *node, w at) {
+			path := b.str(v, w)
+			if path == "" || slices.Contains(strings.Split(path, "."), "") {
+				if v.kind == scalarNode && (v.typ == stringScalar || v.loose) {
+					b.bad(w, v.line, "must be a dot-separated path of JSON keys, such as data.rateLimit.cost; got %q", path)
+				}
+				return
+			}
+			r.Settle = throttle.SettleFromJSON(path)
+		}},
 	})
 	r.Cost = b.costFunc(c)
 	return r

@@ -30,10 +30,13 @@
 // Rule fields: name, host, method, path, scope, wait, cost (a whole
 // number), cost_by_method ({default: 5, GET: 1}), shadow,
 // on_store_failure, limits, learn (off, max_pause, default_pause, jitter,
-// sync, sync_resource, anchor, anchor_tolerance, pause_by) and retry
-// (max, max_wait). Limit fields: name, rate and burst (whole numbers: 5.5
-// is an error, not 5), per (a Go duration: 30m, 1h, 500ms), algorithm (the
-// names of [throttle.Algorithm.String]: gcra, fixed-window, sliding-log,
+// sync, sync_resource, anchor, anchor_tolerance, pause_by), retry (max,
+// max_wait) and settle_from_json (the JSON path of the cost an answer
+// reports, such as data.rateLimit.cost: [throttle.SettleFromJSON]; cost is
+// then the estimate charged until the answer comes). Limit fields: name,
+// rate and burst (whole numbers: 5.5 is an error, not 5), per (a Go
+// duration: 30m, 1h, 500ms), algorithm (the names of
+// [throttle.Algorithm.String]: gcra, fixed-window, sliding-log,
 // sliding-window, concurrency), phase (a duration: where the windows of a
 // fixed or sliding window start, 8h for a day that starts at 08:00 UTC)
 // and key, one of "context:NAME",

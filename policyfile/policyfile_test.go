@@ -3,6 +3,7 @@ package policyfile_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,6 +162,9 @@ func TestBadFiles(t *testing.T) {
 		{"zero rate (validation)", "rules:\n  - name: a\n    limits:\n      - name: l\n        per: 1m\n        rate: 0\n", 6, "a", "limits[0].rate", ""},
 		{"bad path (validation)", "rules:\n  - name: a\n    path: /x/{\n", 3, "a", "path", ""},
 		{"duplicate names (validation)", "rules:\n  - name: a\n  - name: a\n", 3, "a", "name", ""},
+		{"empty settle path", "rules:\n  - name: a\n    settle_from_json: \"\"\n", 3, "a", "settle_from_json", "dot-separated path"},
+		{"settle path with an empty key", "rules:\n  - name: a\n    settle_from_json: data..cost\n", 3, "a", "settle_from_json", "data..cost"},
+		{"settle path not a string", "rules:\n  - name: a\n    settle_from_json: [data]\n", 3, "a", "settle_from_json", "must be a string"},
 		{"empty match", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {}}\n", 4, "a", "limits[0].match", "give method or path"},
 		{"bad match path", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {path: \"/x/{\"}}\n", 4, "a", "limits[0].match.path", "wildcard"},
 		{"unknown match field", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {host: x}}\n", 4, "a", "limits[0].match.host", "unknown field"},
@@ -329,7 +333,7 @@ rules:
 	_, err := policyfile.Load("policy.yaml", []byte(doc))
 	require.Error(t, err)
 	want := []string{
-		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry)`,
+		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry, settle_from_json)`,
 		`policy.yaml:5: rule "a": wait: unknown waiter "soon" (block, fail-fast, up-to DURATION)`,
 		`policy.yaml:7: rule "a": limits[0].rate: must be a whole number, got 5.5`,
 		`policy.yaml:9: rule "a": limits[2].per: not a duration (such as 30s, 5m, 1h): "forever"`,
@@ -488,4 +492,49 @@ func TestPhaseAndAnchor(t *testing.T) {
 			assert.ErrorContains(t, err, c.inErr)
 		})
 	}
+}
+
+// jsonCostTransport answers every request 200 with a JSON body that
+// reports a cost of 7 at data.rateLimit.cost, in memory.
+type jsonCostTransport struct{}
+
+func (jsonCostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	body := io.NopCloser(strings.NewReader(`{"data":{"rateLimit":{"cost":7}}}`))
+	return &http.Response{StatusCode: 200, Body: body, Header: http.Header{}, Request: req}, nil
+}
+
+// TestSettleFromJSON: a rule with settle_from_json is charged its cost,
+// the estimate, and then what the answer reports.
+func TestSettleFromJSON(t *testing.T) {
+	p, err := policyfile.Load("p.yaml", []byte(`rules:
+  - name: graphql
+    path: /graphql
+    wait: fail-fast
+    cost: 50
+    settle_from_json: data.rateLimit.cost
+    limits:
+      - {name: points, rate: 100, per: 1h, algorithm: fixed-window}
+`))
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	tr, err := throttle.NewTransport(jsonCostTransport{}, p,
+		throttle.WithStore(memstore.New(memstore.WithClock(clock))), throttle.WithClock(clock))
+	require.NoError(t, err)
+	sent := 0
+	for range 20 {
+		req, _ := http.NewRequest(http.MethodPost, "https://api.example.com/graphql", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			break
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		sent++
+	}
+	// Charged 50 until the answer says 7: 7*8 + 50 > 100.
+	assert.Equal(t, 8, sent)
 }

@@ -10,7 +10,8 @@
 // interfaces add what only some stores do: [LeaseStore] (in-flight
 // [Concurrency] limits), [Syncer] (lowering a counter to the vendor's
 // count), [Anchorer] (moving a limit's windows to where the vendor's
-// start), [Inspector] (reading and resetting live state, for operators)
+// start), [Settler] (correcting a charge to the cost the vendor reports
+// after the fact), [Inspector] (reading and resetting live state, for operators)
 // and [LimitChecker] (a store that can decide only some demands says so at
 // start-up).
 //

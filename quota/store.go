@@ -249,8 +249,10 @@ type Reservation struct {
 	Marks []int64
 
 	// ID identifies the charge, where the store needs one (for example a
-	// sliding-log member). It is the lease id of every [Concurrency] slot
-	// the charge holds, unique among all leases of the store.
+	// sliding-log member; a [Settler] gives every reservation one, to
+	// remember what it was settled to). It is the lease id of every
+	// [Concurrency] slot the charge holds, unique among all leases of the
+	// store.
 	ID string
 
 	// Unclaimed reports a reservation of a demand with [Concurrency]

@@ -209,6 +209,6 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		return
 	}
 	for i, c := range calls {
-		c.dec, c.err = parseTakeFast(res[i], c.d, "")
+		c.dec, c.err = s.identify(parseTakeFast(res[i], c.d, ""))
 	}
 }

@@ -52,6 +52,19 @@ func TestCluster(t *testing.T) {
 		})
 	})
 
+	t.Run("SettleFleet", func(t *testing.T) {
+		// TestSettleFleet's fleet, each instance with a client of its own
+		// of the Cluster.
+		dial := func(t *testing.T) redis.UniversalClient { return newCluster(t) }
+		for _, alg := range []quota.Algorithm{quota.FixedWindow, quota.GCRA} {
+			t.Run(alg.String(), func(t *testing.T) {
+				res := runGQLFleet(t, dial, alg, true)
+				assert.Zero(t, res.rejected, "queries the vendor rejected")
+				assert.GreaterOrEqual(t, res.share, 0.9, "share of the budget used")
+			})
+		}
+	})
+
 	t.Run("Redirects", func(t *testing.T) {
 		for _, alg := range []quota.Algorithm{quota.GCRA, quota.SlidingLog} {
 			t.Run(alg.String(), func(t *testing.T) {

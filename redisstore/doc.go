@@ -29,8 +29,8 @@
 // lists, and either charges all limits at the instant it found or charges
 // nothing. Go passes durations only, never instants, so the clocks of the
 // instances do not matter. Scripts are never pipelined (NOSCRIPT recovery
-// does not work inside a pipeline). [Store.Cancel] and [Store.Pause] are one
-// script call each as well.
+// does not work inside a pipeline). [Store.Cancel], [Store.Pause] and
+// [Store.Settle] are one script call each as well.
 //
 // Under heavy concurrency, GCRA-only demands of one scope share that round
 // trip: while [BatchInFlight] calls of the scope are in flight, later
@@ -50,6 +50,7 @@
 //	throttle:v1:{S}:c:NAME:KEY   concurrency: sorted set, lease id -> expiry, µs
 //	throttle:v1:{S}:p:KEY        pause: its end, µs
 //	throttle:v1:{S}:r:ID         a granted decision's reply (replay ids)
+//	throttle:v1:{S}:s:ID         the costs a reservation was settled to (Store.Settle)
 //
 // NAME is the limit's name and KEY the bucket's key. "v1" is the schema
 // version: a release that changes the layout changes it, so it never
@@ -58,7 +59,8 @@
 // end of the last window charged (one window later for the sliding
 // window), Per after the newest log entry, when the latest lease expires
 // (a concurrency key whose last lease is released is deleted), at the
-// pause's end, or when the replay window closes. Nothing lives forever.
+// pause's end, when the replay window closes, or when the last charge of
+// a settled reservation can be settled no more. Nothing lives forever.
 //
 // # Concurrency limits and leases
 //

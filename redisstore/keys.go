@@ -24,6 +24,7 @@ const schema = "v1"
 //	P v1:{S}:n:NAME:KEY   pub/sub channel (not a key): a slot of c:NAME:KEY was released
 //	P v1:{S}:p:KEY        pause end, µs (string)
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
+//	P v1:{S}:s:ID         the costs a reservation was settled to (string)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
 //	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
 //
@@ -146,6 +147,9 @@ func (k keys) replay(id string) string {
 	k.writeReplay(&sb, id)
 	return sb.String()
 }
+
+// settlement is the key of what reservation id was settled to.
+func (k keys) settlement(id string) string { return k.base + "s:" + id }
 
 // formatInt is strconv.FormatInt in base 10.
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -45,6 +45,12 @@ func exercise(t *testing.T, s quota.Store, scope, key string) {
 	require.NoError(t, err)
 	require.True(t, dec.OK)
 	require.NoError(t, s.Cancel(c, dec.Reservation))
+	if st, ok := s.(quota.Settler); ok {
+		dec, err := s.Take(c, d)
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+		require.NoError(t, st.Settle(c, dec.Reservation, []int{2, 2, 2, 2, 2})) // a settlement key
+	}
 	if ls, ok := s.(quota.LeaseStore); ok {
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
@@ -92,7 +98,7 @@ func checkLayout(t *testing.T, nodes []*redis.Client, prefix string, scopes []st
 			}
 			assert.True(t, found, "key %.80q: tag %.40q is no scope's", k, tag)
 			assert.NotContains(t, tag, "{")
-			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:"}, tail[:2], "key %.80q", k)
+			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:"}, tail[:2], "key %.80q", k)
 			if cluster {
 				slot, err := n.ClusterKeySlot(c, k).Result()
 				require.NoError(t, err)

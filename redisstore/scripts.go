@@ -24,7 +24,7 @@ import (
 // Every script of the package is embedded here.
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
-//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua
+//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
 var luaFiles embed.FS
 
 var (
@@ -51,6 +51,8 @@ var (
 	syncScript = newScript("sync.lua")
 	// anchor.lua moves an Anchored limit's windows (Store.Anchor).
 	anchorScript = newScript("anchor.lua")
+	// settle.lua corrects a charge to its real cost (Store.Settle).
+	settleScript = newScript("settle.lua")
 )
 
 // storeScripts lists every script the store runs; Check loads them all
@@ -60,7 +62,7 @@ var (
 var storeScripts = []luaScript{
 	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
-	syncScript, anchorScript,
+	syncScript, anchorScript, settleScript,
 }
 
 // A luaScript is a script with its source, so that Store.run can send it

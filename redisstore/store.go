@@ -116,7 +116,17 @@ func mayRetry(client redis.UniversalClient) bool {
 
 // nextID returns an id unique to this decision among all stores.
 func (s *Store) nextID() string {
-	return s.idBase + strconv.FormatUint(s.seq.Add(1), 36)
+	var buf [32]byte
+	return string(strconv.AppendUint(append(buf[:0], s.idBase...), s.seq.Add(1), 36))
+}
+
+// identify gives a granted reservation whose call needed no id one, so
+// that it can be settled (settle.go). dec and err are a take's result.
+func (s *Store) identify(dec quota.Decision, err error) (quota.Decision, error) {
+	if err == nil && dec.Reservation != nil && dec.Reservation.ID == "" {
+		dec.Reservation.ID = s.nextID()
+	}
+	return dec, err
 }
 
 // callContext bounds one call to the per-call timeout. A ctx that ends
@@ -235,7 +245,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			s.reload.note(err)
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		}
-		return parseTakeFast(res, d, id)
+		return s.identify(parseTakeFast(res, d, id))
 	}
 	res, err := cmd.Slice()
 	if err != nil {
@@ -243,7 +253,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		s.releases.giveBack(s, d.Scope, carried, releaseRetry)
 		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
-	return parseTake(res, d, id)
+	return s.identify(parseTake(res, d, id))
 }
 
 // phaseArg is the scripts' phase argument of a window limit l: the phase

@@ -45,6 +45,9 @@ type granted struct {
 	model  *quota.Reservation
 	demand *quota.Demand
 	adm    []int // indexes into the admissions of each limit of demand
+	// settled: the reservation was settled, so it is not cancelled (see
+	// quota.Settler) and its buckets' invariants are not checked.
+	settled bool
 }
 
 func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) {
@@ -84,6 +87,16 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 	}
 	keys := []string{"a", "b"}
 	pauseKeys := []string{"p", "q"}
+
+	// Even seeds settle reservations too, when the store can: a
+	// settlement changes what a bucket holds from outside, so the
+	// invariants below skip the buckets it touched, and odd seeds keep
+	// checking them all.
+	settler, _ := store.(quota.Settler)
+	if seed%2 == 1 {
+		settler = nil
+	}
+	touched := map[string]bool{} // buckets a settlement changed
 
 	var (
 		adm       = map[string][]admission{} // per bucket, in order of grant
@@ -264,13 +277,30 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 				fail(step, "anchor: want moved=%v ends=%v, got moved=%v ends=%v", wantMoved, time.Duration(wantEnds)*us, moved, ends)
 			}
 			stats["anchor"]++
+		case r < 94 && settler != nil: // settle a reservation, maybe again
+			if len(out) == 0 {
+				continue
+			}
+			g := out[rng.IntN(len(out))]
+			costs := make([]int, len(g.demand.Limits))
+			for j, b := range g.demand.Limits {
+				if rng.IntN(4) > 0 { // else 0: left as it is
+					costs[j] = 1 + rng.IntN(2*int(capacity(b.Limit)))
+				}
+				touched[bucketID(g.demand.Scope, b)] = true
+			}
+			g.settled = true
+			require.NoError(t, settler.Settle(t.Context(), g.store, costs), "step %d: settle the reservation of step %d to %v", step, g.step, costs)
+			require.NoError(t, m.settle(g.model, costs, clock.Now().UnixMicro()))
+			trace = append(trace, fmt.Sprintf("  step %d: settle the reservation of step %d to %v", step, g.step, costs))
+			stats["settle"]++
 		default: // cancel a reservation, where the semantics are unambiguous
 			if len(out) == 0 {
 				continue
 			}
 			i := rng.IntN(len(out))
 			g := out[i]
-			if !unambiguousCancel(m, g, lastGrant) {
+			if g.settled || !unambiguousCancel(m, g, lastGrant) {
 				continue
 			}
 			out = slices.Delete(out, i, i+1)
@@ -290,6 +320,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 	for _, l := range limits {
 		for _, k := range keys {
 			id := bucketID(scope, quota.Bucket{Limit: l, Key: k})
+			if touched[id] {
+				continue
+			}
 			var kept []admission
 			for j, a := range adm[id] {
 				if !cancelled[id][j] {

@@ -54,6 +54,12 @@
 //   - For a [quota.Inspector]: the live state of every algorithm and
 //     of pauses, read without charging anything; ResetLimit and
 //     ClearPause.
+//   - For a [quota.Settler]: settlements of every algorithm as step rows
+//     (refunds, extra charges and debts, settling twice, charges that no
+//     longer count, per-limit costs, claimed reservations, bad costs),
+//     the exact sum of settlements racing on one store and on instances,
+//     and settlements in the differential test (its even seeds, whose
+//     invariants skip the buckets a settlement changed).
 //   - Exact admitted counts under contention (64 goroutines; with
 //     Config.Instances, also 8 instances of 8 goroutines), and
 //     concurrent reservations that never exceed a limit.

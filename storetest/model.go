@@ -41,6 +41,8 @@ type model struct {
 	pauses map[string]int64                // end of the pause per scope and pause key
 	leases map[string][]lease              // Concurrency: slots held, by lease id
 	seq    int64                           // source of reservation ids
+
+	settled map[string][]int64 // costs each reservation was settled to, by id
 }
 
 // lease is one held slot of a Concurrency limit; it is free at and after
@@ -61,6 +63,8 @@ func newModel() *model {
 		log:    map[string][]quotamath.LogEntry{},
 		pauses: map[string]int64{},
 		leases: map[string][]lease{},
+
+		settled: map[string][]int64{},
 	}
 }
 

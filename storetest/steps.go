@@ -40,6 +40,7 @@ const (
 	opRenew             // Renew the leases of an earlier step (quota.LeaseStore)
 	opClaim             // Claim the slots of an earlier step's reservation (quota.LeaseStore)
 	opAnchor            // Anchor a bucket (the store must be a quota.Anchorer)
+	opSettle            // Settle the reservation of an earlier step (quota.Settler)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -74,10 +75,14 @@ type step struct {
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
 	left  *left // non-nil: a take's Remaining and ResetAfter must be these
 
-	// For opCancel, opRelease, opRenew and opClaim: the 1-based number of
-	// the step whose reservation is cancelled, released, renewed or
-	// claimed. For opRenew, err is the error wanted (nil: none).
+	// For opCancel, opRelease, opRenew, opClaim and opSettle: the
+	// 1-based number of the step whose reservation is cancelled,
+	// released, renewed, claimed or settled. For opRenew and opSettle,
+	// err is the error wanted (nil: none).
 	cancel int
+
+	// For opSettle: the costs, one per limit of the reservation's demand.
+	settle []int
 
 	// For opPause: Pause(scope, key, d). For opSync: Sync(scope, bucket
 	// use[0] (default 0), remaining, d). For opAnchor: Anchor(scope,
@@ -137,6 +142,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("renew the leases of step %d", st.cancel)
 	case opClaim:
 		return s + fmt.Sprintf("claim the slots of step %d", st.cancel)
+	case opSettle:
+		return s + fmt.Sprintf("settle the reservation of step %d to %v", st.cancel, st.settle)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
@@ -267,6 +274,18 @@ func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope 
 			}
 			if !assert.NoError(t, err, "step %d: %v", n, st) ||
 				!assert.Equal(t, [2]any{st.moved, st.ends}, [2]any{moved, ends}, "step %d: %v: moved and ends (want vs got)", n, st) {
+				return
+			}
+		case opSettle:
+			r := decs[st.cancel-1].Reservation
+			settler, ok := store.(quota.Settler)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.Settler", n, st) ||
+				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			err := settler.Settle(t.Context(), r, st.settle)
+			if st.err == nil && !assert.NoError(t, err, "step %d: %v", n, st) ||
+				st.err != nil && !assert.ErrorIs(t, err, st.err, "step %d: %v", n, st) {
 				return
 			}
 		case opClaim:

@@ -54,6 +54,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("Errors", func(t *testing.T) { s.runCases(t, append(errorCases(), phaseErrorCases()...)) })
 	t.Run("Sync", s.testSync)
 	t.Run("Anchor", s.testAnchor)
+	t.Run("Settle", s.testSettle)
 	t.Run("Inspect", s.testInspect)
 	t.Run("Concurrency", s.testConcurrency)
 	t.Run("Contention", s.testContention)

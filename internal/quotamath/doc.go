@@ -35,6 +35,10 @@
 //     charge set                                          ([Limit.GCRARefund])
 //   - synced to left units within w: TAT' = max(TAT, now + w + (B-left)*T)
 //     ([Limit.GCRASync])
+//   - settled at delta units more (or fewer) than charged: TAT' =
+//     max(TAT, now) + delta*T, until Per after the charge's own arrival
+//     time                                                ([Limit.GCRASettle],
+//     [Limit.SettleEnd])
 //   - inspected at now: Used = min(ceil((TAT-now)/T), B), Remaining = B -
 //     Used, Reset = TAT - now, when TAT > now
 //
@@ -45,7 +49,9 @@
 // the epoch ([Limit.Window], [Limit.Start]). A demand is admitted while
 // count(k) + c <= R; the earliest instant is t in its own window, or the
 // start of the first later window with room. Inspection reports count(k),
-// until the window ends.
+// until the window ends. A settlement moves count(k) by the difference,
+// never below 0, until the window ends (for SlidingWindow, until the next
+// one ends).
 //
 // A sync of left units within w ([Limit.SyncWindows]) raises to R-left
 // the count of the last window that starts before now+w, and fills
@@ -78,7 +84,8 @@
 // entry and the cost recorded in (t-P, t] plus c is at most R
 // ([LogCost]). The earliest instant drops the oldest entries of the last
 // P one by one, each leaving the window at its instant plus P, until c
-// fits. Inspection reports the cost recorded after now-P.
+// fits. Inspection reports the cost recorded after now-P. A settlement
+// gives the charge's entry its new cost, until it leaves the log.
 //
 // # Concurrency
 //

@@ -490,3 +490,44 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 		}
 	}
 }
+
+func TestGCRASettle(t *testing.T) {
+	const T = 1000
+	l := Limit{Algorithm: quota.GCRA, Per: 10 * T, Rate: 10, Burst: 10}
+	tests := []struct {
+		name           string
+		tat, now, diff int64
+		want           int64
+	}{
+		{"refund", 150 * T, 100 * T, -20, 130 * T},
+		{"extra charge", 150 * T, 100 * T, 5, 155 * T},
+		{"a debt beyond the burst", 105 * T, 100 * T, 30, 135 * T},
+		{"an empty bucket is charged from now", 90 * T, 100 * T, 5, 105 * T},
+		{"a refund below now is a full bucket", 103 * T, 100 * T, -5, 98 * T},
+		{"no difference", 150 * T, 100 * T, 0, 150 * T},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, l.GCRASettle(tt.tat, tt.now, tt.diff))
+		})
+	}
+}
+
+func TestSettleEnd(t *testing.T) {
+	const P = 1000
+	for _, tt := range []struct {
+		alg        quota.Algorithm
+		mark, want int64
+	}{
+		{quota.GCRA, 5500, 6500},         // Per after the arrival time
+		{quota.FixedWindow, 5, 6000},     // the window's end
+		{quota.SlidingWindow, 5, 7000},   // the next window's end
+		{quota.SlidingLog, 5500, 6500},   // Per after the instant
+		{quota.Concurrency, 5500, 0},     // nothing to settle
+		{quota.FixedWindow, -1, 0},       // before the epoch
+		{quota.SlidingWindow, -3, -1000}, // before the epoch
+	} {
+		l := Limit{Algorithm: tt.alg, Per: P, Rate: 10, Burst: 10}
+		assert.Equal(t, tt.want, l.SettleEnd(tt.mark), "%v mark %d", tt.alg, tt.mark)
+	}
+}

@@ -1,0 +1,23 @@
+package quotamath
+
+import "github.com/quotakit/throttle/quota"
+
+// SettleEnd returns the instant until which a charge with mark can be
+// settled ([quota.Settler]): while it counts ([Limit.ChargeEnd]) for the
+// window algorithms and the log, and until Per after the arrival time it
+// set for GCRA, whose refunds and extra charges move the arrival time of
+// a bucket that later charges may have carried on. A Concurrency slot
+// has no cost to settle: 0.
+func (l Limit) SettleEnd(mark int64) int64 {
+	if l.Algorithm == quota.GCRA {
+		return mark + l.Per
+	}
+	return l.ChargeEnd(mark)
+}
+
+// GCRASettle returns the arrival time after a charge is settled at delta
+// units more (or, negative, fewer) than it charged: max(tat, now) +
+// delta*T. A result at or before now is a full bucket.
+func (l Limit) GCRASettle(tat, now, delta int64) int64 {
+	return max(tat, now) + delta*l.Emission()
+}
