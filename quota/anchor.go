@@ -25,7 +25,9 @@ import (
 // vendor's window, once it is the new one, has no room for; a unit whose
 // span straddles a new boundary is counted on both sides until those
 // windows pass. Reservations granted before the move keep their instants.
-// A reservation cancelled after its window moved gives nothing back.
+// A reservation cancelled after its window moved gives nothing back; one
+// settled ([Settler]) after it gets no refund, and an extra charge counts
+// in every new window that may hold the request.
 type Anchorer interface {
 	// Anchor records that the vendor's current window for b ends within
 	// from now (on the store's clock), and moves b's windows so that one
