@@ -51,8 +51,21 @@ func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration
 // in ev as it learns.
 func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *demand, ev *DecisionEvent) error {
 	ctx := req.Context()
+	c, err := lim.policy.classOf(ctx, r) // class.go
+	if err != nil {
+		return err
+	}
+	if d.class = c; c != nil {
+		ev.Class = c.name
+	}
 	if err := r.buckets(req, d); err != nil {
 		return err
+	}
+	for _, b := range d.Limits {
+		if b.Tenant != "" {
+			ev.Tenant = b.Tenant
+			break
+		}
 	}
 	pk := r.pauseKey(d)
 	if pk != "" {
@@ -100,7 +113,13 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 		}
 	}
 
-	dec, err := lim.takeSlot(ctx, r, d, ev) // lease.go: lim.take, and waits for a released slot where the waiter allows
+	var dec quota.Decision
+	var err error
+	if d.inLine() {
+		dec, err = lim.takeInLine(ctx, r, d, ev) // lane.go: asks again when the store says, in line
+	} else {
+		dec, err = lim.takeSlot(ctx, r, d, ev) // lease.go: lim.take, and waits for a released slot where the waiter allows
+	}
 	if err != nil {
 		return err
 	}
@@ -163,8 +182,9 @@ func (lim *Limiter) sleep(ctx context.Context, d time.Duration, r *quota.Reserva
 // holds while it is in flight.
 type demand struct {
 	quota.Demand
-	cost    int  // the caller's cost (Limiter's n); 0: the rule's
-	reserve bool // decide without waiting: the caller waits delay (Limiter.Reserve)
+	cost    int    // the caller's cost (Limiter's n); 0: the rule's
+	reserve bool   // decide without waiting: the caller waits delay (Limiter.Reserve)
+	class   *class // the request's class (class.go), or nil
 
 	rules   []int              // per limit, its index in the rule's Limits; nil: the same index (all apply)
 	held    *quota.Reservation // the granted reservation whose slots the request holds

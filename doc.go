@@ -37,7 +37,9 @@
 // whose cost the vendor reports only in its answer is charged an estimate
 // and settled to that cost once the body is read ([Rule].Settle). When the
 // store fails, the rule's [FailureMode] decides, behind a [Breaker] that
-// tells a slow store from a dead one.
+// tells a slow store from a dead one. A request's [Class] may leave part
+// of every limit to the classes above it, and a limit's Tenant shares it
+// fairly among tenants.
 //
 // A [Limiter] makes the same decisions for calls that are not HTTP
 // (Allow, Wait, Reserve, and Report and Settle for the answer); the

@@ -9,7 +9,8 @@ import (
 // logs (package otelthrottle turns them into OpenTelemetry). Nil fields
 // are skipped. Hooks run synchronously on the request's goroutine (OnLease
 // also on a renewal timer's), so they must be fast and safe for concurrent
-// use. They never receive keys, which may be derived from secrets.
+// use. They never receive keys, which may be derived from secrets, but
+// for DecisionEvent.Tenant: hash a tenant that is a secret ([HashKey]).
 type Hooks struct {
 	// OnDecision is called once per request that matched a rule, when
 	// its fate is known.
@@ -109,6 +110,10 @@ type DecisionEvent struct {
 
 	Remaining  int64         // what the rule's limits admit now after a grant (quota.Decision)
 	ResetAfter time.Duration // until the grant's charge stops counting (quota.Decision)
+
+	Class  string // the request's [Class], if it has one
+	Tenant string // the tenant of its first shared limit ([Limit].Tenant), escaped; a key, so hash secrets
+	Tries  int    // store decisions made for it: more than 1 when it waited in line to ask again (lane.go)
 }
 
 // WithHooks makes the transport report its decisions to h.

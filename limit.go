@@ -49,13 +49,19 @@ type Limit struct {
 	Key KeyFunc
 
 	// Match, if set, must report true for the limit to apply to a request
-	// of its rule (nil: every request). It must not modify the request.
+	// of its rule (nil: every request). It must not modify the request,
+	// but may read its body if it puts back an equivalent (as [KeyFromBody]).
 	Match func(*http.Request) bool
 
 	// Cost, if set, is what a request is charged on this limit, in place
 	// of the rule's cost (Rule.Cost, or a [Limiter] call's n). It must be
 	// at least 1. A Concurrency limit takes one slot whatever the cost.
 	Cost func(*http.Request) int
+
+	// Tenant, if set, shares the counter fairly among the tenants it names
+	// (a customer id): none gets more than its share while another is held
+	// back, one alone may use it all ([quota.Store], Fair shares).
+	Tenant KeyFunc
 }
 
 // Quota returns the limit as a store sees it: everything but Key. A

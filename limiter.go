@@ -37,6 +37,7 @@ type Limiter struct {
 	hooks   Hooks
 	learned learner
 	failure failover
+	lanes   lanes        // lane.go
 	logger  *slog.Logger // store state changes; nil: none
 
 	profileList []quotaheader.Profile // as given to WithProfiles
@@ -140,7 +141,9 @@ func (lim *Limiter) WaitN(ctx context.Context, rule string, n int) (*Permit, err
 // caller must wait before it acts (as golang.org/x/time/rate's
 // Reservation). A call that will not happen gives its quota back with
 // [Permit.Cancel]. A rule with a [Concurrency] limit cannot be reserved
-// (its slot is taken when the call goes): use Wait.
+// (its slot is taken when the call goes): use Wait. Nor can a call of a
+// [Class] with a headroom, or over its tenant's share: one that cannot go
+// now is refused.
 func (lim *Limiter) Reserve(ctx context.Context, rule string, n int) (*Permit, error) {
 	return lim.call(ctx, rule, n, -1, true)
 }

@@ -33,6 +33,8 @@ type Policy struct {
 	// Instances is how many instances share the store, for [FailLocal]'s
 	// shares ([LocalShare]). Zero means 1; a fleet should set it.
 	Instances int
+
+	Classes []Class // the priority classes rules and requests may name
 }
 
 // A Rule matches a set of requests and names the limits they must all
@@ -106,6 +108,8 @@ type Rule struct {
 	// Scope groups counters and pauses in the store (one Cluster slot).
 	// Rules sharing a limit name must share a scope. Empty means Name.
 	Scope string
+
+	Class string // the [Class] of the rule's requests ([WithClass] overrides it); empty: none
 }
 
 // A Waiter states how long a request may wait for its quota. The standard
@@ -135,8 +139,9 @@ func WithWaiter(ctx context.Context, w Waiter) context.Context {
 // defaultWaiter is used by rules without a Wait.
 var defaultWaiter Waiter = waiters.Block()
 
-// CostByMethod returns a Rule.Cost that charges costs[method], or def for
-// methods not listed. For GitHub's secondary limits:
+// CostByMethod returns a Rule.Cost (or Limit.Cost) that charges
+// costs[method], or def for methods not listed; a request with no method
+// is a GET, as net/http sends it. For GitHub's secondary limits:
 //
 //	throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1, "OPTIONS": 1})
 func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
@@ -145,7 +150,11 @@ func CostByMethod(def int, costs map[string]int) func(*http.Request) int {
 		m[strings.ToUpper(k)] = v
 	}
 	return func(r *http.Request) int {
-		if c, ok := m[r.Method]; ok {
+		method := r.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		if c, ok := m[method]; ok {
 			return c
 		}
 		return def
@@ -166,6 +175,7 @@ type rule struct {
 	pauseIdx  int // index in Limits of Learn.PauseBy, or -1
 
 	failMode FailureMode   // resolved: never FailDefault
+	class    *class        // Class, or nil
 	limits   []quota.Limit // each of Limits as the store sees it
 	local    []quota.Limit // LocalShare of each of Limits
 	queue    *waitQueue    // nil when MaxQueue is 0
@@ -183,8 +193,9 @@ func (r *rule) inFlight() int {
 
 // compiledPolicy is a validated Policy, ready to match requests.
 type compiledPolicy struct {
-	rules  []rule
-	refuse bool
+	rules   []rule
+	refuse  bool
+	classes map[string]*class
 }
 
 // Validate reports every problem with the policy: each is a
@@ -216,6 +227,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 	if p.Instances < 0 {
 		bad("", "Instances", "must not be negative, got %d", p.Instances)
 	}
+	cp.classes = compileClasses(p.Classes, bad) // class.go
 
 	for i, r := range p.Rules {
 		id := r.Name
@@ -291,6 +303,11 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if r.Method != "" && !validMethod(r.Method) {
 			bad(id, "Method", "%q is not an HTTP method token", r.Method)
 		}
+		if r.Class != "" {
+			if cr.class = cp.classes[r.Class]; cr.class == nil {
+				bad(id, "Class", "names no class of the policy: %q", r.Class)
+			}
+		}
 		inRule := make(map[string]bool)
 		for j, l := range r.Limits {
 			field := fmt.Sprintf("Limits[%d]", j)
@@ -303,6 +320,9 @@ func (p Policy) compile() (*compiledPolicy, error) {
 				continue
 			}
 			inRule[l.Name] = true
+			if l.Tenant != nil && l.Algorithm == Concurrency {
+				bad(id, field+".Tenant", "a concurrency limit cannot be shared among tenants")
+			}
 			prev, seen := limits[l.Name]
 			if !seen {
 				limits[l.Name] = limitUse{rule: id, scope: cr.scope, limit: l}

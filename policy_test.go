@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -189,4 +190,5 @@ func TestCostByMethod(t *testing.T) {
 	for method, want := range map[string]int{"GET": 1, "HEAD": 1, "POST": 5, "DELETE": 5} {
 		assert.Equal(t, want, cost(httptest.NewRequest(method, "/", nil)), method)
 	}
+	assert.Equal(t, 1, cost(&http.Request{URL: &url.URL{Path: "/"}}), "no method is a GET, as net/http sends it")
 }

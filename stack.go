@@ -33,13 +33,20 @@ func (r *rule) buckets(req *http.Request, d *demand) error {
 			}
 			continue
 		}
-		b := quota.Bucket{Limit: r.limits[j]}
+		b := quota.Bucket{Limit: r.limits[j], Headroom: d.class.units(r.limits[j])} // class.go
 		if l.Key != nil {
 			k, err := l.Key(req)
 			if err != nil {
 				return errKeyFunc(r.id, l.Name, err)
 			}
 			b.Key = escapeKey(k)
+		}
+		if l.Tenant != nil {
+			k, err := l.Tenant(req)
+			if err != nil {
+				return errKeyFunc(r.id, l.Name, err)
+			}
+			b.Tenant = tenantKey(k)
 		}
 		cost := d.Cost
 		if l.Cost != nil {
@@ -51,12 +58,24 @@ func (r *rule) buckets(req *http.Request, d *demand) error {
 		if c := b.Limit.Capacity(); cost > c {
 			return fmt.Errorf("throttle: rule %s: %w: limit %s admits at most %d at once, request costs %d", r.id, ErrCostTooHigh, l.Name, c, cost)
 		}
+		if c := b.Limit.Capacity() - b.Headroom; b.Headroom > 0 && b.Limit.Algorithm != Concurrency && cost > c {
+			return fmt.Errorf("throttle: rule %s: %w: limit %s admits at most %d at once for class %s, request costs %d", r.id, ErrCostTooHigh, l.Name, c, d.class.name, cost)
+		}
 		if d.rules != nil {
 			d.rules = append(d.rules, j)
 		}
 		d.Limits = append(d.Limits, b)
 	}
 	return nil
+}
+
+// tenantKey returns the store's name of tenant t: t escaped as keys are,
+// and "%" for the empty tenant (a tenant too), which no escaped name is.
+func tenantKey(t string) string {
+	if t == "" {
+		return "%"
+	}
+	return escapeKey(t)
 }
 
 // ruleLimit returns the index in the rule's Limits of d's limit i.

@@ -48,6 +48,7 @@ func (lim *Limiter) inProcess() bool {
 // through the breaker, and applies r's failure mode when the store cannot
 // answer. Errors it returns are ready for the caller.
 func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
+	ev.Tries++
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
@@ -96,7 +97,8 @@ func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 	ld := d.Demand
 	ld.Limits = make([]quota.Bucket, len(d.Limits))
 	for i, b := range d.Limits {
-		ld.Limits[i] = quota.Bucket{Limit: r.local[d.ruleLimit(i)], Key: b.Key, Cost: b.Cost}
+		l := r.local[d.ruleLimit(i)]
+		ld.Limits[i] = quota.Bucket{Limit: l, Key: b.Key, Cost: b.Cost, Headroom: d.class.units(l), Tenant: b.Tenant}
 	}
 	// Not dec: an abandoned store call may still write it.
 	ldec, lerr := f.local.Take(ctx, &ld)

@@ -32,10 +32,11 @@ type Store struct {
 
 	mu      sync.Mutex
 	buckets map[bucketID]*memBucket
-	pauses  map[pauseID]int64 // pause end, µs
-	sweepAt int               // len(buckets)+len(pauses)+len(settled) that triggers a sweep
-	ops     int               // decisions since the last sweep
-	idN     uint64            // reservation ids handed out
+	pauses  map[pauseID]int64        // pause end, µs
+	shared  map[bucketID]*shareState // share.go: counters shared among tenants
+	sweepAt int                      // len(buckets)+len(pauses)+len(settled)+len(shared) that triggers a sweep
+	ops     int                      // decisions since the last sweep
+	idN     uint64                   // reservation ids handed out
 	watch   map[bucketID]*waitList
 	settled map[string]settlement // settle.go: by reservation id
 }
@@ -62,6 +63,7 @@ func New(opts ...Option) *Store {
 		buckets: make(map[bucketID]*memBucket),
 		pauses:  make(map[pauseID]int64),
 		settled: make(map[string]settlement),
+		shared:  make(map[bucketID]*shareState),
 		sweepAt: minSweep,
 	}
 	for _, o := range opts {
@@ -127,6 +129,13 @@ func (b *memBucket) expireAnchor(p params, now int64) {
 	}
 }
 
+// demandParams returns the params of d's limit i: its cost, and its
+// numbers less its headroom (quotamath.Limit.Less).
+func demandParams(d *quota.Demand, i int) params {
+	b := &d.Limits[i]
+	return params{Limit: quotamath.Of(b.Limit).Less(int64(b.Headroom)), cost: int64(d.CostOf(i))}
+}
+
 // minSweep is the smallest number of entries at which sweeps run; between
 // sweeps the number of entries may at most double, or 1024 decisions pass.
 const (
@@ -151,6 +160,14 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	defer s.mu.Unlock()
 	now := s.now().UnixMicro()
 	s.maybeSweep(now)
+
+	// Fair shares (share.go): a demand over its share, or with a
+	// headroom, is never a reservation.
+	var shBuf [2]share
+	sh := s.shares(d, now, shBuf[:0])
+	if d.Restricted() || overShare(sh) {
+		maxWait = 0
+	}
 
 	t, pause := now, -1
 	for i, k := range d.Pauses {
@@ -190,7 +207,18 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		t, binding = next, raiser
 	}
 
+	if end, limit := heldBack(sh, now); limit >= 0 {
+		// Over its share while other tenants hold claims: refused until
+		// they stop holding it back, or until t if that is later.
+		if end >= t {
+			return quota.Decision{Delay: quotamath.Micros(end - now), Limit: limit}, nil
+		}
+		maxWait = -1
+	}
 	if t-now > maxWait {
+		if t-now <= d.MaxWait.Microseconds() && maxWait >= 0 {
+			claim(sh, t) // refused only because it may not reserve
+		}
 		dec := quota.Decision{Delay: quotamath.Micros(t - now), Limit: binding}
 		if binding < 0 && pause >= 0 {
 			dec.Pause = d.Pauses[pause]
@@ -228,6 +256,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		}
 		r.Marks[i] = b.commit(ps[i], t)
 	}
+	charged(sh, t)
 	s.ops++
 	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
 	left(&dec, ps, bs, now)
@@ -321,7 +350,7 @@ func (s *Store) Pause(ctx context.Context, scope, key string, d time.Duration) e
 // maybeSweep drops expired state when enough decisions have passed or the
 // maps have doubled since the last sweep. Amortized O(1) per decision.
 func (s *Store) maybeSweep(now int64) {
-	n := len(s.buckets) + len(s.pauses) + len(s.settled)
+	n := len(s.buckets) + len(s.pauses) + len(s.settled) + len(s.shared)
 	if n < s.sweepAt && s.ops < sweepPeriod {
 		return
 	}
@@ -341,7 +370,12 @@ func (s *Store) maybeSweep(now int64) {
 			delete(s.settled, id)
 		}
 	}
-	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)+len(s.settled)))
+	for id, st := range s.shared {
+		if st.empty(now) {
+			delete(s.shared, id)
+		}
+	}
+	s.sweepAt = max(minSweep, 2*(len(s.buckets)+len(s.pauses)+len(s.settled)+len(s.shared)))
 }
 
 // checkDemand rejects a demand no limit could ever grant and converts its
@@ -350,8 +384,8 @@ func checkDemand(d *quota.Demand, ps []params) ([]params, error) {
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
 	}
-	for i, b := range d.Limits {
-		ps = append(ps, newParams(b.Limit, d.CostOf(i)))
+	for i := range d.Limits {
+		ps = append(ps, demandParams(d, i))
 	}
 	return ps, nil
 }

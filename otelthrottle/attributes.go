@@ -18,6 +18,8 @@ const (
 	operationKey  = attribute.Key("throttle.store.operation") // take, pause, settle
 	settlementKey = attribute.Key("throttle.settlement")      // refund, extra, exact, unreported, failed
 	waitKey       = attribute.Key("throttle.wait")            // seconds, span events only
+	classKey      = attribute.Key("throttle.class")           // the request's class, when it has one
+	tenantKey     = attribute.Key("throttle.tenant")          // the request's tenant: throttle.tenant.decisions only
 	statusKey     = attribute.Key("http.response.status_code")
 )
 

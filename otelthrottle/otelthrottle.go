@@ -15,9 +15,14 @@
 // Units are UCUM, as OpenTelemetry's conventions ask:
 //
 //   - throttle.decisions (counter, {request}): every decision, by
-//     throttle.rule, throttle.limit, throttle.outcome and throttle.shadow;
+//     throttle.rule, throttle.limit, throttle.outcome and throttle.shadow,
+//     and throttle.class for a request of a class;
+//   - throttle.tenant.decisions (counter, {request}): every decision on a
+//     request of a tenant (throttle.Limit's Tenant), by throttle.rule,
+//     throttle.tenant and throttle.outcome: one series per tenant;
 //   - throttle.wait (histogram, s): how long requests waited, by
-//     throttle.rule and throttle.outcome (waited, gave_up);
+//     throttle.rule and throttle.outcome (waited, gave_up), and
+//     throttle.class for a request of a class;
 //   - throttle.store.duration (histogram, s): the store's decision call,
 //     by throttle.rule;
 //   - throttle.store.errors (counter, {error}): decisions and pauses the
@@ -41,9 +46,10 @@
 // [SpanHooks] adds a "throttle.decision" event to the span in the context
 // of every request that matched a rule, when its fate is known (after any
 // wait), with throttle.rule, throttle.outcome, and when they apply
-// throttle.limit, throttle.wait, throttle.fallback and throttle.shadow. It
-// starts no spans. Under otelhttp's transport, as above, the event is on
-// otelhttp's client span; otherwise it is on the caller's span.
+// throttle.limit, throttle.wait, throttle.fallback, throttle.shadow and
+// throttle.class. It starts no spans. Under otelhttp's transport, as
+// above, the event is on otelhttp's client span; otherwise it is on the
+// caller's span.
 //
 // # Attributes
 //
@@ -51,6 +57,11 @@
 //   - throttle.limit: the name of the limit that refused the request
 //     (empty in metrics, absent from events, when none did);
 //   - throttle.outcome: allowed, waited, refused, gave_up or failed;
+//   - throttle.class: the request's priority class (throttle.Class), only
+//     when it has one (events too);
+//   - throttle.tenant: the request's tenant, as the store knows it
+//     (escaped; hashed if the policy hashes it), on
+//     throttle.tenant.decisions only;
 //   - throttle.shadow: the rule is in shadow mode, so the request was sent
 //     whatever the outcome says (events: only when true);
 //   - throttle.fallback: the failure mode that decided because the store
@@ -65,8 +76,10 @@
 //     (waited, gave_up) or, when refused, until it could succeed;
 //   - http.response.status_code: OpenTelemetry's own attribute.
 //
-// Attribute values are rule and limit names from the policy, never keys,
-// so no request data (tokens, user ids) reaches a metric or a span.
+// Attribute values are rule, limit and class names from the policy, never
+// keys, so no request data (tokens, user ids) reaches a metric or a span;
+// but for throttle.tenant, which per-tenant metrics need: a policy whose
+// tenants are secrets hashes them (throttle.HashKey, "hash:" in a file).
 package otelthrottle
 
 import (
@@ -93,8 +106,8 @@ var (
 
 // recorder holds the instruments and what the gauges report.
 type recorder struct {
-	decisions, storeErrors, fallbacks, vendorLimited, settlements metric.Int64Counter
-	wait, storeTime                                               metric.Float64Histogram
+	decisions, tenantDecisions, storeErrors, fallbacks, vendorLimited, settlements metric.Int64Counter
+	wait, storeTime                                                                metric.Float64Histogram
 
 	now    func() time.Time
 	mu     sync.Mutex
@@ -127,6 +140,8 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 	}
 	r.decisions = counter("throttle.decisions", "{request}",
 		"Decisions on requests that matched a rule, by rule, limit, outcome and shadow.")
+	r.tenantDecisions = counter("throttle.tenant.decisions", "{request}",
+		"Decisions on requests of a tenant, by rule, tenant and outcome.")
 	r.storeErrors = counter("throttle.store.errors", "{error}",
 		"Store calls that failed, by rule and operation.")
 	r.fallbacks = counter("throttle.fallback", "{request}",
@@ -190,10 +205,22 @@ func (r *recorder) decision(ev throttle.DecisionEvent) {
 	ctx := context.Background()
 	rule := ruleKey.String(ev.Rule)
 	outcome := outcomeKey.String(outcomeName(ev.Outcome))
-	r.decisions.Add(ctx, 1, metric.WithAttributes(rule, limitKey.String(ev.Limit), outcome,
-		shadowKey.Bool(ev.Shadow)))
+	if ev.Class == "" {
+		r.decisions.Add(ctx, 1, metric.WithAttributes(rule, limitKey.String(ev.Limit), outcome,
+			shadowKey.Bool(ev.Shadow)))
+	} else {
+		r.decisions.Add(ctx, 1, metric.WithAttributes(rule, limitKey.String(ev.Limit), outcome,
+			shadowKey.Bool(ev.Shadow), classKey.String(ev.Class)))
+	}
+	if ev.Tenant != "" {
+		r.tenantDecisions.Add(ctx, 1, metric.WithAttributes(rule, tenantKey.String(ev.Tenant), outcome))
+	}
 	if ev.Outcome == throttle.Waited || ev.Outcome == throttle.GaveUp {
-		r.wait.Record(ctx, ev.Wait.Seconds(), metric.WithAttributes(rule, outcome))
+		if ev.Class == "" {
+			r.wait.Record(ctx, ev.Wait.Seconds(), metric.WithAttributes(rule, outcome))
+		} else {
+			r.wait.Record(ctx, ev.Wait.Seconds(), metric.WithAttributes(rule, outcome, classKey.String(ev.Class)))
+		}
 	}
 	if ev.StoreTime > 0 {
 		r.storeTime.Record(ctx, ev.StoreTime.Seconds(), metric.WithAttributes(rule))

@@ -208,7 +208,7 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 	require.NoError(t, err)
 	// One event of each kind, so that every instrument has a point.
 	h.OnDecision(throttle.DecisionEvent{Context: context.Background(), Rule: "api", Outcome: throttle.Waited,
-		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown})
+		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown, Tenant: "acme"})
 	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Hour})
 	h.OnSettle(throttle.SettleEvent{Rule: "api", Charged: 50, Cost: 7})
 
@@ -221,15 +221,16 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 		assert.NotEmpty(t, m.Description, m.Name)
 	}
 	assert.Equal(t, map[string]string{
-		"throttle.decisions":      "{request}",
-		"throttle.wait":           "s",
-		"throttle.store.duration": "s",
-		"throttle.store.errors":   "{error}",
-		"throttle.fallback":       "{request}",
-		"throttle.vendor.limited": "{response}",
-		"throttle.settlements":    "{request}",
-		"throttle.pauses.active":  "{pause}",
-		"throttle.store.state":    "{state}",
+		"throttle.decisions":        "{request}",
+		"throttle.tenant.decisions": "{request}",
+		"throttle.wait":             "s",
+		"throttle.store.duration":   "s",
+		"throttle.store.errors":     "{error}",
+		"throttle.fallback":         "{request}",
+		"throttle.vendor.limited":   "{response}",
+		"throttle.settlements":      "{request}",
+		"throttle.pauses.active":    "{pause}",
+		"throttle.store.state":      "{state}",
 	}, units)
 }
 
@@ -262,4 +263,39 @@ func TestMetricsOfSettlements(t *testing.T) {
 	assert.Equal(t, map[string]int64{"throttle.rule=graphql,throttle.store.operation=settle": 1}, sums(t, got["throttle.store.errors"]),
 		"a store error is a store error; a bad cost is not")
 	assert.Equal(t, int64(7), theirs.Load(), "the caller's own hook still runs")
+}
+
+// TestMetricsByClassAndTenant: decisions and waits carry the request's
+// class, and a request of a tenant is counted by tenant too, on a
+// Limiter whose bulk class stops at its headroom (2 of 10) and whose
+// limit is shared among tenants.
+func TestMetricsByClassAndTenant(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{})
+	require.NoError(t, err)
+	lim, err := throttle.NewLimiter(throttle.Policy{
+		Classes: []throttle.Class{{Name: "interactive"}, {Name: "bulk", Headroom: 0.2}},
+		Rules: []throttle.Rule{{Name: "sync", Class: "bulk", Wait: waiters.FailFast(),
+			Limits: []throttle.Limit{{Name: "calls", Rate: 10, Per: time.Hour, Tenant: throttle.KeyFromContext("customer")}}}},
+	}, throttle.WithHooks(hooks))
+	require.NoError(t, err)
+	acme := throttle.WithKey(context.Background(), "customer", "acme")
+	for range 9 {
+		_, _ = lim.Allow(acme, "sync")
+	}
+	_, err = lim.Allow(throttle.WithClass(acme, "interactive"), "sync")
+	require.NoError(t, err)
+
+	m := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"throttle.class=bulk,throttle.limit=,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false":        8,
+		"throttle.class=bulk,throttle.limit=calls,throttle.outcome=refused,throttle.rule=sync,throttle.shadow=false":   1,
+		"throttle.class=interactive,throttle.limit=,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false": 1,
+	}, sums(t, m["throttle.decisions"]))
+	assert.Equal(t, map[string]int64{
+		"throttle.outcome=allowed,throttle.rule=sync,throttle.tenant=acme": 9,
+		"throttle.outcome=refused,throttle.rule=sync,throttle.tenant=acme": 1,
+	}, sums(t, m["throttle.tenant.decisions"]))
 }

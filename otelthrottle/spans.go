@@ -39,7 +39,7 @@ func addEvent(ev throttle.DecisionEvent) {
 	if !span.IsRecording() {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, ruleKey.String(ev.Rule), outcomeKey.String(outcomeName(ev.Outcome)))
 	if ev.Limit != "" {
 		attrs = append(attrs, limitKey.String(ev.Limit))
@@ -52,6 +52,9 @@ func addEvent(ev throttle.DecisionEvent) {
 	}
 	if ev.Shadow {
 		attrs = append(attrs, shadowKey.Bool(true))
+	}
+	if ev.Class != "" {
+		attrs = append(attrs, classKey.String(ev.Class))
 	}
 	span.AddEvent(EventName, trace.WithAttributes(attrs...))
 }

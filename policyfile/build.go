@@ -302,6 +302,11 @@ func (b *builder) policy(n *node) throttle.Policy {
 		{"instances", into(&p.Instances, b.whole)},
 		{"on_store_failure", into(&p.OnStoreFailure, b.failureMode)},
 		{"refuse_unmatched", into(&p.RefuseUnmatched, b.boolean)},
+		{"classes", func(v *node, w at) {
+			for i, item := range b.list(v, w) {
+				p.Classes = append(p.Classes, b.class(item, w.index(i)))
+			}
+		}},
 		{"rules", func(v *node, w at) { rules = b.list(v, w) }},
 	})
 	for i, item := range rules {
@@ -363,6 +368,7 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 			}
 			r.Settle = throttle.SettleFromJSON(path)
 		}},
+		{"class", into(&r.Class, b.str)},
 	})
 	r.Cost = b.costFunc(c)
 	return r
@@ -467,12 +473,39 @@ func (b *builder) limit(n *node, w at) throttle.Limit {
 		{"match", into(&l.Match, b.match)},
 		{"cost", c.readCost},
 		{"cost_by_method", c.readByMethod},
+		{"tenant", into(&l.Tenant, b.key)},
 	})
 	if n.kind == mappingNode && !perGiven {
 		b.bad(w.in("per"), n.line, "missing: give a duration such as 1m or 30m")
 	}
 	l.Cost = b.costFunc(c)
 	return l
+}
+
+// class reads a priority class: its name and headroom.
+func (b *builder) class(n *node, w at) throttle.Class {
+	var c throttle.Class
+	b.mapping(n, w, []field{
+		{"name", into(&c.Name, b.str)},
+		{"headroom", into(&c.Headroom, b.fraction)},
+	})
+	return c
+}
+
+// fraction reads a share: a number (0.2) or a percentage ("20%").
+// Validation checks its range.
+func (b *builder) fraction(n *node, w at) float64 {
+	if n.kind == scalarNode {
+		text, div := n.num, 1.0
+		if n.typ != numberScalar {
+			text, div = strings.TrimSuffix(n.text, "%"), 100
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(text), 64); err == nil && (div == 1 || text != n.text) {
+			return f / div
+		}
+	}
+	b.bad(w, n.line, "must be a fraction (0.2) or a percentage (\"20%%\"), got %s", n.describe())
+	return 0
 }
 
 func (b *builder) learning(n *node, w at) throttle.Learning {

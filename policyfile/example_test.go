@@ -91,7 +91,7 @@ func ExampleLoad() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, quota.ErrInvalid))
 	// Output:
-	// policy.yaml:4: rule "slack-notify": wiat: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry, settle_from_json)
+	// policy.yaml:4: rule "slack-notify": wiat: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry, settle_from_json, class)
 	// policy.yaml:6: rule "slack-notify": limits[0].rate: must be a whole number, got 100.5
 	// policy.yaml:7: rule "slack-notify": limits[1].per: not a duration (such as 30s, 5m, 1h): "30 minutes"
 	// policy.yaml:7: rule "slack-notify": limits[1].rate: must be positive, got 0

@@ -170,6 +170,10 @@ func TestBadFiles(t *testing.T) {
 		{"unknown match field", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, match: {host: x}}\n", 4, "a", "limits[0].match.host", "unknown field"},
 		{"limit cost 0", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, cost: 0}\n", 4, "a", "limits[0].cost", "at least 1"},
 		{"limit cost twice", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, cost: 2, cost_by_method: {GET: 1}}\n", 4, "a", "limits[0].cost", "not both"},
+		{"bad headroom", "classes:\n  - {name: bulk, headroom: lots}\nrules: []\n", 2, "", "classes[0].headroom", "a percentage"},
+		{"headroom 100% (validation)", "classes:\n  - name: ok\n  - name: bulk\n    headroom: 100%\nrules: []\n", 4, "", "classes[1].headroom", "below 1"},
+		{"unknown class (validation)", "classes: [{name: bulk}]\nrules:\n  - name: a\n    class: bluk\n", 4, "a", "class", "bluk"},
+		{"bad tenant", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, tenant: customer}\n", 4, "a", "limits[0].tenant", "KIND:NAME"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -333,11 +337,11 @@ rules:
 	_, err := policyfile.Load("policy.yaml", []byte(doc))
 	require.Error(t, err)
 	want := []string{
-		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry, settle_from_json)`,
+		`policy.yaml:4: rule "a": hots: unknown field (name, host, method, path, scope, wait, cost, cost_by_method, shadow, on_store_failure, limits, learn, retry, settle_from_json, class)`,
 		`policy.yaml:5: rule "a": wait: unknown waiter "soon" (block, fail-fast, up-to DURATION)`,
 		`policy.yaml:7: rule "a": limits[0].rate: must be a whole number, got 5.5`,
 		`policy.yaml:9: rule "a": limits[2].per: not a duration (such as 30s, 5m, 1h): "forever"`,
-		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, phase, key, match, cost, cost_by_method)`,
+		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, phase, key, match, cost, cost_by_method, tenant)`,
 		`policy.yaml:13: rule "b": limits[0].per: missing: give a duration such as 1m or 30m`,
 		`policy.yaml:1: instances: must not be negative, got -1`,
 		`policy.yaml:8: rule "a": limits[1].rate: must be positive, got 0`,

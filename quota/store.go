@@ -80,6 +80,54 @@ import (
 // back the other charges (and a lease that a Claim of it whose answer was
 // lost may have taken).
 //
+// # Headroom and fair shares
+//
+// Two fields of a [Bucket] let traffic of different importance share a
+// limit. A Headroom keeps part of a limit free for demands without one
+// (throttle's priority classes); a Tenant shares a limit fairly among the
+// tenants of its counter. A demand that has a headroom on any limit, or
+// is over its fair share on any, is restricted: it is never granted as a
+// reservation. If it cannot act now it is refused with nothing charged,
+// and Delay is the time until it could; its caller waits that long and
+// asks again. So a restricted demand never holds quota for a later
+// instant that a demand arriving after it would have to queue behind.
+// [Bucket.Headroom] gives the arithmetic of a headroom.
+//
+// # Fair shares
+//
+// Buckets with a [Bucket.Tenant] share their counter among tenants. With
+// P the limit's Per, T = ceil(P/Rate) and C its capacity (Burst for GCRA,
+// Rate otherwise), a store keeps for each such counter:
+//
+//   - its active tenants: those named by a demand on it decided in
+//     (now-P, now], granted or not; n is their number, the deciding
+//     demand's tenant included;
+//   - a share clock V per tenant, an instant (0 at first). A tenant is
+//     within its share while V < now + C*T, over it otherwise;
+//   - claims: a tenant within its share whose demand is refused only
+//     because it is restricted (Delay is within MaxWait: it will ask
+//     again) holds a claim on the counter until now + Delay + T. Granting
+//     a demand of the tenant drops its claim.
+//
+// A demand over its share on a limit is restricted, and is refused while
+// another tenant of that limit holds a claim: Delay is then the time
+// until the last claim lapses or the tenant is within its share again,
+// whichever comes first (or until the limits admit it, if that is
+// later), and Limit names the shared limit. When a demand is granted for
+// the instant t, its tenant's clock on each shared limit becomes
+// min(max(V, t), t + C*T) + c*n*T, c being its cost on that limit
+// (c*n*T at most 2^50 µs). A refusal charges nothing, but makes its
+// tenant active and may give it a claim.
+//
+// So a tenant that keeps asking is within its share again c*n*T after
+// each grant, and is then served ahead of the tenants over their share:
+// it gets at least its fair share, Rate/n, and they take what the others
+// leave. A tenant alone (n = 1) may use the whole limit. Within its share
+// a tenant may run ahead of its clock by up to C*T, a burst of C/n units.
+// The share is exact only while n stays the same (a grant counts with
+// the n of its decision); a claim whose holder does not come back within
+// T of its instant lapses; Cancel and Settle do not move a clock.
+//
 // Implementations must be safe for concurrent use. An error from Take means
 // the demand may or may not have been charged; callers treat it as not
 // granted.
@@ -155,6 +203,9 @@ func (d *Demand) Validate() error {
 		if c, cost := l.Capacity(), d.CostOf(i); cost > c {
 			return fmt.Errorf("%w: limit %s admits at most %d at once, demand costs %d", ErrCostTooHigh, l.Name, c, cost)
 		}
+		if err := d.checkShare(i); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -186,6 +237,24 @@ type Bucket struct {
 	// write costs 5 points of one limit and 1 of another); they are still
 	// decided together, all charged or none.
 	Cost int
+
+	// Headroom is how much of the limit the demand must leave free: it is
+	// admitted only if, after its cost c, at least Headroom units are
+	// still free. GCRA admits c at t when max(TAT, t) + c*T - t <=
+	// (B-Headroom)*T; FixedWindow, SlidingWindow and SlidingLog when their
+	// count (estimate, logged cost) plus c is at most Rate-Headroom; a
+	// Concurrency limit when more than Headroom slots are free. A demand
+	// with a headroom on any limit is never granted as a reservation (see
+	// [Store]). Headroom plus the cost may not exceed the limit's capacity
+	// (its Rate slots, for a Concurrency limit): that is [ErrCostTooHigh].
+	// Zero means none.
+	Headroom int
+
+	// Tenant, if not empty, is who the demand is for: the counter is
+	// shared fairly among the tenants that use it (see [Store]), so that
+	// none gets more than its share while another is held back. A
+	// [Concurrency] limit cannot be shared.
+	Tenant string
 }
 
 // A Decision is a [Store]'s answer to a [Demand].
@@ -216,8 +285,9 @@ type Decision struct {
 	// Remaining is, when the demand is granted at once (OK, Delay 0), how
 	// much its limits still admit now, after its charge: the least, over
 	// its limits, of [LimitState.Remaining] (free slots for a Concurrency
-	// limit). It is 0 for a reservation (Delay > 0), for a refusal, and
-	// for a demand without limits.
+	// limit) less the limit's [Bucket.Headroom], not below 0, which is
+	// what a demand like it may still take. It is 0 for a reservation
+	// (Delay > 0), for a refusal, and for a demand without limits.
 	Remaining int64
 
 	// ResetAfter is, when the demand is granted, how long until what it

@@ -193,7 +193,7 @@ func (s *Store) sendBatch(calls []*batchCall) {
 	for _, c := range calls {
 		d := c.d
 		keys = append(keys, s.takeKeys(d, "")...)
-		args = append(args, len(d.Pauses), len(d.Limits), max(d.MaxWait, 0).Microseconds())
+		args = append(args, len(d.Pauses), len(d.Limits), demandMaxWait(d))
 		args = appendGCRAPairs(args, d)
 	}
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()

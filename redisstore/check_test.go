@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -45,8 +46,8 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
-		if f == "prologue.lua" {
-			continue // a part of every script, not one of its own
+		if isPart(f) {
+			continue // a part of scripts, not one of its own
 		}
 		exists, err := c.ScriptExists(ctx(t), redis.NewScript(scriptSource(t, f)).Hash()).Result()
 		require.NoError(t, err)
@@ -219,11 +220,27 @@ func TestCheckClusterNode(t *testing.T) {
 // scriptSource returns the script that the store runs for the file name:
 // prologue.lua, then the file (scripts.go).
 func scriptSource(t *testing.T, name string) string {
-	prologue, err := os.ReadFile("prologue.lua")
-	require.NoError(t, err)
-	body, err := os.ReadFile(name)
-	require.NoError(t, err)
-	return string(prologue) + string(body)
+	src := ""
+	for _, f := range slices.Concat([]string{"prologue.lua"}, redisstore.ScriptParts()[name], []string{name}) {
+		text, err := os.ReadFile(f)
+		require.NoError(t, err)
+		src += string(text)
+	}
+	return src
+}
+
+// isPart reports whether the .lua file name is a part of scripts
+// (prologue.lua, or one of redisstore.ScriptParts), not one by itself.
+func isPart(name string) bool {
+	if name == "prologue.lua" {
+		return true
+	}
+	for _, parts := range redisstore.ScriptParts() {
+		if slices.Contains(parts, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestConfigErrorOnCalls: the store's calls, not only Check, return

@@ -51,16 +51,26 @@
 //	throttle:v1:{S}:p:KEY        pause: its end, µs
 //	throttle:v1:{S}:r:ID         a granted decision's reply (replay ids)
 //	throttle:v1:{S}:s:ID         the costs a reservation was settled to (Store.Settle)
+//	throttle:v1:{S}:tA:NAME:KEY  fair shares (a bucket's Tenant): sorted set, tenant -> its last demand, µs
+//	throttle:v1:{S}:hA:NAME:KEY  fair shares: sorted set, tenant -> the end of its claim, µs
+//	throttle:v1:{S}:vA:NAME:N:KEY:TENANT  fair shares: a tenant's share clock, µs (N = len(KEY))
 //
-// NAME is the limit's name and KEY the bucket's key. "v1" is the schema
-// version: a release that changes the layout changes it, so it never
-// misreads keys written by another. Every key has a TTL that ends when its
-// state can no longer affect a decision: at the GCRA arrival time, at the
-// end of the last window charged (one window later for the sliding
-// window), Per after the newest log entry, when the latest lease expires
-// (a concurrency key whose last lease is released is deleted), at the
-// pause's end, when the replay window closes, or when the last charge of
-// a settled reservation can be settled no more. Nothing lives forever.
+// NAME is the limit's name and KEY the bucket's key; A is the limit key's
+// algorithm letter (g, f, w or l). "v1" is the schema version: a release
+// that changes the layout changes it, so it never misreads keys written by
+// another. Every key has a TTL that ends when its state can no longer
+// affect a decision: at the GCRA arrival time, at the end of the last
+// window charged (one window later for the sliding window), Per after the
+// newest log entry, when the latest lease expires (a concurrency key whose
+// last lease is released is deleted), Per after a shared limit's last
+// demand, at a share clock's instant or a claim's end, at the pause's end,
+// when the replay window closes, or when the last charge of a settled
+// reservation can be settled no more. Nothing lives forever.
+//
+// A demand with a [quota.Bucket] Tenant runs take.lua, whose fair shares
+// are in share.lua. A headroom (Bucket.Headroom) costs nothing: it lowers
+// the allowance every script already takes, and such a demand is sent
+// with MaxWait 0, since it is never reserved.
 //
 // # Concurrency limits and leases
 //

@@ -78,3 +78,7 @@ func AlgoCodes() (codes map[string]string, algos map[string]quota.Algorithm) {
 
 // AlgoCode is the code of a in the scripts' arguments.
 var AlgoCode = algoCode
+
+// ScriptParts returns the files put between prologue.lua and a script's
+// own file, by script; a part is no script by itself.
+func ScriptParts() map[string][]string { return scriptParts }

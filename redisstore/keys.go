@@ -25,6 +25,9 @@ const schema = "v1"
 //	P v1:{S}:p:KEY        pause end, µs (string)
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
 //	P v1:{S}:s:ID         the costs a reservation was settled to (string)
+//	P v1:{S}:tA:NAME:KEY  fair shares: active tenants, member tenant, score its last demand µs (zset)
+//	P v1:{S}:hA:NAME:KEY  fair shares: claims, member tenant, score the claim's end µs (zset)
+//	P v1:{S}:vA:NAME:N:KEY:TENANT  fair shares: a tenant's share clock, µs (string); N = len(KEY)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
 //	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
 //
@@ -34,6 +37,7 @@ const schema = "v1"
 // (letters, digits and ._- only, checked), so the ':' after it ends it;
 // KEY is the rest of the key and may contain anything without changing the
 // slot, because Redis takes the tag from the first '{' to the next '}'.
+// A is a limit key's algorithm letter (g, f, l or w; see algTag).
 
 // keys builds the keys of one scope.
 type keys struct {

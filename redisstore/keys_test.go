@@ -51,6 +51,18 @@ func exercise(t *testing.T, s quota.Store, scope, key string) {
 		require.True(t, dec.OK)
 		require.NoError(t, st.Settle(c, dec.Reservation, []int{2, 2, 2, 2, 2})) // a settlement key
 	}
+	// Fair shares: the active tenants, a tenant's share clock, and a claim
+	// (of a second tenant, within its share, refused with a headroom).
+	share := quota.Bucket{Limit: quota.Limit{Name: "t", Rate: 2, Per: time.Second}, Key: key, Tenant: key}
+	for range 2 {
+		dec, err := s.Take(c, &quota.Demand{Scope: scope, Limits: []quota.Bucket{share}, Cost: 1})
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+	}
+	share.Tenant, share.Headroom = key+"2", 1
+	dec, err = s.Take(c, &quota.Demand{Scope: scope, Limits: []quota.Bucket{share}, Cost: 1, MaxWait: 5 * time.Second})
+	require.NoError(t, err)
+	require.False(t, dec.OK)
 	if ls, ok := s.(quota.LeaseStore); ok {
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
@@ -98,7 +110,7 @@ func checkLayout(t *testing.T, nodes []*redis.Client, prefix string, scopes []st
 			}
 			assert.True(t, found, "key %.80q: tag %.40q is no scope's", k, tag)
 			assert.NotContains(t, tag, "{")
-			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:"}, tail[:2], "key %.80q", k)
+			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:", "tg", "hg", "vg"}, tail[:2], "key %.80q", k)
 			if cluster {
 				slot, err := n.ClusterKeySlot(c, k).Result()
 				require.NoError(t, err)

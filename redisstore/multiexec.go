@@ -35,6 +35,9 @@ import (
 //     millisecond, not the exact microsecond of [Store].
 //   - No [quota.Concurrency] limits: it is not a [quota.LeaseStore]; nor
 //     a [quota.Inspector].
+//   - No fair shares: a demand with a [quota.Bucket].Tenant is an error.
+//     A headroom (Bucket.Headroom) is kept, like Rate, by the count
+//     after the INCRBY.
 //
 // Pauses work as in [Store], and so does [MultiExecStore.Sync] for fixed
 // windows. [MultiExecStore.CheckLimits] lets throttle.NewTransport refuse,
@@ -102,6 +105,10 @@ func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decis
 		if _, err := txWindows(&d.Limits[i].Limit); err != nil {
 			return quota.Decision{}, fmt.Errorf("redisstore: limit %s: %w", d.Limits[i].Limit.Name, err)
 		}
+		if d.Limits[i].Tenant != "" {
+			return quota.Decision{}, fmt.Errorf("redisstore: %w", &quota.FieldError{Field: fmt.Sprintf("Limits[%d].Tenant", i),
+				Err: errors.New("the MULTI/EXEC store cannot share a limit among tenants")})
+		}
 	}
 	ks := newKeys(m.s.prefix, d.Scope)
 	ctx, cancel := m.s.callContext(ctx)
@@ -137,7 +144,7 @@ func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decis
 		}
 	}
 	for i, c := range counts {
-		if c.Val() <= int64(d.Limits[i].Limit.Rate) {
+		if c.Val() <= int64(d.Limits[i].Limit.Rate-d.Limits[i].Headroom) {
 			continue
 		}
 		ttl := ttls[i].Val()
@@ -154,7 +161,7 @@ func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decis
 		dec := quota.Decision{OK: true, Limit: -1, Reservation: &quota.Reservation{Demand: d, Marks: make([]int64, len(d.Limits))}}
 		dec.Remaining = math.MaxInt64
 		for i, c := range counts {
-			dec.Remaining = min(dec.Remaining, int64(d.Limits[i].Limit.Rate)-c.Val())
+			dec.Remaining = min(dec.Remaining, int64(d.Limits[i].Limit.Rate-d.Limits[i].Headroom)-c.Val())
 			dec.ResetAfter = max(dec.ResetAfter, ttls[i].Val()+time.Millisecond)
 		}
 		if len(counts) == 0 {

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"embed"
+	"slices"
+	"strings"
 
 	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
@@ -21,11 +23,20 @@ import (
 // defines now, slack, id and the algorithm codes of [algoCodes]. A
 // script's own arguments start at ARGV[3]; each file's header lists them.
 //
+// A script may also have parts of its own, put between the prologue and
+// its file (scriptParts): code kept in a file apart, but no script by
+// itself.
+//
 // Every script of the package is embedded here.
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
+//go:embed share.lua
 var luaFiles embed.FS
+
+// scriptParts lists, by script, the files put between prologue.lua and
+// the script's own file. share.lua holds take.lua's fair shares.
+var scriptParts = map[string][]string{"take.lua": {"share.lua"}}
 
 var (
 	takeScript = newScript("take.lua")
@@ -80,19 +91,19 @@ func newScript(name string) luaScript {
 }
 
 // composeScript returns the text of the script of the embedded file name:
-// prologue.lua, then the file. The names are those of the go:embed lines
-// above, so reading cannot fail but for a misspelt name, which every test
-// of the package would show at once.
+// prologue.lua, its parts, then the file. The names are those of the
+// go:embed lines above, so reading cannot fail but for a misspelt name,
+// which every test of the package would show at once.
 func composeScript(name string) string {
-	prologue, err := luaFiles.ReadFile("prologue.lua")
-	if err != nil {
-		panic("redisstore: " + err.Error())
+	var src strings.Builder
+	for _, f := range slices.Concat([]string{"prologue.lua"}, scriptParts[name], []string{name}) {
+		text, err := luaFiles.ReadFile(f)
+		if err != nil {
+			panic("redisstore: " + err.Error())
+		}
+		src.Write(text)
 	}
-	body, err := luaFiles.ReadFile(name)
-	if err != nil {
-		panic("redisstore: " + err.Error())
-	}
-	return string(prologue) + string(body)
+	return src.String()
 }
 
 // algoCodes are the algorithm codes of the scripts' arguments. prologue.lua

@@ -165,7 +165,8 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	if err := d.Validate(); err != nil {
 		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
-	gcraOnly, needID := len(d.Limits) > 0 && !s.generic, s.replayMS > 0
+	// A limit shared among tenants needs take.lua (share.lua).
+	gcraOnly, needID := len(d.Limits) > 0 && !s.generic && !d.Shared(), s.replayMS > 0
 	for i := range d.Limits {
 		switch d.Limits[i].Limit.Algorithm {
 		case quota.GCRA:
@@ -195,10 +196,10 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		replayID = id
 	}
 	keys := s.takeKeys(d, replayID)
-	maxWait := max(d.MaxWait, 0).Microseconds()
+	maxWait := demandMaxWait(d)
 	script := takeScript
 	var args []any
-	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 &&
+	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
 		d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
@@ -207,7 +208,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
 		args, mark = s.scriptArgs(6, id, true)
-		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate, d.CostOf(0), phaseArg(l))
+		args = append(args, algoCode(l.Algorithm), maxWait, l.Per.Microseconds(), l.Rate-d.Limits[0].Headroom, d.CostOf(0), phaseArg(l))
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
@@ -218,20 +219,25 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
-		args, mark = s.scriptArgs(4+5*len(d.Limits)+2*len(carried), id, true)
-		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried))
+		shares := sharedLimits(d) // share.go
+		args, mark = s.scriptArgs(5+5*len(d.Limits)+7*shares+2*len(carried), id, true)
+		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried), shares)
 		for i := range d.Limits {
-			l, cost := &d.Limits[i].Limit, int64(d.CostOf(i))
+			b, cost := &d.Limits[i], int64(d.CostOf(i))
+			l, h := &b.Limit, int64(b.Headroom)
 			switch l.Algorithm {
 			case quota.GCRA:
-				charge, room := gcraArgs(l, cost)
+				charge, room := gcraArgs(b, cost)
 				args = append(args, algoCode(l.Algorithm), charge, room, cost, 0)
 			case quota.Concurrency: // lease.go
-				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), l.Rate, 1, 0)
+				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), int64(l.Rate)-h, 1, 0)
 			default:
 				p, r := l.Per.Microseconds(), int64(l.Rate)
-				args = append(args, algoCode(l.Algorithm), p, r-cost, cost, phaseArg(l))
+				args = append(args, algoCode(l.Algorithm), p, r-h-cost, cost, phaseArg(l))
 			}
+		}
+		if shares > 0 {
+			keys, args = s.appendShares(keys, args, d)
 		}
 		keys, args = appendReleases(keys, args, carried)
 	}
@@ -280,21 +286,30 @@ func gcraMode(pauses int, replayMS int64) string {
 	return strconv.Itoa(pauses) + " " + formatInt(replayMS)
 }
 
+// demandMaxWait returns the MaxWait the scripts take for d, in µs: 0 for
+// a demand with a headroom, which is never a reservation.
+func demandMaxWait(d *quota.Demand) int64 {
+	if d.Restricted() {
+		return 0
+	}
+	return max(d.MaxWait, 0).Microseconds()
+}
+
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
-// whose limits are all GCRA: a = cost*T and b = Burst*T - cost*T.
+// whose limits are all GCRA: a = cost*T and b = (Burst-h)*T - cost*T.
 func appendGCRAPairs(args []any, d *quota.Demand) []any {
 	for i := range d.Limits {
-		charge, room := gcraArgs(&d.Limits[i].Limit, int64(d.CostOf(i)))
+		charge, room := gcraArgs(&d.Limits[i], int64(d.CostOf(i)))
 		args = append(args, charge, room)
 	}
 	return args
 }
 
-// gcraArgs returns what the scripts take per GCRA limit l for cost: the
-// charge cost*T and the room Burst*T - cost*T, T being the emission
-// interval ([quotamath.Limit.Emission]).
-func gcraArgs(l *quota.Limit, cost int64) (charge, room int64) {
-	ql := quotamath.Of(*l)
+// gcraArgs returns what the scripts take per GCRA limit of bucket b for
+// cost: the charge cost*T and the room (Burst-h)*T - cost*T, T being the
+// emission interval ([quotamath.Limit.Emission]) and h b's headroom.
+func gcraArgs(b *quota.Bucket, cost int64) (charge, room int64) {
+	ql := quotamath.Of(b.Limit).Less(int64(b.Headroom))
 	t := ql.Emission()
 	return cost * t, ql.Burst*t - cost*t
 }
@@ -424,7 +439,8 @@ func left(dec *quota.Decision, now, remaining int64) {
 		remaining = math.MaxInt64
 	}
 	for i := range r.Demand.Limits {
-		l := quotamath.Of(r.Demand.Limits[i].Limit)
+		b := &r.Demand.Limits[i]
+		l := quotamath.Of(b.Limit).Less(int64(b.Headroom))
 		end = max(end, l.ChargeEnd(r.Marks[i]))
 		if gcra {
 			remaining = min(remaining, l.State(quotamath.Counter{TAT: r.Marks[i]}, now).Remaining)

@@ -4,29 +4,35 @@
 --
 -- KEYS: the demand's pause keys (ARGV[4] of them), then one key per limit,
 -- then, when ARGV[5] > 0, the key that remembers this decision's reply,
--- then the ARGV[6] concurrency keys of leases released earlier (see
--- below). All share one hash tag {scope}; no other key is touched.
+-- then 3 per limit shared among tenants (share.lua), then the ARGV[6]
+-- concurrency keys of leases released earlier (see below). All share one
+-- hash tag {scope}; no other key is touched.
 --
 -- ARGV[1], ARGV[2]  the clock and the decision id (prologue.lua): unique,
 --          it names sliding-log members and leases
--- ARGV[3]  MaxWait
+-- ARGV[3]  MaxWait; 0 for a demand with a headroom (Bucket.Headroom),
+--          which is never a reservation
 -- ARGV[4]  number of pause keys
 -- ARGV[5]  how long to remember the reply, ms; 0: not at all
 -- ARGV[6]  number of leases released earlier, carried by this call
--- then 5 per limit, limit i's from ARGV[2 + 5*i]: algorithm, param,
--- allowance, cost, phase
---   GCRA            param = cost*T, allowance = Burst*T - cost*T
+-- ARGV[7]  number of limits shared among tenants (share.lua)
+-- then 5 per limit, limit i's from ARGV[3 + 5*i]: algorithm, param,
+-- allowance, cost, phase; h is the limit's headroom (Bucket.Headroom), 0
+-- for most
+--   GCRA            param = cost*T, allowance = (Burst-h)*T - cost*T
 --                   (T = ceil(Per/Rate))
---   FIXED_WINDOW    param = Per,    allowance = Rate - cost, phase = the
---                   windows' phase F (window k starts at F + k*Per), or
---                   -1: the counter's own (an Anchored limit, below)
---   SLIDING_LOG     param = Per,    allowance = Rate - cost
---   SLIDING_WINDOW  param = Per,    allowance = Rate - cost, phase as for
---                   FIXED_WINDOW
---   CONCURRENCY     param = lease time (Per), allowance = Rate (slots);
---                   the member of a lease is the decision id. A slot is
---                   taken only when the demand acts now; a reservation
---                   (delay > 0) leaves it to claim.lua when it comes due
+--   FIXED_WINDOW    param = Per,    allowance = Rate - h - cost, phase =
+--                   the windows' phase F (window k starts at F + k*Per),
+--                   or -1: the counter's own (an Anchored limit, below)
+--   SLIDING_LOG     param = Per,    allowance = Rate - h - cost
+--   SLIDING_WINDOW  param = Per,    allowance = Rate - h - cost, phase as
+--                   for FIXED_WINDOW
+--   CONCURRENCY     param = lease time (Per), allowance = Rate - h
+--                   (slots); the member of a lease is the decision id. A
+--                   slot is taken only when the demand acts now; a
+--                   reservation (delay > 0) leaves it to claim.lua when it
+--                   comes due
+-- then 7 per shared limit (share.lua)
 -- then 2 per carried release: the lease id, the channel announcing it
 -- (phase is 0 for the algorithms without windows)
 --
@@ -48,7 +54,8 @@
 --
 -- Reply: {1, delay, -1, -1, now, remaining, mark...} when granted (the
 -- clock; what the limits admit now after the charge, the least over
--- them, when granted at once, else 0; a mark per limit: the GCRA arrival
+-- them less their headrooms, when granted at once, else 0; a mark per
+-- limit: the GCRA arrival
 -- time set, the window charged, the log instant, or the lease's expiry, 0
 -- for a slot left unclaimed), or {0, delay, binding limit index, binding
 -- pause index} when refused; indexes are 0-based, -1 for none.
@@ -61,7 +68,8 @@ for k = #KEYS - carried + 1, #KEYS do
 end
 
 local pauses = tonumber(ARGV[4])
-local limits = (#ARGV - 6 - 2 * carried) / 5
+local shares = tonumber(ARGV[7])
+local limits = (#ARGV - 7 - 7 * shares - 2 * carried) / 5
 local replyTTL = tonumber(ARGV[5])
 local replayKey = KEYS[pauses + limits + 1]
 if replyTTL > 0 then
@@ -76,6 +84,18 @@ if replyTTL > 0 then
     if granted > now then reply[2] = granted - now end
     return reply
   end
+end
+
+-- Fair shares (share.lua): a demand over its share on a limit is never a
+-- reservation either.
+local maxWait = tonumber(ARGV[3])
+local shared = {}
+if shares > 0 then
+  local over
+  local firstKey = pauses + limits + 1
+  if replyTTL > 0 then firstKey = firstKey + 1 end
+  shared, over = sharesBegin(shares, 8 + 5 * limits, firstKey)
+  if over then maxWait = 0 end
 end
 
 -- Pauses: the instant starts at the latest pause end (lowest index on
@@ -95,7 +115,7 @@ local logTotal = {} -- sliding log: the running total of its newest entry, 0 if 
 -- with no state (it admits anything, and its first charge sets it).
 local phases, expiries = {}, {}
 for i = 1, limits do
-  local arg = 2 + 5 * i
+  local arg = 3 + 5 * i
   local algo = ARGV[arg]
   if algo == FIXED_WINDOW or algo == SLIDING_WINDOW then
     local phase = tonumber(ARGV[arg + 4])
@@ -111,7 +131,7 @@ local binding, rounds = -1, 0
 while true do
   local nextInstant, raiser = instant, -1
   for i = 1, limits do
-    local arg = 2 + 5 * i
+    local arg = 3 + 5 * i
     local algo, param, allowance = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local key = KEYS[pauses + i]
     local earliest = instant
@@ -201,7 +221,19 @@ while true do
   end
 end
 
-if instant - now > tonumber(ARGV[3]) then
+if shares > 0 then
+  -- Over its share while others hold claims: refused until they stop
+  -- holding it back, or until the instant if that is later.
+  local held, heldLimit = sharesHeld(shared)
+  if held then
+    if held >= instant then return {0, held - now, heldLimit - 1, -1} end
+    maxWait = -1
+  end
+end
+if instant - now > maxWait then
+  if shares > 0 and maxWait >= 0 and instant - now <= shared[1].wait then
+    sharesClaim(shared, instant) -- refused only because it may not reserve
+  end
   return {0, instant - now, binding, pause}
 end
 
@@ -214,7 +246,7 @@ end
 -- grows past Rate. A full limit refuses with the delay until max(instant,
 -- the expiry that frees a slot if nobody releases).
 for i = 1, limits do
-  local arg = 2 + 5 * i
+  local arg = 3 + 5 * i
   if ARGV[arg] == CONCURRENCY then
     local key = KEYS[pauses + i]
     local leases, slots = redis.call('ZCARD', key), tonumber(ARGV[arg + 2])
@@ -245,7 +277,7 @@ local function leaves(left)
   if instant == now and (not remaining or left < remaining) then remaining = left end
 end
 for i = 1, limits do
-  local arg = 2 + 5 * i
+  local arg = 3 + 5 * i
   local algo, param, cost = ARGV[arg], tonumber(ARGV[arg + 1]), ARGV[arg + 3]
   local key = KEYS[pauses + i]
   if algo == GCRA then
@@ -388,6 +420,7 @@ for i = 1, limits do
   end
 end
 if remaining then reply[6] = remaining end
+if shares > 0 then sharesCharged(shared, instant) end
 
 if replyTTL > 0 then
   local remembered = fmt('%d', instant)

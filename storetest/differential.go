@@ -18,20 +18,27 @@ import (
 // checks the limits' invariants over every admission not cancelled.
 func (s *suite) testDifferential(t *testing.T) {
 	mixes := []struct {
-		name string
-		algs []quota.Algorithm
+		name   string
+		algs   []quota.Algorithm
+		shares bool // headrooms and tenants too
 	}{
-		{"GCRA", []quota.Algorithm{quota.GCRA}},
-		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}},
-		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}},
-		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}},
-		{"mixed", algorithms},
+		{"GCRA", []quota.Algorithm{quota.GCRA}, false},
+		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}, false},
+		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}, false},
+		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, false},
+		{"mixed", algorithms, false},
+		{"shares/GCRA", []quota.Algorithm{quota.GCRA}, true},
+		{"shares/mixed", algorithms, true},
 	}
 	for _, mix := range mixes {
-		for seed := uint64(1); seed <= 4; seed++ {
+		seeds := uint64(4)
+		if mix.shares {
+			seeds = 8 // claims are rarer than the rest
+		}
+		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", mix.name, seed), func(t *testing.T) {
 				t.Parallel()
-				s.differential(t, mix.algs, seed)
+				s.differential(t, mix.algs, mix.shares, seed)
 			})
 		}
 	}
@@ -50,9 +57,13 @@ type granted struct {
 	settled bool
 }
 
-func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) {
+func (s *suite) differential(t *testing.T, algs []quota.Algorithm, shares bool, seed uint64) {
 	const steps = 400
 	rng := rand.New(rand.NewPCG(seed, uint64(len(algs))))
+	if shares {
+		rng = rand.New(rand.NewPCG(seed, uint64(100+len(algs))))
+	}
+	tenants := []string{"", "x", "y", "x", "y", "z"}
 	store, clock := s.newStore(t)
 	m := newModel()
 	scope := s.scope(t, "")
@@ -125,6 +136,8 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 			stats["granted now"]++
 		case want.OK:
 			stats["reserved"]++
+		case m.held != nil:
+			stats["held back by a claim"]++
 		case want.Limit >= 0:
 			stats["refused by a limit"]++
 		default:
@@ -147,6 +160,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 		}
 		if !got.OK {
 			lims, pauses := m.binding(d, at)
+			lims = append(lims, m.held...) // held back by other tenants' claims
 			okBinding := got.Limit >= 0 && slices.Contains(lims, got.Limit) || got.Limit == -1 && slices.Contains(pauses, got.Pause)
 			if !okBinding {
 				fail(step, "refused until +%dµs, bound by limits %v or pauses %q; got Limit=%d Pause=%q", at-now, lims, pauses, got.Limit, got.Pause)
@@ -186,15 +200,26 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 	syncer, _ := store.(quota.Syncer)
 	anchorer, _ := store.(quota.Anchorer)
 	for step := 1; step <= steps; step++ {
-		switch r := rng.IntN(100); {
+		r := rng.IntN(100)
+		if shares && r >= 46 && r < 61 {
+			r = 0 // more takes, to crowd tenants past their shares
+		}
+		switch {
 		case r < 46: // take, sometimes followed by probes of the retry time
 			d := &quota.Demand{Scope: scope, Cost: 1}
 			capMin := int64(1 << 30)
 			for _, i := range rng.Perm(len(limits)) {
 				if rng.IntN(10) < 6 {
 					l := limits[i]
-					d.Limits = append(d.Limits, quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]})
-					capMin = min(capMin, capacity(l))
+					b := quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]}
+					if shares {
+						b.Tenant = tenants[rng.IntN(len(tenants))]
+						if rng.IntN(2) == 0 {
+							b.Headroom = rng.IntN(int(capacity(l)))
+						}
+					}
+					d.Limits = append(d.Limits, b)
+					capMin = min(capMin, capacity(l)-int64(b.Headroom))
 				}
 			}
 			for _, p := range pauseKeys {
@@ -202,7 +227,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 					d.Pauses = append(d.Pauses, p)
 				}
 			}
-			if len(d.Limits) > 0 {
+			if len(d.Limits) > 0 && capMin > 0 {
 				d.Cost = 1 + rng.IntN(int(capMin))
 				if rng.IntN(30) == 0 {
 					d.Cost = int(capMin) + 1
@@ -240,6 +265,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, seed uint64) 
 				d = (now/p+1)*p - now
 			default:
 				d = rng.Int64N(maxPer)
+				if shares {
+					d /= 4
+				}
 			}
 			clock.Advance(time.Duration(d) * us)
 			trace = append(trace, fmt.Sprintf("  step %d: advance %dµs", step, d))
@@ -358,6 +386,12 @@ func describe(d *quota.Demand) string {
 	s := fmt.Sprintf("take cost %d", d.Cost)
 	for _, b := range d.Limits {
 		s += fmt.Sprintf(" %s/%s", b.Limit.Name, b.Key)
+		if b.Tenant != "" {
+			s += " for " + b.Tenant
+		}
+		if b.Headroom > 0 {
+			s += fmt.Sprintf(" leaving %d", b.Headroom)
+		}
 	}
 	if d.MaxWait != 0 {
 		s += fmt.Sprintf(" maxWait %v", d.MaxWait)

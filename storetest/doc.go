@@ -45,6 +45,12 @@
 //   - Reservations (MaxWait > 0) at the earliest instant all limits and
 //     pauses allow, and Cancel's refunds.
 //   - Pauses, and errors: [quota.ErrCostTooHigh], costs below 1.
+//   - Headrooms ([quota.Bucket].Headroom) on every algorithm: what they
+//     leave free, that such a demand is never a reservation, Remaining
+//     less the headroom; fair shares (Bucket.Tenant): a tenant alone uses
+//     the whole limit, one over its share may not reserve and is held
+//     back by the claims of those within theirs, until they lapse or it
+//     is within its share again.
 //   - For a [quota.LeaseStore]: [quota.Concurrency] slots as
 //     leases (release, renew, expiry, all or nothing with rate limits); a
 //     reservation that holds no slot until [quota.LeaseStore.Claim]
@@ -65,7 +71,8 @@
 //     concurrent reservations that never exceed a limit.
 //   - A seeded random differential test that compares every decision with
 //     a reference model inside this package and checks each algorithm's
-//     invariant over all admissions.
+//     invariant over all admissions, also with random headrooms and
+//     tenants.
 //
 // Where store.go leaves a choice open, the suite accepts every reading:
 // a refused decision may name any limit that refuses the demand 1µs

@@ -40,9 +40,14 @@ type model struct {
 	log    map[string][]quotamath.LogEntry // SlidingLog: entries in order of instant
 	pauses map[string]int64                // end of the pause per scope and pause key
 	leases map[string][]lease              // Concurrency: slots held, by lease id
+	shared map[string]*tenants             // fair shares (share.go), per bucket
 	seq    int64                           // source of reservation ids
 
 	settled map[string][]int64 // costs each reservation was settled to, by id
+
+	// held is, after a refusal of take that another tenant's claim bound,
+	// the limits that may be reported as binding it.
+	held []int
 }
 
 // lease is one held slot of a Concurrency limit; it is free at and after
@@ -63,6 +68,7 @@ func newModel() *model {
 		log:    map[string][]quotamath.LogEntry{},
 		pauses: map[string]int64{},
 		leases: map[string][]lease{},
+		shared: map[string]*tenants{},
 
 		settled: map[string][]int64{},
 	}
@@ -179,16 +185,22 @@ func (m *model) count(id string, q quotamath.Limit, k, n, at int64) {
 	m.expiry[id] = max(m.expiry[id], end)
 }
 
-// admits reports whether the limit of bucket id admits cost c at t. A
-// Concurrency limit is decided at now, apart from t (take).
-func (m *model) admits(id string, l quota.Limit, c, t int64) bool {
-	return m.grid(id, l).Admits(m.counter(id), t, c)
+// admits reports whether the limit of b (with its headroom) admits cost
+// c at t. A Concurrency limit is decided at now, apart from t (take).
+func (m *model) admits(scope string, b quota.Bucket, c, t int64) bool {
+	return m.less(scope, b).Admits(m.counter(bucketID(scope, b)), t, c)
 }
 
 // earliest returns the earliest instant, not before t, at which the limit
-// of bucket id admits cost c (c is at most the limit's capacity).
-func (m *model) earliest(id string, l quota.Limit, c, t int64) int64 {
-	return m.grid(id, l).Earliest(m.counter(id), t, c)
+// of b (with its headroom) admits cost c (c is at most what it can admit).
+func (m *model) earliest(scope string, b quota.Bucket, c, t int64) int64 {
+	return m.less(scope, b).Earliest(m.counter(bucketID(scope, b)), t, c)
+}
+
+// less is b's limit as a demand with b's headroom sees it, on the
+// counter's windows.
+func (m *model) less(scope string, b quota.Bucket) quotamath.Limit {
+	return m.grid(bucketID(scope, b), b.Limit).Less(int64(b.Headroom))
 }
 
 // charge charges cost c at t to the limit of bucket id and returns the
@@ -266,7 +278,7 @@ func (m *model) instant(d *quota.Demand, now int64) int64 {
 	for changed := true; changed; {
 		changed = false
 		for i, b := range d.Limits {
-			if e := m.earliest(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t); e > t {
+			if e := m.earliest(d.Scope, b, int64(d.CostOf(i)), t); e > t {
 				t, changed = e, true
 			}
 		}
@@ -278,7 +290,7 @@ func (m *model) instant(d *quota.Demand, now int64) int64 {
 // t: the limits that do not admit it at t-1µs and the pauses in force then.
 func (m *model) binding(d *quota.Demand, t int64) (limits []int, pauses []string) {
 	for i, b := range d.Limits {
-		if !m.admits(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t-1) {
+		if !m.admits(d.Scope, b, int64(d.CostOf(i)), t-1) {
 			limits = append(limits, i)
 		}
 	}
@@ -290,17 +302,34 @@ func (m *model) binding(d *quota.Demand, t int64) (limits []int, pauses []string
 	return limits, pauses
 }
 
-// take decides d at now and returns the decision and its instant.
+// take decides d at now and returns the decision and its instant: for a
+// refusal, the instant a retry may succeed.
 func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) {
+	m.held = nil
 	if err := check(d); err != nil {
 		return quota.Decision{}, 0, err
 	}
 	for _, b := range d.Limits {
 		m.expire(bucketID(d.Scope, b), b.Limit, now)
 	}
+	sh := m.shares(d, now)
 	t := m.instant(d, now)
+	maxWait := max(d.MaxWait, 0)
+	if d.Restricted() || slices.ContainsFunc(sh, func(x modelShare) bool { return x.over }) {
+		maxWait = 0 // never a reservation
+	}
+	// Over its share, with other tenants' claims live: refused until they
+	// stop holding it back, or until t if that is later.
+	end, held := heldBack(sh)
+	if held != nil && end >= t {
+		m.held = held
+		return quota.Decision{Delay: time.Duration(end-now) * time.Microsecond, Limit: held[0]}, end, nil
+	}
 	delay := time.Duration(t-now) * time.Microsecond
-	if t > now && delay > max(d.MaxWait, 0) {
+	if held != nil && t > now || t > now && delay > maxWait {
+		if held == nil && delay <= max(d.MaxWait, 0) {
+			m.claim(sh, t) // refused only because it may not reserve
+		}
 		dec := quota.Decision{Delay: delay, Limit: -1}
 		limits, pauses := m.binding(d, t)
 		if len(limits) > 0 {
@@ -316,7 +345,7 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		if b.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
-		if exp, full := m.full(bucketID(d.Scope, b), b.Limit, now, ""); full {
+		if exp, full := m.full(bucketID(d.Scope, b), m.less(d.Scope, b), now, ""); full {
 			return quota.Decision{Delay: time.Duration(max(t, exp)-now) * time.Microsecond, Limit: i}, t, nil
 		}
 	}
@@ -336,6 +365,7 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		}
 		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t)
 	}
+	m.charged(sh, t)
 	dec := quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}
 	dec.Remaining, dec.ResetAfter = m.left(d, r.Marks, now, t)
 	return dec, t, nil
@@ -372,11 +402,12 @@ func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.
 	rem := int64(math.MaxInt64)
 	for _, b := range d.Limits {
 		id := bucketID(d.Scope, b)
+		h := int64(b.Headroom)
 		if b.Limit.Algorithm == quota.Concurrency {
-			rem = min(rem, int64(b.Limit.Rate)-int64(len(m.live(id, now))))
+			rem = min(rem, int64(b.Limit.Rate)-h-int64(len(m.live(id, now))))
 			continue
 		}
-		rem = min(rem, m.grid(id, b.Limit).State(m.counter(id), now).Remaining)
+		rem = min(rem, max(m.grid(id, b.Limit).State(m.counter(id), now).Remaining-h, 0))
 	}
 	return rem, time.Duration(end-now) * time.Microsecond
 }
@@ -410,7 +441,7 @@ func (m *model) live(id string, now int64) []lease {
 // full reports whether bucket id has no free slot now for lease id
 // leaseID (a live lease of its own needs none), and if so the instant at
 // which expiries alone free one.
-func (m *model) full(id string, l quota.Limit, now int64, leaseID string) (int64, bool) {
+func (m *model) full(id string, l quotamath.Limit, now int64, leaseID string) (int64, bool) {
 	held := m.live(id, now)
 	if leaseID != "" && slices.ContainsFunc(held, func(x lease) bool { return x.id == leaseID }) {
 		return 0, false
@@ -419,7 +450,7 @@ func (m *model) full(id string, l quota.Limit, now int64, leaseID string) (int64
 	for i, x := range held {
 		exp[i] = x.exp
 	}
-	return quotamath.Of(l).SlotFreeAt(exp)
+	return l.SlotFreeAt(exp)
 }
 
 // hold gives lease leaseID of bucket id the expiry now+Per, or keeps a
@@ -456,7 +487,7 @@ func (v view) Claim(_ context.Context, r *quota.Reservation) (quota.Decision, er
 		if b.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
-		if exp, full := v.m.full(bucketID(d.Scope, b), b.Limit, now, r.ID); full {
+		if exp, full := v.m.full(bucketID(d.Scope, b), quotamath.Of(b.Limit), now, r.ID); full {
 			return quota.Decision{Delay: time.Duration(exp-now) * time.Microsecond, Limit: i}, nil
 		}
 	}

@@ -52,6 +52,8 @@ func Run(t *testing.T, c Config) {
 	t.Run("Cancel", func(t *testing.T) { s.runCases(t, cancelCases()) })
 	t.Run("Pauses", func(t *testing.T) { s.runCases(t, pauseCases()) })
 	t.Run("Errors", func(t *testing.T) { s.runCases(t, append(errorCases(), phaseErrorCases()...)) })
+	t.Run("Headroom", func(t *testing.T) { s.runCases(t, headroomCases()) })
+	t.Run("Shares", func(t *testing.T) { s.runCases(t, shareCases()) })
 	t.Run("Sync", s.testSync)
 	t.Run("Anchor", s.testAnchor)
 	t.Run("Settle", s.testSettle)

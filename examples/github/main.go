@@ -138,8 +138,8 @@ func run(ctx context.Context, cfg config, out io.Writer) (*summary, error) {
 		target = "the GitHub at " + apiURL + " (read-only)"
 	}
 	fmt.Fprintf(out, "%d instances x %d workers, %v, %s, store: %s\n", cfg.instances, cfg.workers, cfg.duration, target, where)
-	fmt.Fprintf(out, "limits per token: %d/h; search %d/min; code search %d/min; %d points/min per endpoint (writes %d); content creation %d/min, %d/h\n",
-		githubquota.Standard.Hourly(), githubquota.SearchPerMinute, githubquota.CodeSearchPerMinute, githubquota.EndpointPoints, githubquota.WritePoints,
+	fmt.Fprintf(out, "limits per token: %d/h; search %d/min; code search %d/min; %d points/min for the whole REST API (a read %d, a write %d); content creation %d/min, %d/h\n",
+		githubquota.Standard.Hourly(), githubquota.SearchPerMinute, githubquota.CodeSearchPerMinute, githubquota.RESTPoints, githubquota.ReadPoints, githubquota.WritePoints,
 		githubquota.ContentPerMinute, githubquota.ContentPerHour)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.duration)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/presets/githubquota"
@@ -60,6 +61,41 @@ func ExamplePolicy() {
 	// refused by GitHub: 0
 }
 
+// Each rule is one of GitHub's primary quotas with the limits stacked on
+// it; a request is charged to those that apply (a write to the content
+// limits, a read not), each its own cost, all or none. Limits of one name
+// are one counter per token, whichever rule charges them.
+func ExampleRules() {
+	rules, err := githubquota.Rules(githubquota.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rules {
+		var limits []string
+		for _, l := range r.Limits {
+			name := fmt.Sprintf("%s %d/%v", l.Name, l.Rate, l.Per)
+			if l.Algorithm == throttle.Concurrency {
+				name = fmt.Sprintf("%s %d at once", l.Name, l.Rate)
+			}
+			if l.Match != nil {
+				name += " (some)"
+			}
+			limits = append(limits, name)
+		}
+		fmt.Printf("%s: %s\n", r.Name, strings.Join(limits, ", "))
+	}
+	// Output:
+	// github-installation-token: token-requests 2000/1h0m1s
+	// github-oauth-token: token-requests 2000/1h0m1s
+	// github-unauthenticated-search: unauthenticated-search 10/1m1s
+	// github-unauthenticated: unauthenticated 60/1h0m1s
+	// github-code-search: code-search 9/1m1s, points 900/1m1s, in-flight 100 at once
+	// github-search: search 30/1m1s, points 900/1m1s, in-flight 100 at once
+	// github-graphql: graphql 5000/1h0m1s, graphql-points 2000/1m1s, content-minute 80/1m1s (some), content-hour 500/1h0m1s (some), in-flight 100 at once
+	// github-rest: core 5000/1h0m1s, points 900/1m1s, content-minute 80/1m1s (some), content-hour 500/1h0m1s (some), in-flight 100 at once
+}
+
 // On a GitHub Enterprise Server the preset limits the REST API under
 // /api/v3/ and GraphQL at /api/graphql, and finds OAuth token requests on
 // the same host; the rest of the host is no rule's.
@@ -70,20 +106,19 @@ func ExampleRules_enterpriseServer() {
 		return
 	}
 	for _, r := range rules {
-		fmt.Printf("%-25s %s%s\n", r.Name, r.Host, r.Path)
+		fmt.Printf("%-29s %s%s\n", r.Name, r.Host, r.Path)
 	}
 	_, err = githubquota.Rules(githubquota.Options{BaseURL: "https://*.example.com/api/v3/"})
 	fmt.Println(errors.Is(err, throttle.ErrInvalidPolicy), err)
 	// Output:
-	// github-installation-token ghe.example.com/api/v3/app/installations/{installation_id}/access_tokens
-	// github-oauth-token        ghe.example.com/login/oauth/access_token
-	// github-unauthenticated    ghe.example.com
-	// github-code-search        ghe.example.com/api/v3/search/code
-	// github-search             ghe.example.com/api/v3/search/
-	// github-graphql            ghe.example.com/api/graphql
-	// github-create             ghe.example.com/api/v3/
-	// github-write              ghe.example.com/api/v3/
-	// github-read               ghe.example.com/api/v3/
+	// github-installation-token     ghe.example.com/api/v3/app/installations/{installation_id}/access_tokens
+	// github-oauth-token            ghe.example.com/login/oauth/access_token
+	// github-unauthenticated-search ghe.example.com/api/v3/search/
+	// github-unauthenticated        ghe.example.com
+	// github-code-search            ghe.example.com/api/v3/search/code
+	// github-search                 ghe.example.com/api/v3/search/
+	// github-graphql                ghe.example.com/api/graphql
+	// github-rest                   ghe.example.com/api/v3/
 	// true throttle: invalid policy: githubquota.Options.BaseURL: "https://*.example.com/api/v3/": the host must be one name, not a pattern
 }
 

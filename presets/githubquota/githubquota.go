@@ -1,8 +1,8 @@
 // Package githubquota is a throttle preset for the GitHub API (REST and
-// GraphQL): its primary limits per token, kept in sync with the
-// x-ratelimit-* headers of each resource; its search limits; its secondary
-// limits; and pauses learned from its 403 and 429 answers. Token requests
-// have a lane of their own.
+// GraphQL): GitHub's published rate limits, written as stacked limits
+// ([throttle.Limit]) with the costs GitHub gives, kept in sync with the
+// x-ratelimit-* headers of each answer, and pauses learned from its 403
+// and 429 answers. Token requests have a lane of their own.
 //
 // Use it as the policy of a [throttle.Transport], e.g. under go-github
 // (github.com/google/go-github/v89/github):
@@ -21,43 +21,70 @@
 //		github.WithDisableRateLimitCheck(), // throttle keeps the limits, for the whole fleet
 //	)
 //
+// # The model
+//
+// GitHub counts every request of a token against several limits at once.
+// The preset has one rule per primary quota (GitHub's "resource"): the
+// REST API ("core"), search, code search and GraphQL. Each rule stacks on
+// that quota the secondary limits that apply to its requests, each with
+// its own cost, and a request is charged to all of them or to none, in one
+// store call. Secondary limits of the same name in several rules are one
+// counter per token: a search and a read spend the same REST points.
+//
+//	limit (name)                        REST   search  code search  GraphQL
+//	core: the token's hourly quota       1       -         -          -
+//	search: 30 a minute                  -       1         -          -
+//	code-search: 9 a minute              -       -         1          -
+//	graphql: the token's hourly points   -       -         -          1
+//	points: 900 a minute                1 / 5    1         1          -
+//	graphql-points: 2,000 a minute       -       -         -        1 / 5
+//	content-minute: 80 a minute        writes    -         -      mutations
+//	content-hour: 500 an hour          writes    -         -      mutations
+//	in-flight: 100 at once               1       1         1          1
+//
+// A write is any method but GET, HEAD and OPTIONS, and costs 5 points (a
+// read 1); a GraphQL mutation costs 5 GraphQL points (a query 1).
+//
 // # Primary limits
 //
-// Every token has an hourly quota ([Options.Token]): 5,000 requests for a
-// personal or OAuth token or an App installation, 15,000 for an App
-// installation on GitHub Enterprise Cloud, 1,000 per repository for the
-// GITHUB_TOKEN of GitHub Actions, and 60 per IP address without a token.
-// The preset counts them with an exact sliding log (never more than the
-// quota in any hour), per token (hashed: no token reaches a store or a
-// log). After every response the limit is lowered to what GitHub says
-// remains (x-ratelimit-remaining and -reset, [throttle.Learning.Sync]),
-// for the resource the rule counts ("core", "search", "code_search",
-// "graphql"), so a quota shared with other clients of the same token is
-// respected; and a response with no quota left pauses that token's
-// resource until the reset.
-//
-// Search has its own quota: 30 requests a minute, code search 9 (GitHub
-// documents 10; one is kept in hand).
+// Every token has an hourly quota ([Options.Token]): 5,000 requests (and
+// 5,000 GraphQL points) for a personal or OAuth token or an App
+// installation; 15,000 requests and 10,000 GraphQL points for an App
+// installation on GitHub Enterprise Cloud; 1,000 of each per repository
+// for the GITHUB_TOKEN of GitHub Actions; 60 requests per IP address
+// without a token. Search has its own quota of 30 requests a minute (10
+// without a token), code search 9. The preset counts them with exact
+// sliding logs (never more than the quota in any window), per token
+// (hashed: no token reaches a store or a log). After every answer the
+// rule's quota is lowered to what GitHub says remains (x-ratelimit-remaining
+// and -reset, [throttle.Learning.Sync]) for its resource ("core",
+// "search", "code_search", "graphql"), so a quota shared with other
+// clients of the same token is respected; and an answer with no quota
+// left pauses that token's resource until the reset. A GraphQL request is
+// charged 1 point, the least a query costs; x-ratelimit-remaining then
+// lowers the count to what GitHub charged.
 //
 // # Secondary limits
 //
-//   - 900 points a minute per endpoint, where GET, HEAD and OPTIONS cost 1
-//     point and other methods 5. An endpoint is a method and a path
-//     template ([EndpointKey]), so the limit reads as 900 reads or 180
-//     writes a minute per endpoint and token. GraphQL: 2,000 points a
-//     minute, 1 per query and 5 per mutation.
-//   - Content creation (REST POSTs): 80 a minute and 500 an hour per
-//     token.
-//   - At most 100 requests of a token in flight at once ([InFlightLimit],
-//     a [throttle.Concurrency] limit shared by every rule of the token's
-//     scope; Options.MaxInFlight changes it). A slot is held until the
-//     response body is closed or read to the end, so always close bodies;
-//     a slot whose body is abandoned comes back after [InFlightLease].
+//   - 900 points a minute per token for the REST API, shared by all of
+//     its endpoints (search included): GET, HEAD and OPTIONS cost 1 point,
+//     other methods 5. So 900 reads, or 80 writes and 500 reads, a minute.
+//     GitHub's GraphQL has 2,000 points a minute of its own: 1 per query,
+//     5 per mutation.
+//   - Content creation: 80 a minute and 500 an hour per token. GitHub
+//     names no list of "content-generating requests"; the preset counts
+//     every REST write and every GraphQL mutation, so none that creates
+//     content goes uncounted.
+//   - At most 100 requests of a token in flight at once, REST and GraphQL
+//     together ([InFlightLimit], a [throttle.Concurrency] limit;
+//     Options.MaxInFlight changes it). A slot is held until the response
+//     body is closed or read to the end, so always close bodies; a slot
+//     whose body is abandoned comes back after [InFlightLease].
 //
 // A 403 or 429 that says a secondary limit was hit (or a 403 with no quota
-// left) pauses the token's requests: for its Retry-After, or 60 seconds
-// when it has none, doubling on repeats. A plain permission 403 is a
-// response like any other and pauses nothing.
+// left) pauses the token's requests of that rule: for its Retry-After, or
+// 60 seconds when it has none, doubling on repeats. A plain permission 403
+// is a response like any other and pauses nothing.
 //
 // The windows of the per-minute and per-hour limits are kept longer by
 // [Options.Margin] (1 s) than GitHub's, so that requests that reach GitHub
@@ -118,22 +145,23 @@ import (
 	"github.com/quotakit/throttle"
 )
 
-// A Token says which hourly quota GitHub gives the preset's tokens.
+// A Token says which hourly quotas GitHub gives the preset's tokens.
 type Token int
 
 const (
 	// Standard is a personal access token, an OAuth app's token or a
-	// GitHub App installation token: 5,000 requests an hour.
+	// GitHub App installation token: 5,000 requests and 5,000 GraphQL
+	// points an hour.
 	Standard Token = iota
 	// EnterpriseCloud is a GitHub App installation on GitHub Enterprise
-	// Cloud: 15,000 requests an hour.
+	// Cloud: 15,000 requests and 10,000 GraphQL points an hour.
 	EnterpriseCloud
 	// Actions is the GITHUB_TOKEN of a GitHub Actions workflow: 1,000
-	// requests an hour per repository.
+	// requests and 1,000 GraphQL points an hour per repository.
 	Actions
 )
 
-// Hourly returns the token's quota of requests per hour.
+// Hourly returns the token's quota of REST requests per hour ("core").
 func (t Token) Hourly() int {
 	switch t {
 	case EnterpriseCloud:
@@ -144,35 +172,48 @@ func (t Token) Hourly() int {
 	return 5000
 }
 
+// GraphQLHourly returns the token's quota of GraphQL points per hour.
+func (t Token) GraphQLHourly() int {
+	switch t {
+	case EnterpriseCloud:
+		return 10000
+	case Actions:
+		return 1000
+	}
+	return 5000
+}
+
 // GitHub's documented limits, as the preset uses them.
 const (
-	UnauthenticatedHourly = 60   // requests an hour per IP without a token
-	SearchPerMinute       = 30   // search requests a minute
-	CodeSearchPerMinute   = 9    // code search requests a minute (GitHub: 10)
-	EndpointPoints        = 900  // points a minute per REST endpoint
-	ReadPoints            = 1    // points of a GET, HEAD or OPTIONS
-	WritePoints           = 5    // points of any other method
-	GraphQLPoints         = 2000 // points a minute for GraphQL
-	ContentPerMinute      = 80   // content-creating requests a minute
-	ContentPerHour        = 500  // content-creating requests an hour
-	TokenRequestsHourly   = 2000 // access token requests an hour
-	SecondaryPause        = time.Minute
+	UnauthenticatedHourly          = 60   // requests an hour per IP address without a token
+	UnauthenticatedSearchPerMinute = 10   // search requests a minute without a token
+	SearchPerMinute                = 30   // search requests a minute per token, code search aside
+	CodeSearchPerMinute            = 9    // code search requests a minute per token
+	RESTPoints                     = 900  // points a minute per token, shared by the REST API's endpoints
+	GraphQLPoints                  = 2000 // points a minute per token for GraphQL
+	ReadPoints                     = 1    // points of a GET, HEAD or OPTIONS, or of a GraphQL query
+	WritePoints                    = 5    // points of any other method, or of a GraphQL mutation
+	ContentPerMinute               = 80   // content-creating requests a minute per token
+	ContentPerHour                 = 500  // content-creating requests an hour per token
+	MaxInFlight                    = 100  // requests of a token in flight at once
+	TokenRequestsHourly            = 2000 // access token requests an hour
+	SecondaryPause                 = time.Minute
 )
 
 // Limit names, as reported by [throttle.LimitError.Limit].
 const (
-	CoreLimit            = "core"
-	UnauthenticatedLimit = "unauthenticated"
-	SearchLimit          = "search"
-	CodeSearchLimit      = "code-search"
-	GraphQLLimit         = "graphql"
-	GraphQLPointsLimit   = "graphql-points"
-	ReadPointsLimit      = "endpoint-read"
-	WritePointsLimit     = "endpoint-write"
-	ContentMinuteLimit   = "content-minute"
-	ContentHourLimit     = "content-hour"
-	TokenRequestsLimit   = "token-requests"
-	InFlightLimit        = "in-flight"
+	CoreLimit                  = "core"
+	UnauthenticatedLimit       = "unauthenticated"
+	UnauthenticatedSearchLimit = "unauthenticated-search"
+	SearchLimit                = "search"
+	CodeSearchLimit            = "code-search"
+	GraphQLLimit               = "graphql"
+	PointsLimit                = "points"
+	GraphQLPointsLimit         = "graphql-points"
+	ContentMinuteLimit         = "content-minute"
+	ContentHourLimit           = "content-hour"
+	TokenRequestsLimit         = "token-requests"
+	InFlightLimit              = "in-flight"
 )
 
 // InFlightLease is the lease time of an in-flight slot: a request renews
@@ -191,10 +232,11 @@ const (
 // Options configure the preset. The zero value is github.com with
 // standard tokens and requests that wait for their turn.
 type Options struct {
-	// Token is the kind of token, which sets the hourly quota.
+	// Token is the kind of token, which sets the hourly quotas.
 	Token Token
 
-	// Hourly overrides the token's hourly quota when positive.
+	// Hourly overrides the token's hourly quotas, of REST requests and
+	// of GraphQL points, when positive.
 	Hourly int
 
 	// BaseURL is the REST API's base URL, the one the client sends to
@@ -206,10 +248,6 @@ type Options struct {
 	// a test fake: its URL (GraphQL at graphql below it, OAuth tokens on
 	// its host). The package doc's "Hosts" has the details.
 	BaseURL string
-
-	// Endpoint gives a request's endpoint for the per-endpoint secondary
-	// limit; nil means [EndpointKey].
-	Endpoint throttle.KeyFunc
 
 	// Margin lengthens the windows of the per-minute and per-hour limits
 	// beyond GitHub's. Zero means one second; negative, none.
@@ -234,9 +272,12 @@ func Policy(o Options) (throttle.Policy, error) {
 	return throttle.Policy{Rules: rules}, nil
 }
 
-// Rules returns the preset's rules, in order: token requests, requests
-// without a token, code search, search, GraphQL, REST POSTs, other REST
-// writes, REST reads. Put your own rules before them to override.
+// Rules returns the preset's rules, in order: token requests
+// (installation and OAuth), search and other requests without a token,
+// code search, search, GraphQL, and the rest of the REST API. Each of
+// the last four is one of GitHub's primary quotas with the secondary
+// limits of its requests stacked on it (the package doc has the table).
+// Put your own rules before them to override.
 //
 // Bad options give an error that matches [throttle.ErrInvalidPolicy]
 // and is a [*throttle.PolicyError] naming the field: a BaseURL that does
@@ -256,99 +297,95 @@ func Rules(o Options) ([]throttle.Rule, error) {
 	host, rest := site.apiHost, site.restPrefix
 	margin := max(cmp.Or(o.Margin, time.Second), 0)
 	minute, hour := time.Minute+margin, time.Hour+margin
-	hourly := o.Token.Hourly()
+	hourly, graphQLHourly := o.Token.Hourly(), o.Token.GraphQLHourly()
 	if o.Hourly > 0 {
-		hourly = o.Hourly
-	}
-	endpoint := o.Endpoint
-	if endpoint == nil {
-		endpoint = EndpointKey
+		hourly, graphQLHourly = o.Hourly, o.Hourly
 	}
 	perToken := func(name string, rate int, per time.Duration) throttle.Limit {
 		return throttle.Limit{Name: name, Rate: rate, Per: per, Algorithm: throttle.SlidingLog, Key: TokenKey}
 	}
-	core := perToken(CoreLimit, hourly, hour)
+	core, graphQL := perToken(CoreLimit, hourly, hour), perToken(GraphQLLimit, graphQLHourly, hour)
 	if o.Token == Actions {
-		core.Key = actionsKey(rest)
+		core.Key, graphQL.Key = actionsKey(rest), actionsKey(rest)
 	}
-	perEndpoint := func(name string, rate int) throttle.Limit {
-		l := perToken(name, rate, minute)
-		l.Key = throttle.JoinKeys(TokenKey, endpoint)
-		return l
+	// The secondary limits, one counter per token each, whichever rules
+	// charge them.
+	points := perToken(PointsLimit, RESTPoints, minute)
+	points.Cost = restPoints
+	graphQLPoints := perToken(GraphQLPointsLimit, GraphQLPoints, minute)
+	graphQLPoints.Cost = graphQLCost
+	content := func(creates func(*http.Request) bool) []throttle.Limit {
+		m, h := perToken(ContentMinuteLimit, ContentPerMinute, minute), perToken(ContentHourLimit, ContentPerHour, hour)
+		m.Match, h.Match = creates, creates
+		return []throttle.Limit{m, h}
 	}
-	// Limits every request of a token passes, whatever its resource.
-	var everyRequest []throttle.Limit
+	var inFlight []throttle.Limit
 	if o.MaxInFlight >= 0 {
-		n := o.MaxInFlight
-		if n == 0 {
-			n = 100
-		}
-		everyRequest = append(everyRequest, throttle.Limit{Name: InFlightLimit, Rate: n, Per: InFlightLease,
+		inFlight = append(inFlight, throttle.Limit{Name: InFlightLimit, Rate: cmp.Or(o.MaxInFlight, MaxInFlight), Per: InFlightLease,
 			Algorithm: throttle.Concurrency, Key: TokenKey})
 	}
-	limits := func(ls ...throttle.Limit) []throttle.Limit { return append(ls, everyRequest...) }
-	learn := func(sync, resource, pauseBy string) throttle.Learning {
+	stack := func(ls ...[]throttle.Limit) []throttle.Limit {
+		var out []throttle.Limit
+		for _, l := range append(ls, inFlight) {
+			out = append(out, l...)
+		}
+		return out
+	}
+	one := func(l throttle.Limit) []throttle.Limit { return []throttle.Limit{l} }
+	// learn syncs the rule's primary quota with GitHub's resource, and
+	// pauses by it: a pause holds back one token's requests of the rule.
+	learn := func(primary, resource string) throttle.Learning {
 		return throttle.Learning{
 			Limited:      profile.Limited,
 			ResetFormat:  profile.ResetFormat,
 			DefaultPause: profile.DefaultPause,
 			MaxPause:     hour, // a reset is at most an hour away
-			Sync:         sync, SyncResource: resource,
-			PauseBy: pauseBy,
+			Sync:         primary, SyncResource: resource,
+			PauseBy: primary,
 		}
 	}
 	tokenRequests := throttle.Limit{Name: TokenRequestsLimit, Rate: TokenRequestsHourly, Per: hour, Algorithm: throttle.SlidingLog}
-	isWrite := func(r *http.Request) bool {
-		return r.Method == http.MethodPatch || r.Method == http.MethodPut || r.Method == http.MethodDelete
-	}
+	anonymous := func(r *http.Request) bool { return r.Header.Get("Authorization") == "" && site.underAPI(r) }
 	return []throttle.Rule{
 		{
 			Name: "github-installation-token", Scope: TokenScope, Host: host, Method: http.MethodPost,
 			Path:   rest + "app/installations/{installation_id}/access_tokens",
-			Limits: []throttle.Limit{tokenRequests}, Learn: learn("", "", ""), Wait: o.Wait,
+			Limits: one(tokenRequests), Learn: learn("", ""), Wait: o.Wait,
 		},
 		{
 			Name: "github-oauth-token", Scope: TokenScope, Host: site.oauthHost, Method: http.MethodPost,
 			Path:   "/login/oauth/access_token",
-			Limits: []throttle.Limit{tokenRequests}, Learn: learn("", "", ""), Wait: o.Wait,
+			Limits: one(tokenRequests), Learn: learn("", ""), Wait: o.Wait,
 		},
 		{
-			Name: "github-unauthenticated", Scope: UnauthenticatedScope, Host: host,
-			Match:  func(r *http.Request) bool { return r.Header.Get("Authorization") == "" && site.underAPI(r) },
-			Limits: []throttle.Limit{{Name: UnauthenticatedLimit, Rate: UnauthenticatedHourly, Per: hour, Algorithm: throttle.SlidingLog}},
-			Learn:  learn(UnauthenticatedLimit, "core", UnauthenticatedLimit), Wait: o.Wait,
+			Name: "github-unauthenticated-search", Scope: UnauthenticatedScope, Host: host, Path: rest + "search/", Match: anonymous,
+			Limits: one(throttle.Limit{Name: UnauthenticatedSearchLimit, Rate: UnauthenticatedSearchPerMinute, Per: minute, Algorithm: throttle.SlidingLog}),
+			Learn:  learn(UnauthenticatedSearchLimit, "search"), Wait: o.Wait,
+		},
+		{
+			Name: "github-unauthenticated", Scope: UnauthenticatedScope, Host: host, Match: anonymous,
+			Limits: one(throttle.Limit{Name: UnauthenticatedLimit, Rate: UnauthenticatedHourly, Per: hour, Algorithm: throttle.SlidingLog}),
+			Learn:  learn(UnauthenticatedLimit, "core"), Wait: o.Wait,
 		},
 		{
 			Name: "github-code-search", Scope: Scope, Host: host, Path: rest + "search/code",
-			Limits: limits(perToken(CodeSearchLimit, CodeSearchPerMinute, minute)),
-			Learn:  learn(CodeSearchLimit, "code_search", CodeSearchLimit), Wait: o.Wait,
+			Limits: stack(one(perToken(CodeSearchLimit, CodeSearchPerMinute, minute)), one(points)),
+			Learn:  learn(CodeSearchLimit, "code_search"), Wait: o.Wait,
 		},
 		{
 			Name: "github-search", Scope: Scope, Host: host, Path: rest + "search/",
-			Limits: limits(perToken(SearchLimit, SearchPerMinute, minute)),
-			Learn:  learn(SearchLimit, "search", SearchLimit), Wait: o.Wait,
+			Limits: stack(one(perToken(SearchLimit, SearchPerMinute, minute)), one(points)),
+			Learn:  learn(SearchLimit, "search"), Wait: o.Wait,
 		},
 		{
 			Name: "github-graphql", Scope: Scope, Host: host, Path: site.graphQL,
-			Limits: limits(perToken(GraphQLLimit, hourly, hour), perToken(GraphQLPointsLimit, GraphQLPoints, minute)),
-			Cost:   graphQLCost,
-			Learn:  learn(GraphQLLimit, "graphql", GraphQLLimit), Wait: o.Wait,
+			Limits: stack(one(graphQL), one(graphQLPoints), content(isMutation)),
+			Learn:  learn(GraphQLLimit, "graphql"), Wait: o.Wait,
 		},
 		{
-			Name: "github-create", Scope: Scope, Host: host, Path: rest, Method: http.MethodPost,
-			Limits: limits(core, perEndpoint(WritePointsLimit, EndpointPoints/WritePoints),
-				perToken(ContentMinuteLimit, ContentPerMinute, minute), perToken(ContentHourLimit, ContentPerHour, hour)),
-			Learn: learn(CoreLimit, "core", CoreLimit), Wait: o.Wait,
-		},
-		{
-			Name: "github-write", Scope: Scope, Host: host, Path: rest, Match: isWrite,
-			Limits: limits(core, perEndpoint(WritePointsLimit, EndpointPoints/WritePoints)),
-			Learn:  learn(CoreLimit, "core", CoreLimit), Wait: o.Wait,
-		},
-		{
-			Name: "github-read", Scope: Scope, Host: host, Path: rest,
-			Limits: limits(core, perEndpoint(ReadPointsLimit, EndpointPoints/ReadPoints)),
-			Learn:  learn(CoreLimit, "core", CoreLimit), Wait: o.Wait,
+			Name: "github-rest", Scope: Scope, Host: host, Path: rest,
+			Limits: stack(one(core), one(points), content(isWrite)),
+			Learn:  learn(CoreLimit, "core"), Wait: o.Wait,
 		},
 	}, nil
 }
@@ -357,7 +394,7 @@ func Rules(o Options) ([]throttle.Rule, error) {
 // credentials (without the "Bearer " or "token " scheme, so both spellings
 // of one token share a counter), hashed with SHA-256. A request without
 // one fails with an error wrapping [throttle.ErrMissingKey]; the preset
-// sends those to its rule for unauthenticated requests first.
+// sends those to its rules for unauthenticated requests first.
 var TokenKey throttle.KeyFunc = throttle.HashKey(credentials)
 
 func credentials(r *http.Request) (string, error) {
@@ -387,86 +424,57 @@ func actionsKey(rest string) throttle.KeyFunc {
 	}
 }
 
-// EndpointKey is the default endpoint of a request for the per-endpoint
-// secondary limit: its method and its path with identifiers replaced by
-// placeholders, e.g. "POST /repos/{owner}/{repo}/issues/{n}/comments".
-// Owner and repository names, user, organization and enterprise names,
-// numbers and commit SHAs become placeholders, and everything after
-// /contents/ or /git/refs/ is one path. It is a heuristic: a rule of your
-// own before the preset's can use a key function of your own (Options.Endpoint).
-func EndpointKey(r *http.Request) (string, error) {
-	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	out := make([]string, 0, len(seg))
-	for i := 0; i < len(seg); i++ {
-		s := seg[i]
-		out = append(out, placeholder(s))
-		var names []string
-		switch s {
-		case "repos":
-			names = []string{"{owner}", "{repo}"}
-		case "users", "orgs", "enterprises":
-			names = []string{"{name}"}
-		case "contents", "refs", "ref":
-			if i+1 < len(seg) {
-				out = append(out, "{path...}")
-			}
-			i = len(seg)
-		}
-		for _, n := range names {
-			if i+1 < len(seg) {
-				out = append(out, n)
-				i++
-			}
-		}
+// isRead reports whether r reads: GET (or no method: net/http sends GET),
+// HEAD or OPTIONS.
+func isRead(r *http.Request) bool {
+	switch r.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
 	}
-	method := r.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	return method + " /" + strings.Join(out, "/"), nil
+	return false
 }
 
-// placeholder replaces a number or a commit SHA with a placeholder.
-func placeholder(s string) string {
-	if s == "" {
-		return s
+// isWrite reports whether r is a REST write, which the preset counts as
+// content creation: any method but GET, HEAD and OPTIONS.
+func isWrite(r *http.Request) bool { return !isRead(r) }
+
+// restPoints is a REST request's secondary-limit points.
+func restPoints(r *http.Request) int {
+	if isRead(r) {
+		return ReadPoints
 	}
-	digits, hexes := true, true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			digits = false
-			if !('a' <= c && c <= 'f') {
-				hexes = false
-			}
-		}
-	}
-	switch {
-	case digits:
-		return "{n}"
-	case hexes && len(s) >= 40:
-		return "{sha}"
-	}
-	return s
+	return WritePoints
 }
 
 // graphQLCost is a GraphQL request's secondary-limit points: 5 for a
-// mutation, else 1. It peeks at most 64 KiB of the body and puts it back.
+// mutation, else 1.
 func graphQLCost(r *http.Request) int {
-	if r.Body == nil || r.Body == http.NoBody {
-		return ReadPoints
-	}
-	head, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	r.Body = readCloser{io.MultiReader(bytes.NewReader(head), errReader{err}, r.Body), r.Body}
-	if isMutation(head) {
+	if isMutation(r) {
 		return WritePoints
 	}
 	return ReadPoints
 }
 
-// isMutation reports whether a GraphQL request body's query is a
+// isMutation reports whether r is a GraphQL mutation. It peeks at most 64
+// KiB of the body and puts the body back whole, as [throttle.KeyFromBody]
+// does, and remembers the answer in it: the limits of one request ask
+// again, and read the body once.
+func isMutation(r *http.Request) bool {
+	if b, ok := r.Body.(*peekedBody); ok {
+		return b.mutation
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	b := &peekedBody{Reader: io.MultiReader(bytes.NewReader(head), errReader{err}, r.Body), Closer: r.Body, mutation: mutationQuery(head)}
+	r.Body = b
+	return b.mutation
+}
+
+// mutationQuery reports whether a GraphQL request body's query is a
 // mutation: {"query":"mutation ..."}, after any whitespace, escaped or not.
-func isMutation(body []byte) bool {
+func mutationQuery(body []byte) bool {
 	i := bytes.Index(body, []byte(`"query"`))
 	if i < 0 {
 		return false
@@ -494,9 +502,12 @@ func isMutation(body []byte) bool {
 	return bytes.HasPrefix(rest, []byte("mutation"))
 }
 
-type readCloser struct {
+// peekedBody is a GraphQL request's body put back after isMutation read
+// its start: the bytes read, then the rest, closing the original.
+type peekedBody struct {
 	io.Reader
 	io.Closer
+	mutation bool
 }
 
 // errReader returns err (if not nil) where the peek stopped.

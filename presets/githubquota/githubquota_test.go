@@ -51,21 +51,32 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// keyStore records every key a MemoryStore is asked about.
+// keyStore records every key a MemoryStore is asked about, and what the
+// latest demand charged to each limit.
 type keyStore struct {
 	*memstore.Store
-	mu   sync.Mutex
-	keys []string
+	mu      sync.Mutex
+	keys    []string
+	charged map[string]int // of the latest demand: limit name -> cost
 }
 
 func (s *keyStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	s.mu.Lock()
-	for _, b := range d.Limits {
+	s.charged = map[string]int{}
+	for i, b := range d.Limits {
 		s.keys = append(s.keys, b.Key)
+		s.charged[b.Limit.Name] = d.CostOf(i)
 	}
 	s.keys = append(s.keys, d.Pauses...)
 	s.mu.Unlock()
 	return s.Store.Take(ctx, d)
+}
+
+// lastCharged returns what the latest demand charged, per limit.
+func (s *keyStore) lastCharged() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.charged
 }
 
 type fixture struct {
@@ -232,7 +243,11 @@ func (f *fixture) upTo(n int, token, method, path, body string) (int, *throttle.
 	return ok, nil
 }
 
+// The requests of each kind, sent alone until refused: the binding limit's
+// rate go, the next is refused by it (or by the pause learned from
+// GitHub's "none remains"), and GitHub refuses none.
 func TestLimits(t *testing.T) {
+	const mutation = `{"query": "mutation { addStar(input: {}) { clientMutationId } }"}`
 	cases := []struct {
 		name         string
 		opts         githubquota.Options
@@ -245,12 +260,14 @@ func TestLimits(t *testing.T) {
 	}{
 		{"search", githubquota.Options{}, tokenA, "GET", "/search/issues?q=bug", "", 30, "github-search", githubquota.SearchLimit, 61 * time.Second},
 		{"code search", githubquota.Options{}, tokenA, "GET", "/search/code?q=x", "", 9, "github-code-search", githubquota.CodeSearchLimit, 61 * time.Second},
-		{"900 read points per endpoint", githubquota.Options{}, tokenA, "GET", "/repos/o/r/issues", "", 900, "github-read", githubquota.ReadPointsLimit, 61 * time.Second},
-		{"writes cost 5 points", githubquota.Options{}, tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, 180, "github-write", githubquota.WritePointsLimit, 61 * time.Second},
-		{"content creation per minute", githubquota.Options{}, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, 80, "github-create", githubquota.ContentMinuteLimit, 61 * time.Second},
-		{"GraphQL mutations cost 5 points", githubquota.Options{}, tokenA, "POST", "/graphql", `{"query": "mutation { addStar(input: {}) { clientMutationId } }"}`, 400, "github-graphql", githubquota.GraphQLPointsLimit, 61 * time.Second},
-		{"primary, standard token", githubquota.Options{Hourly: 40}, tokenA, "GET", "/user", "", 40, "github-read", githubquota.CoreLimit, time.Hour + time.Second},
+		{"900 points of reads", githubquota.Options{}, tokenA, "GET", "/repos/o/r/issues", "", 900, "github-rest", githubquota.PointsLimit, 61 * time.Second},
+		{"content creation per minute", githubquota.Options{}, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, 80, "github-rest", githubquota.ContentMinuteLimit, 61 * time.Second},
+		{"every write creates content", githubquota.Options{}, tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, 80, "github-rest", githubquota.ContentMinuteLimit, 61 * time.Second},
+		{"GraphQL mutations create content", githubquota.Options{}, tokenA, "POST", "/graphql", mutation, 80, "github-graphql", githubquota.ContentMinuteLimit, 61 * time.Second},
+		{"primary, standard token", githubquota.Options{Hourly: 40}, tokenA, "GET", "/user", "", 40, "github-rest", githubquota.CoreLimit, time.Hour + time.Second},
+		{"GraphQL primary", githubquota.Options{Hourly: 40}, tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`, 40, "github-graphql", githubquota.GraphQLLimit, time.Hour + time.Second},
 		{"unauthenticated", githubquota.Options{}, "", "GET", "/repos/o/r", "", 60, "github-unauthenticated", githubquota.UnauthenticatedLimit, time.Hour + time.Second},
+		{"unauthenticated search", githubquota.Options{}, "", "GET", "/search/issues?q=bug", "", 10, "github-unauthenticated-search", githubquota.UnauthenticatedSearchLimit, 61 * time.Second},
 	}
 	for _, at := range sites() {
 		for _, tc := range cases {
@@ -281,16 +298,126 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-func TestEndpointsAreCountedApart(t *testing.T) {
+// What each kind of request is charged, limit by limit: the package
+// doc's table, read from the demands the store receives.
+func TestStackedModel(t *testing.T) {
+	const query, mutation = `{"query":"{ viewer { login } }"}`, `{"query":"mutation { addStar(input: {}) { clientMutationId } }"}`
+	inFlight := githubquota.InFlightLimit
+	cases := []struct {
+		method, path, body string
+		charged            map[string]int
+	}{
+		{"GET", "/repos/o/r/issues", "", map[string]int{"core": 1, "points": 1, inFlight: 1}},
+		{"HEAD", "/repos/o/r", "", map[string]int{"core": 1, "points": 1, inFlight: 1}},
+		{"POST", "/repos/o/r/issues", `{"title":"x"}`, map[string]int{"core": 1, "points": 5, "content-minute": 1, "content-hour": 1, inFlight: 1}},
+		{"PUT", "/user/starred/o/r", "", map[string]int{"core": 1, "points": 5, "content-minute": 1, "content-hour": 1, inFlight: 1}},
+		{"DELETE", "/repos/o/r/issues/comments/1", "", map[string]int{"core": 1, "points": 5, "content-minute": 1, "content-hour": 1, inFlight: 1}},
+		{"GET", "/search/issues?q=x", "", map[string]int{"search": 1, "points": 1, inFlight: 1}},
+		{"GET", "/search/code?q=x", "", map[string]int{"code-search": 1, "points": 1, inFlight: 1}},
+		{"POST", "/graphql", query, map[string]int{"graphql": 1, "graphql-points": 1, inFlight: 1}},
+		{"POST", "/graphql", mutation, map[string]int{"graphql": 1, "graphql-points": 5, "content-minute": 1, "content-hour": 1, inFlight: 1}},
+	}
 	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
-	ok, le := f.upTo(900, tokenA, "GET", "/repos/o/r/issues", "")
-	require.Equal(t, 900, ok)
-	require.NotNil(t, le)
-	r := f.do(tokenA, "GET", "/repos/o/r", "")
-	assert.Nil(t, r.le, "another endpoint")
-	r = f.do(tokenA, "GET", "/repos/other/repo/issues", "")
-	assert.NotNil(t, r.le, "the same endpoint in another repository")
+	for _, tc := range cases {
+		r := f.do(tokenA, tc.method, tc.path, tc.body)
+		require.Nil(t, r.le, "%s %s", tc.method, tc.path)
+		assert.Equal(t, tc.charged, f.store.lastCharged(), "%s %s %s", tc.method, tc.path, tc.body)
+	}
 	assert.Zero(t, f.fake.Stats().Limited)
+}
+
+// sendN sends the request n times and requires a 2xx for each.
+func (f *fixture) sendN(n int, token, method, path, body string) {
+	f.t.Helper()
+	for i := range n {
+		r := f.do(token, method, path, body)
+		require.Nil(f.t, r.le, "%s %s #%d", method, path, i)
+		require.Equal(f.t, 2, r.status/100, "%s %s #%d: status %d", method, path, i, r.status)
+	}
+}
+
+// GitHub's 900 points a minute are one counter per token, shared by every
+// REST endpoint: 80 comments at 5 points and 500 reads of two endpoints
+// spend them. The 901st point is refused by the preset whatever the
+// endpoint, a search too, and never reaches the fake; GraphQL's points
+// are another counter. An instance that does not share the counter (a
+// store of its own) sends a 901st, and the fake refuses it.
+func TestPointsAreSharedByEndpoints(t *testing.T) {
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
+	f.sendN(githubquota.ContentPerMinute, tokenA, "POST", "/repos/o/r/issues/1/comments", `{"body":"x"}`)
+	f.sendN(250, tokenA, "GET", "/repos/o/r", "")
+	f.sendN(250, tokenA, "GET", "/repos/o/r/issues", "")
+	for _, path := range []string{"/user", "/repos/o/r", "/repos/other/repo/pulls", "/search/issues?q=x", "/search/code?q=x"} {
+		r := f.do(tokenA, "GET", path, "")
+		require.NotNil(t, r.le, "%s: the 901st point", path)
+		assert.Equal(t, githubquota.PointsLimit, r.le.Limit, path)
+		assert.InDelta(t, 61, r.le.RetryAfter.Seconds(), 0.001, path)
+	}
+	st := f.fake.Stats()
+	assert.Zero(t, st.Limited)
+	assert.Equal(t, 580, st.Requests, "the refused requests never reached GitHub")
+	assert.Nil(t, f.do(tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`).le, "GraphQL's points are its own")
+	assert.Nil(t, f.do(tokenB, "GET", "/user", "").le, "another token's points")
+
+	b, _ := f.newClient(githubquota.Options{})
+	r := f.send(b, tokenA, "GET", "/user", "")
+	require.Nil(t, r.le)
+	assert.Equal(t, http.StatusForbidden, r.status, "GitHub refuses the 901st point")
+	assert.Equal(t, 1, f.fake.Stats().Limited)
+}
+
+// A search is charged its own primary quota and the REST points, not the
+// core quota: with core spent searches go, and with the points spent they
+// are refused by the points.
+func TestSearchStackedOnPointsNotCore(t *testing.T) {
+	t.Run("core spent", func(t *testing.T) {
+		f := newFixture(t, githubquota.Options{Hourly: 5}, fakegithub.Options{Hourly: 5})
+		f.sendN(5, tokenA, "GET", "/user", "")
+		r := f.do(tokenA, "GET", "/user", "")
+		require.NotNil(t, r.le)
+		assert.Equal(t, githubquota.CoreLimit, r.le.Pause)
+		f.sendN(githubquota.SearchPerMinute, tokenA, "GET", "/search/issues?q=x", "")
+		f.sendN(githubquota.CodeSearchPerMinute, tokenA, "GET", "/search/code?q=x", "")
+		st := f.fake.Stats()
+		assert.Zero(t, st.Limited)
+		assert.Equal(t, map[string]int{"core": 5, "search": 30, "code_search": 9}, st.ByResource)
+	})
+	t.Run("points spent", func(t *testing.T) {
+		f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
+		f.sendN(880, tokenA, "GET", "/repos/o/r", "")
+		f.sendN(githubquota.CodeSearchPerMinute, tokenA, "GET", "/search/code?q=x", "")
+		f.sendN(11, tokenA, "GET", "/search/issues?q=x", "") // 900 points
+		r := f.do(tokenA, "GET", "/search/issues?q=x", "")
+		require.NotNil(t, r.le, "19 searches of the 30 are left, but no point")
+		assert.Equal(t, "github-search", r.le.Rule)
+		assert.Equal(t, githubquota.PointsLimit, r.le.Limit)
+		assert.Zero(t, f.fake.Stats().Limited)
+	})
+}
+
+// Content creation is one counter per token for REST writes of every
+// method and GraphQL mutations; the fake counts them so too.
+func TestContentSharedByRESTAndGraphQL(t *testing.T) {
+	const mutation = `{"query":"mutation { addComment(input: {}) { clientMutationId } }"}`
+	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
+	f.sendN(30, tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`)
+	f.sendN(20, tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"y"}`)
+	f.sendN(10, tokenA, "DELETE", "/repos/o/r/issues/comments/1", "")
+	f.sendN(20, tokenA, "POST", "/graphql", mutation)
+	for _, req := range [][3]string{{"POST", "/repos/o/r/issues", `{"title":"x"}`}, {"POST", "/graphql", mutation}} {
+		r := f.do(tokenA, req[0], req[1], req[2])
+		require.NotNil(t, r.le, "the 81st")
+		assert.Equal(t, githubquota.ContentMinuteLimit, r.le.Limit)
+	}
+	assert.Nil(t, f.do(tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`).le, "a query creates nothing")
+	st := f.fake.Stats()
+	assert.Zero(t, st.Limited)
+	assert.Equal(t, githubquota.ContentPerMinute, st.Created)
+
+	b, _ := f.newClient(githubquota.Options{})
+	r := f.send(b, tokenA, "POST", "/graphql", mutation)
+	require.Nil(t, r.le)
+	assert.Equal(t, http.StatusForbidden, r.status, "GitHub counts the mutation as the 81st")
 }
 
 func TestContentCreationPerHour(t *testing.T) {
@@ -322,7 +449,7 @@ func TestPrimarySyncedWithHeaders(t *testing.T) {
 	ok, le := f.upTo(20, tokenA, "GET", "/user", "")
 	assert.Equal(t, 10, ok, "what GitHub said remained, not our own 5000")
 	require.NotNil(t, le)
-	assert.Equal(t, "github-read", le.Rule)
+	assert.Equal(t, "github-rest", le.Rule)
 	assert.Equal(t, githubquota.CoreLimit, le.Pause, "remaining 0 pauses the token's core quota until the reset")
 	assert.Zero(t, f.fake.Stats().Limited)
 
@@ -463,38 +590,16 @@ func TestTokensAreHashed(t *testing.T) {
 	assert.Len(t, tokenKeys, 1, "one hashed key for both spellings of the token")
 }
 
-func TestEndpointKey(t *testing.T) {
-	cases := map[string]string{
-		"GET /repos/octo/hello/issues":                                           "GET /repos/{owner}/{repo}/issues",
-		"POST /repos/octo/hello/issues/12/comments":                              "POST /repos/{owner}/{repo}/issues/{n}/comments",
-		"GET /repos/octo/hello/commits/0123456789abcdef0123456789abcdef01234567": "GET /repos/{owner}/{repo}/commits/{sha}",
-		"GET /repos/octo/hello/contents/docs/a/b.md":                             "GET /repos/{owner}/{repo}/contents/{path...}",
-		"GET /repos/octo/hello/git/ref/heads/main":                               "GET /repos/{owner}/{repo}/git/ref/{path...}",
-		"GET /users/octocat":                                                     "GET /users/{name}",
-		"GET /orgs/acme/repos":                                                   "GET /orgs/{name}/repos",
-		"GET /repos":                                                             "GET /repos",
-		"GET /":                                                                  "GET /",
-		"DELETE /repos/o":                                                        "DELETE /repos/{owner}",
-	}
-	for in, want := range cases {
-		method, path, _ := strings.Cut(in, " ")
-		req, err := http.NewRequest(method, "https://api.github.com"+path, nil)
-		require.NoError(t, err)
-		got, err := githubquota.EndpointKey(req)
-		require.NoError(t, err)
-		assert.Equal(t, want, got, in)
-	}
-}
-
-func TestGraphQLQueriesCostOnePoint(t *testing.T) {
+// GraphQL's 2,000 points a minute: 80 mutations at 5 and 1,600 queries at
+// 1; the next query is refused, and REST's points are untouched.
+func TestGraphQLPoints(t *testing.T) {
 	f := newFixture(t, githubquota.Options{}, fakegithub.Options{})
-	// 400 mutations spend the 2,000 points; a query still costs 1, so it
-	// is refused too, and a fresh token's 2,000 queries all go.
-	ok, le := f.upTo(400, tokenA, "POST", "/graphql", `{"query":"\n  mutation { x }"}`)
-	require.Equal(t, 400, ok)
+	f.sendN(githubquota.ContentPerMinute, tokenA, "POST", "/graphql", `{"query":"\n  mutation { x }"}`)
+	ok, le := f.upTo(1600, tokenA, "POST", "/graphql", `{"query":"query { viewer { login } }"}`)
+	assert.Equal(t, 1600, ok)
 	require.NotNil(t, le)
-	ok, _ = f.upTo(2000, tokenB, "POST", "/graphql", `{"query":"query { viewer { login } }"}`)
-	assert.Equal(t, 2000, ok)
+	assert.Equal(t, githubquota.GraphQLPointsLimit, le.Limit)
+	assert.Nil(t, f.do(tokenA, "GET", "/user", "").le)
 	assert.Zero(t, f.fake.Stats().Limited)
 }
 
@@ -507,7 +612,16 @@ func TestInFlightLimit(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, err := http.NewRequest(http.MethodGet, f.url("/repos/o/r"+strings.Repeat("x", i%3)), nil)
+				// Reads, searches and GraphQL queries: one token's
+				// slots, whichever rule.
+				method, path, body := http.MethodGet, "/repos/o/r"+strings.Repeat("x", i%3), ""
+				switch i % 10 {
+				case 0:
+					path = "/search/issues?q=x"
+				case 1:
+					method, path, body = http.MethodPost, "/graphql", `{"query":"{ viewer { login } }"}`
+				}
+				req, err := http.NewRequest(method, f.url(path), strings.NewReader(body))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -544,13 +658,14 @@ func TestHostsMatchTheirRules(t *testing.T) {
 		token, method, path, body string
 		rule                      string
 	}{
-		{tokenA, "GET", "/repos/o/r/issues", "", "github-read"},
-		{tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, "github-write"},
-		{tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, "github-create"},
+		{tokenA, "GET", "/repos/o/r/issues", "", "github-rest"},
+		{tokenA, "PATCH", "/repos/o/r/issues/1", `{"title":"x"}`, "github-rest"},
+		{tokenA, "POST", "/repos/o/r/issues", `{"title":"x"}`, "github-rest"},
 		{tokenA, "GET", "/search/issues?q=x", "", "github-search"},
 		{tokenA, "GET", "/search/code?q=x", "", "github-code-search"},
 		{tokenA, "POST", "/graphql", `{"query":"{ viewer { login } }"}`, "github-graphql"},
 		{"", "GET", "/repos/o/r", "", "github-unauthenticated"},
+		{"", "GET", "/search/issues?q=x", "", "github-unauthenticated-search"},
 		{"app.jwt", "POST", "/app/installations/42/access_tokens", "", "github-installation-token"},
 		{"", "POST", "/login/oauth/access_token", "client_id=x", "github-oauth-token"},
 	}
@@ -715,15 +830,14 @@ func TestRulesOfEachHost(t *testing.T) {
 			got[r.Name] = where{r.Host, r.Path}
 		}
 		assert.Equal(t, map[string]where{
-			"github-installation-token": tc.token,
-			"github-oauth-token":        tc.oauth,
-			"github-unauthenticated":    {tc.rest.host, ""},
-			"github-code-search":        {tc.rest.host, tc.rest.path + "search/code"},
-			"github-search":             {tc.rest.host, tc.rest.path + "search/"},
-			"github-graphql":            tc.graphQL,
-			"github-create":             tc.rest,
-			"github-write":              tc.rest,
-			"github-read":               tc.rest,
+			"github-installation-token":     tc.token,
+			"github-oauth-token":            tc.oauth,
+			"github-unauthenticated-search": {tc.rest.host, tc.rest.path + "search/"},
+			"github-unauthenticated":        {tc.rest.host, ""},
+			"github-code-search":            {tc.rest.host, tc.rest.path + "search/code"},
+			"github-search":                 {tc.rest.host, tc.rest.path + "search/"},
+			"github-graphql":                tc.graphQL,
+			"github-rest":                   tc.rest,
 		}, got, tc.base)
 	}
 }

@@ -82,6 +82,13 @@ func newFixture(t *testing.T, po slackquota.Options, fo fakeslack.Options) *fixt
 }
 
 func newFixtureAt(t *testing.T, at site, po slackquota.Options, fo fakeslack.Options) *fixture {
+	return newFixtureClock(t, at, po, fo, nil)
+}
+
+// newFixtureClock is newFixtureAt with the store's clock now (nil: the
+// real one): a clock that stands still makes a burst's count and the
+// retry time exact however slowly the machine sends it.
+func newFixtureClock(t *testing.T, at site, po slackquota.Options, fo fakeslack.Options, now func() time.Time) *fixture {
 	fake := fakeslack.NewServer(fo)
 	t.Cleanup(fake.Close)
 	if at.api == "" {
@@ -91,7 +98,7 @@ func newFixtureAt(t *testing.T, at site, po slackquota.Options, fo fakeslack.Opt
 	if po.Wait == nil {
 		po.Wait = waiters.FailFast()
 	}
-	store := &keyStore{Store: memstore.New()}
+	store := &keyStore{Store: memstore.New(memstore.WithClock(now))}
 	policy, err := slackquota.Policy(po)
 	require.NoError(t, err)
 	base := &http.Transport{}
@@ -182,13 +189,14 @@ func TestTiers(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(at.name+"/"+tc.name, func(t *testing.T) {
 				assert.Equal(t, tc.tier, tc.opts.TierOf(tc.method))
-				f := newFixtureAt(t, at, tc.opts, fakeslack.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025})
+				still := time.Now()
+				f := newFixtureClock(t, at, tc.opts, fakeslack.Options{Tiers: tc.opts.Tiers, NonMarketplace2025: tc.opts.NonMarketplace2025}, func() time.Time { return still })
 				sent, le := f.burst(tokenA, tc.method, tc.burst+3)
 				assert.Equal(t, tc.burst, sent, "a burst, then the tier's pace")
 				require.NotNil(t, le)
 				assert.Equal(t, tc.ruleFor, le.Rule)
 				assert.Equal(t, tc.tier.String(), le.Limit)
-				assert.InDelta(t, tc.nextIn.Seconds(), le.RetryAfter.Seconds(), 0.1)
+				assert.Equal(t, tc.nextIn, le.RetryAfter)
 
 				// Per method per workspace: another workspace, and another
 				// method of the same tier, have their own counters.

@@ -6,23 +6,29 @@
 // It enforces, per token (no token: one anonymous client):
 //
 //   - primary limits: a quota per resource in a window that starts at the
-//     resource's first request ("core" and "graphql": Options.Hourly an
-//     hour; "search": 30 a minute; "code_search": 10 a minute; 60 an hour
-//     without a token), reported on every answer in x-ratelimit-limit,
-//     -remaining, -used, -reset (epoch seconds) and -resource. Over it: a
-//     403 with x-ratelimit-remaining: 0;
-//   - secondary limits over sliding windows: 900 points a minute per
-//     endpoint (the route pattern, method included; GET, HEAD and OPTIONS
-//     cost 1, others 5), 2,000 GraphQL points a minute (a mutation 5),
-//     and for REST POSTs 80 a minute and 500 an hour. Over one: a 403 (or
-//     Options.SecondaryStatus) whose body speaks of a secondary rate limit,
-//     with a Retry-After unless Options.NoRetryAfter;
+//     resource's first request: "core" (the REST API but search) and
+//     "graphql" (a point a request), Options.Hourly an hour; "search", 30
+//     a minute; "code_search", 9 a minute. Without a token: "core" 60 an
+//     hour, "search" 10 a minute, and code search answers 401, as it
+//     requires a token. Every answer reports the request's resource in
+//     x-ratelimit-limit, -remaining, -used, -reset (epoch seconds) and
+//     -resource. Over a quota: a 403 with x-ratelimit-remaining: 0;
+//   - secondary limits over sliding windows of a minute (an hour): 900
+//     points a minute shared by every REST request of the token, search
+//     included (GET, HEAD and OPTIONS cost 1, other methods 5); 2,000
+//     GraphQL points a minute (a query 1, a mutation 5); and content
+//     creation, 80 a minute and 500 an hour, counting every REST write
+//     (any method but GET, HEAD and OPTIONS, uploads included) and every
+//     GraphQL mutation. Over one: a 403 (or Options.SecondaryStatus) whose
+//     body speaks of a secondary rate limit, with a Retry-After unless
+//     Options.NoRetryAfter;
 //   - at most Options.MaxInFlight (100) requests of a token in flight at
-//     once (set Options.Latency so that requests overlap); one more gets
-//     the same secondary-limit answer.
+//     once, REST and GraphQL together (set Options.Latency so that
+//     requests overlap); one more gets the same secondary-limit answer.
 //
-// Requests for installation tokens are limited only to 2,000 an hour. A
-// repository named "private" answers a plain permission 403.
+// A request over a limit is charged to none. Requests for installation
+// and OAuth tokens are limited only to 2,000 an hour. A repository named
+// "private" answers a plain permission 403.
 //
 // It serves the API at its root as api.github.com does, or, with
 // Options.Enterprise, as GitHub Enterprise Server does: the REST API under
@@ -46,8 +52,8 @@ import (
 
 // Options configure a fake GitHub.
 type Options struct {
-	// Hourly is a token's quota of "core" and "graphql" requests an hour.
-	// Zero means 5,000.
+	// Hourly is a token's quota of "core" requests and of "graphql"
+	// points an hour. Zero means 5,000.
 	Hourly int
 
 	// SecondaryStatus is the status of a secondary-limit answer: 403 (the
@@ -89,7 +95,8 @@ type Stats struct {
 	Limited int
 	// Forbidden is the plain permission 403s.
 	Forbidden int
-	// Created is the content-creating requests accepted.
+	// Created is the content-creating requests accepted: REST writes
+	// and GraphQL mutations.
 	Created int
 	// MaxInFlight is the most requests of one token seen in flight at
 	// once.
@@ -241,14 +248,14 @@ func searchAnswer(*http.Request) (int, any) {
 
 // resource is the rate-limit resource of a request.
 func resource(r *http.Request) string {
-	switch {
-	case strings.HasPrefix(r.URL.Path, "/search/code"):
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/search/code"):
 		return "code_search"
-	case strings.HasPrefix(r.URL.Path, "/search/"):
+	case strings.HasPrefix(p, "/search/"):
 		return "search"
-	case r.URL.Path == "/graphql":
+	case p == "/graphql":
 		return "graphql"
-	case strings.HasSuffix(r.URL.Path, "/access_tokens"):
+	case strings.HasSuffix(p, "/access_tokens"), p == "/login/oauth/access_token":
 		return "tokens"
 	}
 	return "core"
@@ -257,10 +264,12 @@ func resource(r *http.Request) string {
 // quota is a resource's limit and window for a token.
 func (s *Server) quota(token, res string) (int, time.Duration) {
 	switch {
+	case res == "search" && token == "":
+		return 10, time.Minute
 	case res == "search":
 		return 30, time.Minute
 	case res == "code_search":
-		return 10, time.Minute
+		return 9, time.Minute
 	case res == "tokens":
 		return 2000, time.Hour
 	case token == "":
@@ -358,6 +367,11 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			h.Set("X-Ratelimit-Reset", fmt.Sprint(reset))
 			h.Set("X-Ratelimit-Resource", res)
 		}
+		if res == "code_search" && token == "" {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"message": "Requires authentication",
+				"documentation_url": "https://docs.github.com/rest/search/search#search-code"})
+			return
+		}
 		if win.used >= limit {
 			s.stats.Limited++
 			setQuota(win.used)
@@ -366,24 +380,26 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			return
 		}
 
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 		var checks []check
-		cost := 1
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
-			cost = 5
-		}
+		creates := false
 		switch res {
 		case "graphql":
-			cost = 1
-			if strings.Contains(strings.ReplaceAll(string(body), " ", ""), `"query":"mutation`) {
+			cost := 1
+			if creates = isMutation(body); creates {
 				cost = 5
 			}
 			checks = append(checks, check{token + "\x00graphql-points", cost, 2000, time.Minute})
-		case "core":
-			checks = append(checks, check{token + "\x00endpoint\x00" + r.Pattern, cost, 900, time.Minute})
-			if r.Method == http.MethodPost {
-				checks = append(checks, check{token + "\x00create-minute", 1, 80, time.Minute},
-					check{token + "\x00create-hour", 1, 500, time.Hour})
+		case "core", "search", "code_search":
+			cost := 1
+			if creates = !read; creates {
+				cost = 5
 			}
+			checks = append(checks, check{token + "\x00points", cost, 900, time.Minute})
+		}
+		if creates {
+			checks = append(checks, check{token + "\x00content-minute", 1, 80, time.Minute},
+				check{token + "\x00content-hour", 1, 500, time.Hour})
 		}
 		secondary := func(wait time.Duration) {
 			s.stats.Limited++
@@ -418,12 +434,22 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 		status, v := h(r)
 		if status/100 == 2 {
 			s.stats.OK++
-			if r.Method == http.MethodPost && res == "core" {
+			if creates {
 				s.stats.Created++
 			}
 		}
 		writeJSON(w, status, v)
 	}
+}
+
+// isMutation reports whether a GraphQL request body's query is a
+// mutation.
+func isMutation(body []byte) bool {
+	var req struct{ Query string }
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimSpace(req.Query), "mutation")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
