@@ -50,16 +50,14 @@ type Rule struct {
 	// for subdomains; with a port ("localhost:8080") only that port.
 	Host string
 
-	// Method matches the request method exactly, e.g. "POST".
-	Method string
+	Method string // matches the request method exactly, e.g. "POST"
 
 	// Path matches the URL path in the [net/http.ServeMux] pattern syntax
 	// ("/repos/{owner}/{repo}/issues", "/files/{path...}"); wildcards feed
 	// [KeyFromPath].
 	Path string
 
-	// Match, if set, must also report true; it must not modify the request.
-	Match func(*http.Request) bool
+	Match func(*http.Request) bool // if set, must also report true; it must not modify the request
 
 	// Limits are decided together, all or none: those that apply to a
 	// request ([Limit].Match). A rule with no limits still matches and
@@ -84,25 +82,21 @@ type Rule struct {
 	// waiters). Nil means waiters.Block; [WithWaiter] overrides it.
 	Wait Waiter
 
-	// Learn configures what the rule learns from responses; see [Learning].
-	Learn Learning
+	Learn Learning // what the rule learns from responses
+	Retry Retry    // resends "slow down" answers through the limiter
 
 	// Shadow decides and reports the rule's requests as usual but never
 	// makes one wait or fail: watch a new limit before enforcing it.
 	Shadow bool
-
-	// Retry resends "slow down" answers through the limiter; see [Retry].
-	Retry Retry
 
 	// OnStoreFailure is what a request does when the store cannot decide
 	// it. Zero means [Policy.OnStoreFailure].
 	OnStoreFailure FailureMode
 
 	// MaxQueue caps how many requests of the rule may wait at once in one
-	// Transport; QueueFull says what happens beyond it. Zero: no cap.
-	MaxQueue int
-
-	// QueueFull is [RefuseNew] (the zero value) or [DropOldest].
+	// Transport; QueueFull ([RefuseNew], the zero value, or [DropOldest])
+	// says what happens beyond it. Zero: no cap.
+	MaxQueue  int
 	QueueFull QueueFull
 
 	// Scope groups counters and pauses in the store (one Cluster slot).
