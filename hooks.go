@@ -19,6 +19,10 @@ type Hooks struct {
 	OnPause func(PauseEvent)
 	// OnSync is called when an answer lowers a limit ([Learning].Sync).
 	OnSync func(SyncEvent)
+	// OnAnchor is called when an answer's reset is taken to the store to
+	// anchor a limit's windows ([Learning].Anchor): about once per window
+	// and instance, and whenever the reset moves beyond the tolerance.
+	OnAnchor func(AnchorEvent)
 	// OnSettle is called when a request's charge is settled to the cost
 	// its answer reported ([Rule].Settle, [Permit.Settle]), or the answer
 	// reported none.
@@ -44,6 +48,14 @@ type SyncEvent struct {
 	Remaining   int64         // what the vendor said is left
 	Reset       time.Duration // until the vendor's reset
 	Err         error         // the store's, if the sync failed
+}
+
+// An AnchorEvent describes a vendor's window end taken to the store.
+type AnchorEvent struct {
+	Rule, Limit string        // the rule and its Anchor limit
+	Reset       time.Duration // until the vendor's window ends, as the answer said
+	Moved       bool          // the shared windows moved to it
+	Err         error         // the store's, if the call failed
 }
 
 // A SettleEvent describes a request's charge corrected to the cost its

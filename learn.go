@@ -50,9 +50,29 @@ type Learning struct {
 	// a [quota.Syncer]. Empty: no sync.
 	Sync string
 
-	// SyncResource restricts Sync to responses about one of the vendor's
-	// quotas (GitHub's "core" or "search").
+	// SyncResource restricts Sync and Anchor to responses about one of
+	// the vendor's quotas (GitHub's "core" or "search").
 	SyncResource string
+
+	// Anchor names a [FixedWindow] or [SlidingWindow] limit of the rule
+	// whose windows follow the vendor's: its counters start their first
+	// window at their first charge, and a response whose reset
+	// (X-RateLimit-Reset, the IETF RateLimit reset, ...) says when the
+	// vendor's current window ends moves the shared windows so that one
+	// ends there, for every instance (see [quota.Anchorer] for what
+	// happens to what they counted). The limit is anchored in every rule
+	// that uses it, and must have no Phase; the store must be a
+	// [quota.Anchorer]. When Sync names the same limit, the vendor's
+	// remaining count is applied to the anchored window. Empty: no
+	// anchoring. docs/learning.md has the details.
+	Anchor string
+
+	// AnchorTolerance is how far the vendor's window end may be from one
+	// of ours before the windows move: resets given in whole seconds
+	// (and read against a Date header in whole seconds) vary by up to a
+	// second or two from one response to the next. Zero means 1 s, or a
+	// quarter of the limit's Per when that is shorter.
+	AnchorTolerance time.Duration
 
 	// PauseBy names a limit of the rule whose key scopes learned pauses
 	// (one Slack workspace, one GitHub token) instead of the whole scope.
@@ -68,7 +88,15 @@ type learner struct {
 	mu      sync.Mutex
 	pauses  map[string]time.Time
 	backoff map[string]*backoff.ExponentialBackOff
+	windows map[windowID]time.Time // Anchor limits: when the store's window of now ends, by the local clock
 }
+
+// A windowID names the counter of an Anchor limit.
+type windowID struct{ scope, limit, key string }
+
+// maxWindows bounds learner.windows: past it, entries whose window has
+// ended are dropped, and all of them if that is not enough.
+const maxWindows = 4096
 
 // localPause returns the end of the latest pause learned for scope, if it
 // is after now.
@@ -211,8 +239,15 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *demand, req *http.Req
 func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) {
 	pk := r.pauseKey(d)
 	p := lim.learned.pauseFor(r.pauseID(pk), c, limited, fb, now)
+	var windowEnd time.Time
+	if r.anchorIdx >= 0 && d != nil {
+		windowEnd = lim.anchor(ctx, r, d, fb, now)
+	}
 	if r.syncIdx >= 0 && d != nil {
-		lim.sync(ctx, r, d, fb, now)
+		if r.syncIdx != r.anchorIdx {
+			windowEnd = time.Time{}
+		}
+		lim.sync(ctx, r, d, fb, now, windowEnd)
 	}
 	if p <= 0 {
 		return
@@ -236,7 +271,15 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 // sync lowers the rule's Sync limit to the vendor's remaining quota, when
 // the response gives one with a reset and it is less than the limit could
 // admit before that reset (otherwise the store call could change nothing).
-func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) {
+// windowEnd, when not zero, is when the anchored window of now ends
+// ([Limiter.anchor]). The vendor's window is then one of the anchored
+// windows: the one whose end is nearest the reset (this one, or the next
+// when the vendor's window has already turned while ours, anchored late
+// by the reset's rounding, has not). The reset is moved inside it, a
+// tolerance before its end, so that the store applies the remaining
+// quota to that window, whatever the rounding, and however late the
+// store gets the call.
+func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now, windowEnd time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
 	}
@@ -246,6 +289,12 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	}
 	b := d.Limits[i]
 	within := fb.Reset.Sub(now)
+	if !windowEnd.IsZero() {
+		per := b.Limit.Per
+		ahead := max((fb.Reset.Sub(windowEnd)+per/2)/per, 0) // windows between ours and the vendor's
+		end := windowEnd.Add(ahead * per)
+		within = max(end.Sub(now)-anchorTolerance(r, b.Limit), time.Microsecond)
+	}
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or
 	// window) plus what accrues meanwhile.
@@ -265,6 +314,112 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	if lim.hooks.OnSync != nil {
 		lim.hooks.OnSync(SyncEvent{Rule: r.id, Limit: l.Name, Remaining: fb.Remaining, Reset: within, Err: err})
 	}
+}
+
+// anchor moves the windows of the rule's Anchor limit so that one ends
+// where fb's reset says the vendor's ends, and returns when the window of
+// now ends, by the local clock (zero if unknown). The store decides
+// whether they move (with the rule's tolerance); this instance remembers
+// the window end it learned and asks the store again only when a reset
+// falls further than the tolerance from it, or once that window is over:
+// about once per window, not once per response.
+func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) time.Time {
+	if fb.Reset.IsZero() || fb.Capped || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
+		return time.Time{}
+	}
+	i := d.limitOf(r.anchorIdx)
+	if i < 0 {
+		return time.Time{} // the Anchor limit does not apply to this request
+	}
+	b := d.Limits[i]
+	l := b.Limit
+	if fb.Window > 0 && fb.Window != l.Per {
+		return time.Time{} // another of the vendor's quotas
+	}
+	tol := anchorTolerance(r, l)
+	within := fb.Reset.Sub(now)
+	if within > l.Per+tol {
+		return time.Time{} // no window of this limit ends that far away
+	}
+	id := windowID{r.scope, l.Name, b.Key}
+	if end, ok := lim.learned.window(id, now); ok && nearBoundary(fb.Reset.Sub(end), l.Per, tol) {
+		return end
+	}
+	s, ok := lim.store.(quota.Anchorer)
+	if !ok {
+		return time.Time{} // NewTransport checked; a store swapped in since cannot anchor
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	sent := lim.now()
+	var (
+		ends  time.Duration
+		moved bool
+	)
+	err := lim.guard(sctx, func(ctx context.Context) error {
+		var err error
+		ends, moved, err = s.Anchor(ctx, r.scope, b, within, tol)
+		return err
+	})
+	if lim.hooks.OnAnchor != nil {
+		lim.hooks.OnAnchor(AnchorEvent{Rule: r.id, Limit: l.Name, Reset: within, Moved: moved, Err: err})
+	}
+	if err != nil || ends <= 0 {
+		return time.Time{}
+	}
+	// The store counted ends from when it got the call, after sent: the
+	// window ends no earlier than this.
+	end := sent.Add(ends)
+	lim.learned.keepWindow(id, end, now)
+	return end
+}
+
+// anchorTolerance is the rule's AnchorTolerance for its Anchor limit l,
+// with its default.
+func anchorTolerance(r *rule, l quota.Limit) time.Duration {
+	if r.Learn.AnchorTolerance > 0 {
+		return r.Learn.AnchorTolerance
+	}
+	return min(time.Second, l.Per/4)
+}
+
+// nearBoundary reports whether an offset d from a window end falls
+// within tol of a window end of period per.
+func nearBoundary(d, per, tol time.Duration) bool {
+	m := d % per
+	if m < 0 {
+		m += per
+	}
+	return min(m, per-m) <= tol
+}
+
+// window returns when the store's window of now for id ends, as this
+// instance last learned it, if that is still ahead.
+func (l *learner) window(id windowID, now time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	end, ok := l.windows[id]
+	return end, ok && end.After(now)
+}
+
+// keepWindow remembers that the store's window of now for id ends at end.
+func (l *learner) keepWindow(id windowID, end, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.windows == nil {
+		l.windows = make(map[windowID]time.Time)
+	}
+	if len(l.windows) >= maxWindows {
+		for k, e := range l.windows {
+			if !e.After(now) {
+				delete(l.windows, k)
+			}
+		}
+		if len(l.windows) >= maxWindows {
+			clear(l.windows)
+		}
+	}
+	l.windows[id] = end
 }
 
 // DefaultMaxPause caps learned pauses and retry waits when a rule sets no

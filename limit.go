@@ -36,6 +36,14 @@ type Limit struct {
 	Burst     int       // GCRA only: how much may go at once after an idle period; zero means Rate
 	Algorithm Algorithm // how the limit counts; the zero value is GCRA
 
+	// Phase places the windows of a [FixedWindow] or [SlidingWindow]
+	// limit: they start at Phase + k*Per since the Unix epoch, on the
+	// store's clock, so Phase is in [0, Per). Zero aligns them to the
+	// epoch (a minute's windows start on the minute). For a vendor whose
+	// windows start where only its reset header says, name the limit in
+	// [Learning].Anchor instead (and leave Phase zero).
+	Phase time.Duration
+
 	// Key derives the counter's key from the request ([KeyFromContext],
 	// [KeyFromHeader], [KeyFromPath], ...). Nil means one counter.
 	Key KeyFunc
@@ -56,9 +64,11 @@ type Limit struct {
 	Tenant KeyFunc
 }
 
-// Quota returns the limit as a store sees it: everything but Key.
+// Quota returns the limit as a store sees it: everything but Key. A
+// limit that a rule's [Learning].Anchor names is also Anchored in every
+// rule that uses it; Quota alone cannot know that.
 func (l Limit) Quota() quota.Limit {
-	return quota.Limit{Name: l.Name, Rate: l.Rate, Per: l.Per, Burst: l.Burst, Algorithm: l.Algorithm}
+	return quota.Limit{Name: l.Name, Rate: l.Rate, Per: l.Per, Burst: l.Burst, Algorithm: l.Algorithm, Phase: l.Phase}
 }
 
 // An Algorithm selects how a [Limit] counts; [quota.Algorithm] describes
@@ -71,7 +81,7 @@ type Algorithm = quota.Algorithm
 // The algorithms; [quota.Algorithm] gives each one's arithmetic.
 const (
 	GCRA          = quota.GCRA          // the default: a steady flow with bursts up to Burst
-	FixedWindow   = quota.FixedWindow   // Rate per window of Per on the epoch grid
+	FixedWindow   = quota.FixedWindow   // Rate per window of Per, on the epoch grid, at a Phase, or anchored to the vendor's
 	SlidingLog    = quota.SlidingLog    // exact: every admission recorded
 	SlidingWindow = quota.SlidingWindow // two weighted windows: O(1), approximate
 	Concurrency   = quota.Concurrency   // requests in flight; Per is the lease time

@@ -49,7 +49,8 @@ type Limiter struct {
 // naming the rule and field if the store cannot decide a rule as written
 // (a [Concurrency] limit on a store that is not a [quota.LeaseStore], a
 // store that is a [quota.LimitChecker] and refuses the rule, Learn.Sync on
-// a store that cannot sync, Settle on one that cannot settle).
+// a store that cannot sync, Learn.Anchor on one that cannot anchor,
+// Settle on one that cannot settle).
 func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	cp, err := p.compile()
 	if err != nil {
@@ -82,6 +83,13 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		for _, r := range cp.rules {
 			if r.syncIdx >= 0 {
 				return nil, &PolicyError{Rule: r.id, Field: "Learn.Sync", Err: fmt.Errorf("the store (%T) cannot sync: it does not implement quota.Syncer", lim.store)}
+			}
+		}
+	}
+	if _, ok := lim.store.(quota.Anchorer); !ok {
+		for _, r := range cp.rules {
+			if r.anchorIdx >= 0 {
+				return nil, &PolicyError{Rule: r.id, Field: "Learn.Anchor", Err: fmt.Errorf("the store (%T) cannot move windows: it does not implement quota.Anchorer", lim.store)}
 			}
 		}
 	}
@@ -242,8 +250,9 @@ func (p *Permit) Settle(ctx context.Context, cost int) error {
 // "not said"). As for the Transport, a "slow down" answer pauses the
 // rule's scope (or the key of its Learning.PauseBy limit) for every
 // instance: for fb's retry time, until its reset, or with exponential
-// backoff from Learning.DefaultPause; and with Learning.Sync set, the
-// vendor's remaining count lowers that limit. Nothing is learned when the
+// backoff from Learning.DefaultPause; with Learning.Anchor set, fb's
+// Reset moves that limit's windows to the vendor's; and with
+// Learning.Sync set, the vendor's remaining count lowers that limit. Nothing is learned when the
 // rule's Learning is Off.
 func (p *Permit) Report(ctx context.Context, limited bool, fb quotaheader.Feedback) {
 	if p.r.Learn.Off {

@@ -164,8 +164,9 @@ type rule struct {
 	path  *pattern.Path
 	wait  Waiter
 
-	syncIdx  int // index in Limits of Learn.Sync, or -1
-	pauseIdx int // index in Limits of Learn.PauseBy, or -1
+	syncIdx   int // index in Limits of Learn.Sync, or -1
+	anchorIdx int // index in Limits of Learn.Anchor, or -1
+	pauseIdx  int // index in Limits of Learn.PauseBy, or -1
 
 	failMode FailureMode   // resolved: never FailDefault
 	class    *class        // Class, or nil
@@ -212,6 +213,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 	}
 	names := make(map[string]bool)
 	limits := make(map[string]limitUse) // by limit name
+	anchored := make(map[string]bool)   // limit names some rule's Learn.Anchor names
 	cp := &compiledPolicy{refuse: p.RefuseUnmatched}
 	if !p.OnStoreFailure.valid() {
 		bad("", "OnStoreFailure", "unknown failure mode %v", p.OnStoreFailure)
@@ -226,7 +228,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if id == "" {
 			id = fmt.Sprintf("#%d", i)
 		}
-		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1, pauseIdx: -1}
+		cr := rule{Rule: r, id: id, scope: r.Scope, wait: r.Wait, syncIdx: -1, anchorIdx: -1, pauseIdx: -1}
 		cr.Limits = append([]Limit(nil), r.Limits...)
 		if cr.scope == "" {
 			cr.scope = r.Name
@@ -267,6 +269,8 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			bad(id, "Learn.MaxPause", "must not be negative, got %v", r.Learn.MaxPause)
 		case r.Learn.DefaultPause < 0:
 			bad(id, "Learn.DefaultPause", "must not be negative, got %v", r.Learn.DefaultPause)
+		case r.Learn.AnchorTolerance < 0:
+			bad(id, "Learn.AnchorTolerance", "must not be negative, got %v", r.Learn.AnchorTolerance)
 		case r.Retry.Max < 0:
 			bad(id, "Retry.Max", "must not be negative, got %d", r.Retry.Max)
 		case r.Retry.MaxWait < 0:
@@ -321,7 +325,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			if prev.scope != cr.scope {
 				bad(id, field+".Name", "limit %q is shared with rule %s, so both rules need the same Scope (have %q and %q)", l.Name, prev.rule, cr.scope, prev.scope)
 			}
-			if a, b := prev.limit, l; a.Rate != b.Rate || a.Per != b.Per || a.Quota().BurstOrRate() != b.Quota().BurstOrRate() || a.Algorithm != b.Algorithm {
+			if a, b := prev.limit, l; a.Rate != b.Rate || a.Per != b.Per || a.Quota().BurstOrRate() != b.Quota().BurstOrRate() || a.Algorithm != b.Algorithm || a.Phase != b.Phase {
 				bad(id, field, "limit %q is also defined by rule %s with other parameters; one name is one counter", l.Name, prev.rule)
 			}
 		}
@@ -338,6 +342,23 @@ func (p Policy) compile() (*compiledPolicy, error) {
 				bad(id, "Learn.Sync", "names a concurrency limit, %q; a vendor's remaining quota is a rate", r.Learn.Sync)
 			}
 		}
+		if r.Learn.Anchor != "" {
+			for j, l := range r.Limits {
+				if l.Name == r.Learn.Anchor {
+					cr.anchorIdx = j
+				}
+			}
+			switch {
+			case cr.anchorIdx < 0:
+				bad(id, "Learn.Anchor", "names no limit of the rule: %q", r.Learn.Anchor)
+			case !r.Limits[cr.anchorIdx].Quota().Windowed():
+				bad(id, "Learn.Anchor", "names a %v limit, %q; only fixed-window and sliding-window limits have windows to anchor", r.Limits[cr.anchorIdx].Algorithm, r.Learn.Anchor)
+			case r.Limits[cr.anchorIdx].Phase != 0:
+				bad(id, "Learn.Anchor", "names limit %q, which has a Phase; an anchored limit's windows start at its first charge, then where the vendor's do", r.Learn.Anchor)
+			default:
+				anchored[r.Learn.Anchor] = true
+			}
+		}
 		if i, err := pauseByIndex(r); err != nil {
 			bad(id, "Learn.PauseBy", "%v", err)
 		} else {
@@ -351,6 +372,16 @@ func (p Policy) compile() (*compiledPolicy, error) {
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	// A limit one rule anchors is anchored in every rule that uses it:
+	// one name is one counter, on one set of windows.
+	for i := range cp.rules {
+		for j := range cp.rules[i].limits {
+			if anchored[cp.rules[i].limits[j].Name] {
+				cp.rules[i].limits[j].Anchored = true
+				cp.rules[i].local[j].Anchored = true
+			}
+		}
 	}
 	return cp, nil
 }

@@ -47,7 +47,11 @@ func (s *Store) Inspect(ctx context.Context, scope string, limits []quota.Limit)
 		if !ok || l.Rate < 1 || l.Per.Microseconds() < 1 {
 			continue
 		}
-		if st := quotamath.Of(l).State(b.counter(), now); st.Used > 0 {
+		q := quotamath.Of(l)
+		if b.phased { // an anchored counter's windows, whatever l says
+			q = q.WithPhase(b.phase)
+		}
+		if st := q.State(b.counter(), now); st.Used > 0 {
 			st.Limit, st.Algorithm, st.Key = l.Name, l.Algorithm, id.key
 			out = append(out, st)
 		}

@@ -82,14 +82,18 @@ type memBucket struct {
 	alg     quota.Algorithm
 	tat     quotamath.Time       // GCRA: theoretical arrival time
 	windows []window             // FixedWindow, SlidingWindow: counts by window, ascending
+	phase   int64                // an Anchored window limit's phase, µs in [0, Per), once phased
+	phased  bool                 // phase is set: by the first charge, a sync or an anchor
+	learned bool                 // phase is the vendor's, set by an anchor
 	log     []quotamath.LogEntry // SlidingLog: admitted demands, ascending by time
 	leases  []lease              // Concurrency: slots held
 	expire  int64                // µs after which the state equals a fresh bucket
 }
 
 type window struct {
-	idx   int64 // window k covers [k*P, (k+1)*P)
+	idx   int64 // window k covers [F + k*P, F + (k+1)*P)
 	count int64
+	last  int64 // the latest instant charged to it (quotamath.WindowCount)
 }
 
 // params are a limit's numbers in store units, and the cost of a demand.
@@ -100,6 +104,29 @@ type params struct {
 
 func newParams(l quota.Limit, cost int) params {
 	return params{Limit: quotamath.Of(l), cost: int64(cost)}
+}
+
+// grid returns p on b's windows: an anchored limit's phase is b's once b
+// has one.
+func (b *memBucket) grid(p params) params {
+	if p.Anchored && b.phased {
+		p.Limit = p.WithPhase(b.phase)
+	}
+	return p
+}
+
+// setPhase gives b's windows their phase.
+func (b *memBucket) setPhase(phase int64) {
+	b.phase, b.phased = phase, true
+}
+
+// expireAnchor makes the bucket of an anchored limit fresh once its state
+// has expired (no phase, no windows): the sweep drops such buckets only
+// now and then, and an anchored counter's phase ends with it.
+func (b *memBucket) expireAnchor(p params, now int64) {
+	if p.Anchored && b.phased && b.expire <= now {
+		*b = memBucket{alg: b.alg}
+	}
 }
 
 // demandParams returns the params of d's limit i: its cost, and its
@@ -156,6 +183,8 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	bs = bs[:len(d.Limits)]
 	for i, l := range d.Limits {
 		if b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]; b != nil && b.alg == l.Limit.Algorithm {
+			b.expireAnchor(ps[i], now)
+			ps[i] = b.grid(ps[i])
 			b.prune(ps[i], now)
 			bs[i] = b
 		}
@@ -218,6 +247,12 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		if l.Limit.Algorithm == quota.Concurrency {
 			r.Marks[i] = b.hold(ps[i], now, r.ID)
 			continue
+		}
+		if ps[i].Anchored && !b.phased {
+			// An anchored counter starts its first window at its first
+			// charge (quota.Limit.Anchored).
+			b.setPhase(quotamath.FloorMod(t, ps[i].Per))
+			ps[i] = b.grid(ps[i])
 		}
 		r.Marks[i] = b.commit(ps[i], t)
 	}
@@ -285,6 +320,8 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 			continue
 		}
 		p := newParams(l.Limit, d.CostOf(i))
+		b.expireAnchor(p, now)
+		p = b.grid(p)
 		if p.Algorithm == quota.Concurrency {
 			s.drop(bucketID{d.Scope, l.Limit.Name, l.Key}, b, r.ID)
 			continue
@@ -381,8 +418,13 @@ func (b *memBucket) commit(p params, t int64) int64 {
 		return p.Mark(b.tat)
 	case quota.FixedWindow, quota.SlidingWindow:
 		k := p.Window(t)
-		b.add(k, p.cost)
+		b.add(k, p.cost, t)
 		b.expireWindow(p, k)
+		if p.Anchored {
+			// The window's start: a refund after the windows moved finds
+			// it on no boundary and gives nothing back (refund).
+			return p.Start(k)
+		}
 		return k
 	case quota.SlidingLog:
 		b.log = append(b.log, quotamath.LogEntry{At: t, Cost: p.cost})
@@ -395,7 +437,7 @@ func (b *memBucket) commit(p params, t int64) int64 {
 // expireWindow keeps b until window k no longer counts: its end, or for
 // SlidingWindow the end of the next window, which weighs k as its previous.
 func (b *memBucket) expireWindow(p params, k int64) {
-	end := (k + 1) * p.Per
+	end := p.Start(k + 1)
 	if p.Algorithm == quota.SlidingWindow {
 		end += p.Per
 	}
@@ -410,7 +452,15 @@ func (b *memBucket) refund(p params, mark int64) {
 			b.tat = p.GCRARefund(b.tat, p.cost)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		b.add(mark, -p.cost)
+		if p.Anchored {
+			// mark is the start of the window charged: on b's windows
+			// still, unless they moved since.
+			if !b.phased || quotamath.FloorMod(mark-p.Phase, p.Per) != 0 {
+				return
+			}
+			mark = p.Window(mark)
+		}
+		b.add(mark, -p.cost, 0)
 	case quota.SlidingLog:
 		for i := len(b.log) - 1; i >= 0; i-- {
 			if b.log[i] == (quotamath.LogEntry{At: mark, Cost: p.cost}) {
@@ -428,6 +478,9 @@ func (b *memBucket) prune(p params, now int64) {
 		keep := p.Window(now)
 		if p.Algorithm == quota.SlidingWindow {
 			keep--
+		}
+		if p.Anchored {
+			keep-- // its units may fall in the windows a move makes (Anchor)
 		}
 		i := 0
 		for i < len(b.windows) && b.windows[i].idx < keep {
@@ -456,17 +509,20 @@ func (b *memBucket) count(k int64) int64 {
 	return 0
 }
 
-// add adds n to window k's count, keeping windows sorted and dropping
-// windows whose count falls to zero.
-func (b *memBucket) add(k, n int64) {
+// add adds n to window k's count, charged at instant at (for n > 0),
+// keeping windows sorted and dropping windows whose count falls to zero.
+func (b *memBucket) add(k, n, at int64) {
 	i, found := slices.BinarySearchFunc(b.windows, k, func(w window, k int64) int { return cmp.Compare(w.idx, k) })
 	switch {
 	case found:
 		b.windows[i].count += n
+		if n > 0 {
+			b.windows[i].last = max(b.windows[i].last, at)
+		}
 		if b.windows[i].count <= 0 {
 			b.windows = slices.Delete(b.windows, i, i+1)
 		}
 	case n > 0:
-		b.windows = slices.Insert(b.windows, i, window{idx: k, count: n})
+		b.windows = slices.Insert(b.windows, i, window{idx: k, count: n, last: at})
 	}
 }

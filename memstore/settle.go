@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -37,6 +38,11 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 	st := settlement{costs: make([]int64, len(costs))}
 	for i, b := range d.Limits {
 		p := newParams(b.Limit, d.CostOf(i))
+		id := bucketID{d.Scope, b.Limit.Name, b.Key}
+		if mb := s.buckets[id]; mb != nil && mb.alg == p.Algorithm {
+			mb.expireAnchor(p, now)
+			p = mb.grid(p)
+		}
 		old := p.cost
 		if had {
 			old = prev.costs[i]
@@ -54,7 +60,6 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 		}
 		st.expire = max(st.expire, end)
 		if delta := st.costs[i] - old; delta != 0 {
-			id := bucketID{d.Scope, b.Limit.Name, b.Key}
 			mb := s.buckets[id]
 			if mb == nil {
 				if delta < 0 {
@@ -77,6 +82,33 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 	return nil
 }
 
+// settleAnchored moves by delta the charge of an anchored window whose
+// start, mark, is on b's windows; after a move (mark on no boundary)
+// only an extra charge is counted, in every window that may hold the
+// request (sent between mark and now), as anchoring counts what it moves
+// (quota.Anchorer), and a refund gives nothing back.
+func (b *memBucket) settleAnchored(p params, mark, delta, now int64) {
+	if !b.phased {
+		return
+	}
+	at := max(now, mark)
+	if quotamath.FloorMod(mark-p.Phase, p.Per) == 0 {
+		k := p.Window(mark)
+		b.add(k, delta, at)
+		if delta > 0 {
+			b.expireWindow(p, k)
+		}
+		return
+	}
+	if delta <= 0 {
+		return
+	}
+	for k := p.Window(mark); k <= p.Window(min(mark+p.Per-1, at)); k++ {
+		b.add(k, delta, at)
+		b.expireWindow(p, k)
+	}
+}
+
 // settle moves the charge recorded by mark, which cost old, by delta (see
 // quota.Settler).
 func (b *memBucket) settle(p params, mark, old, delta, now int64) {
@@ -85,7 +117,11 @@ func (b *memBucket) settle(p params, mark, old, delta, now int64) {
 		b.tat = p.GCRASettle(b.tat, now, delta)
 		b.expire = b.tat.Ceil()
 	case quota.FixedWindow, quota.SlidingWindow:
-		b.add(mark, delta) // a count that falls to 0 is dropped
+		if p.Anchored {
+			b.settleAnchored(p, mark, delta, now)
+			return
+		}
+		b.add(mark, delta, now) // a count that falls to 0 is dropped
 		if delta > 0 {
 			b.expireWindow(p, mark)
 		}

@@ -36,13 +36,19 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		mb = &memBucket{alg: p.Algorithm}
 		s.buckets[id] = mb
 	}
+	mb.expireAnchor(p, now)
+	if p.Anchored && !mb.phased {
+		mb.setPhase(quotamath.FloorMod(now, p.Per)) // as a first charge would
+	}
+	p = mb.grid(p)
 	mb.prune(p, now)
 	mb.lower(p, now, quotamath.CeilMicros(within), left)
 	s.ops++
 	return nil
 }
 
-// lower makes b admit at most left more units from now (see Syncer.Sync).
+// lower makes b admit at most left more units from now until within
+// has passed (see quota.Syncer).
 func (b *memBucket) lower(p params, now, within, left int64) {
 	switch p.Algorithm {
 	case quota.GCRA:
@@ -51,11 +57,19 @@ func (b *memBucket) lower(p params, now, within, left int64) {
 			b.expire = max(b.expire, tat.Ceil())
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		k := p.Window(now)
-		if c := b.count(k); c < p.Rate-left {
-			b.add(k, p.Rate-left-c)
+		// The last window that starts before the reset holds at most left
+		// more, those before it none (see quota.Syncer).
+		first, last := p.SyncWindows(now, within)
+		for k := first; k <= last; k++ {
+			target, at := p.Rate, max(now, p.Start(k))
+			if k == last {
+				target = p.Rate - left
+			}
+			if c := b.count(k); c < target {
+				b.add(k, target-c, at)
+			}
+			b.expireWindow(p, k)
 		}
-		b.expireWindow(p, k)
 	case quota.SlidingLog:
 		if fill := p.Rate - left - quotamath.LogCost(b.log, now-p.Per, now); fill > 0 {
 			b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: now, Cost: fill})

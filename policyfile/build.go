@@ -468,6 +468,7 @@ func (b *builder) limit(n *node, w at) throttle.Limit {
 		{"per", func(v *node, w at) { l.Per, perGiven = b.duration(v, w), true }},
 		{"burst", into(&l.Burst, b.whole)},
 		{"algorithm", into(&l.Algorithm, b.algorithm)},
+		{"phase", into(&l.Phase, b.duration)},
 		{"key", into(&l.Key, b.key)},
 		{"match", into(&l.Match, b.match)},
 		{"cost", c.readCost},
@@ -522,6 +523,8 @@ func (b *builder) learning(n *node, w at) throttle.Learning {
 		}},
 		{"sync", into(&l.Sync, b.str)},
 		{"sync_resource", into(&l.SyncResource, b.str)},
+		{"anchor", into(&l.Anchor, b.str)},
+		{"anchor_tolerance", into(&l.AnchorTolerance, b.duration)},
 		{"pause_by", into(&l.PauseBy, b.str)},
 	})
 	return l

@@ -33,15 +33,16 @@
 // Rule fields: name, host, method, path, scope, wait, cost (a whole
 // number), cost_by_method ({default: 5, GET: 1}), shadow,
 // on_store_failure, limits, learn (off, max_pause, default_pause, jitter,
-// sync, sync_resource, pause_by), retry (max, max_wait),
-// settle_from_json (the JSON path of the cost an answer reports, such as
-// data.rateLimit.cost: [throttle.SettleFromJSON]; cost is then the
-// estimate charged until the answer comes) and class (a name from
-// classes). Limit fields:
-// name, rate and burst (whole numbers: 5.5 is an error, not 5), per (a Go
-// duration: 30m, 1h, 500ms), algorithm (the names of
-// [throttle.Algorithm.String]: gcra, fixed-window, sliding-log,
-// sliding-window, concurrency), key, one of "context:NAME",
+// sync, sync_resource, anchor, anchor_tolerance, pause_by), retry (max,
+// max_wait), settle_from_json (the JSON path of the cost an answer
+// reports, such as data.rateLimit.cost: [throttle.SettleFromJSON]; cost is
+// then the estimate charged until the answer comes) and class (a name
+// from classes). Limit fields: name, rate and burst (whole numbers: 5.5
+// is an error, not 5), per (a Go duration: 30m, 1h, 500ms), algorithm
+// (the names of [throttle.Algorithm.String]: gcra, fixed-window,
+// sliding-log, sliding-window, concurrency), phase (a duration: where the
+// windows of a fixed or sliding window start, 8h for a day that starts at
+// 08:00 UTC), key, one of "context:NAME",
 // "header:NAME" (values of secret-bearing headers are hashed),
 // "path:WILDCARD", "query:NAME", "body:FIELD", "constant:VALUE", each
 // optionally prefixed "hash:" to hash the value, and tenant, a key of the

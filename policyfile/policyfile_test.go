@@ -341,7 +341,7 @@ rules:
 		`policy.yaml:5: rule "a": wait: unknown waiter "soon" (block, fail-fast, up-to DURATION)`,
 		`policy.yaml:7: rule "a": limits[0].rate: must be a whole number, got 5.5`,
 		`policy.yaml:9: rule "a": limits[2].per: not a duration (such as 30s, 5m, 1h): "forever"`,
-		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, key, match, cost, cost_by_method, tenant)`,
+		`policy.yaml:9: rule "a": limits[2].colour: unknown field (name, rate, per, burst, algorithm, phase, key, match, cost, cost_by_method, tenant)`,
 		`policy.yaml:13: rule "b": limits[0].per: missing: give a duration such as 1m or 30m`,
 		`policy.yaml:1: instances: must not be negative, got -1`,
 		`policy.yaml:8: rule "a": limits[1].rate: must be positive, got 0`,
@@ -452,6 +452,50 @@ func FuzzLoad(f *testing.F) {
 			t.Errorf("%v does not match ErrInvalidPolicy", err)
 		}
 	})
+}
+
+// Phases and anchors are read, and a bad one is reported at its field.
+func TestPhaseAndAnchor(t *testing.T) {
+	p, err := policyfile.Load("p.yaml", []byte(`rules:
+  - name: daily
+    limits:
+      - {name: day, rate: 1000, per: 24h, algorithm: fixed-window, phase: 8h}
+  - name: vendor
+    learn: {sync: window, anchor: window, anchor_tolerance: 500ms}
+    limits:
+      - {name: window, rate: 60, per: 1m, algorithm: fixed-window}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, 8*time.Hour, p.Rules[0].Limits[0].Phase)
+	assert.Equal(t, "window", p.Rules[1].Learn.Anchor)
+	assert.Equal(t, 500*time.Millisecond, p.Rules[1].Learn.AnchorTolerance)
+
+	for _, c := range []struct {
+		name, doc, field, inErr string
+	}{
+		{"phase of a whole window", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, algorithm: fixed-window, phase: 1m}\n",
+			"limits[0].phase", "must be in [0, Per)"},
+		{"phase of gcra", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1m, phase: 1s}\n",
+			"limits[0].phase", "has none"},
+		{"anchor of gcra", "rules:\n  - name: a\n    learn: {anchor: l}\n    limits:\n      - {name: l, rate: 1, per: 1m}\n",
+			"learn.anchor", "only fixed-window and sliding-window"},
+		{"anchor of a phased limit", "rules:\n  - name: a\n    learn: {anchor: l}\n    limits:\n      - {name: l, rate: 1, per: 1m, algorithm: fixed-window, phase: 1s}\n",
+			"learn.anchor", "has a Phase"},
+		{"anchor of no limit", "rules:\n  - name: a\n    learn: {anchor: x}\n    limits:\n      - {name: l, rate: 1, per: 1m, algorithm: fixed-window}\n",
+			"learn.anchor", "names no limit"},
+		{"negative tolerance", "rules:\n  - name: a\n    learn: {anchor: l, anchor_tolerance: -1s}\n    limits:\n      - {name: l, rate: 1, per: 1m, algorithm: fixed-window}\n",
+			"learn.anchor_tolerance", "must not be negative"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := policyfile.Load("p.yaml", []byte(c.doc))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+			var fe *policyfile.Error
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, c.field, fe.Field, "field: %v", err)
+			assert.ErrorContains(t, err, c.inErr)
+		})
+	}
 }
 
 // jsonCostTransport answers every request 200 with a JSON body that

@@ -9,7 +9,8 @@
 // refused with nothing charged and the time until it can succeed. Optional
 // interfaces add what only some stores do: [LeaseStore] (in-flight
 // [Concurrency] limits), [Syncer] (lowering a counter to the vendor's
-// count), [Settler] (correcting a charge to the cost the vendor reports
+// count), [Anchorer] (moving a limit's windows to where the vendor's
+// start), [Settler] (correcting a charge to the cost the vendor reports
 // after the fact), [Inspector] (reading and resetting live state, for operators)
 // and [LimitChecker] (a store that can decide only some demands says so at
 // start-up).

@@ -10,7 +10,8 @@ import (
 
 // A Limit is one quota as a store sees it: at most Rate units of cost per
 // period Per, counted per key by Algorithm. Limits with the same Name in
-// the same scope, charged to the same key, share one counter.
+// the same scope, charged to the same key, share one counter, and must
+// agree on every field.
 //
 // The zero Algorithm is [GCRA].
 type Limit struct {
@@ -41,6 +42,31 @@ type Limit struct {
 
 	// Algorithm selects how the limit counts. The zero value is GCRA.
 	Algorithm Algorithm
+
+	// Phase places the windows of a [FixedWindow] or [SlidingWindow]
+	// limit: window k covers [Phase + k*Per, Phase + (k+1)*Per) of the
+	// store's clock (time since the Unix epoch), in whole microseconds.
+	// It must be in [0, Per); zero aligns windows to the epoch. Use it to
+	// mirror a vendor whose windows start at a known offset (a daily quota
+	// that resets at 08:00 UTC: Per 24h, Phase 8h). Other algorithms must
+	// leave it zero.
+	Phase time.Duration
+
+	// Anchored makes the windows of a [FixedWindow] or [SlidingWindow]
+	// limit follow the vendor's instead of a fixed grid: a counter with no
+	// state starts its first window at its first charge, and
+	// [Anchorer.Anchor] moves its windows to where the vendor says its
+	// window ends. The phase in force is kept with the counter, so every
+	// instance sharing the store counts on the same windows; it is
+	// forgotten when the counter expires (no charge for a window). Phase
+	// must be zero. Other algorithms must leave it false.
+	Anchored bool
+}
+
+// Windowed reports whether l counts in windows: [FixedWindow] or
+// [SlidingWindow], the algorithms that Phase and Anchored apply to.
+func (l Limit) Windowed() bool {
+	return l.Algorithm == FixedWindow || l.Algorithm == SlidingWindow
 }
 
 // BurstOrRate returns the GCRA burst, with its default (Rate) applied.
@@ -90,8 +116,10 @@ const (
 	// per key. Pick it by default: smooth, O(1), with bursts.
 	GCRA Algorithm = iota
 
-	// FixedWindow counts cost in windows of length P aligned to the epoch
-	// of the store's clock (window k covers [k*P, (k+1)*P)); a demand is
+	// FixedWindow counts cost in windows of length P that start at the
+	// limit's phase F (window k covers [F + k*P, F + (k+1)*P) of the
+	// store's clock; F is [Limit.Phase], 0 by default, or for an
+	// [Limit.Anchored] limit the phase kept with the counter); a demand is
 	// admitted in a window while that window's count plus c is at most R.
 	// A reservation charges the first window, current or later, with room.
 	// Cheap (one counter per key and window), but up to 2R can pass in a
@@ -109,7 +137,8 @@ const (
 	SlidingLog
 
 	// SlidingWindow approximates a sliding window with two fixed-window
-	// counters: at t in window k, with e = t - k*P microseconds elapsed, the
+	// counters (on the windows of FixedWindow, phase included): at t in
+	// window k, with e = t - (F + k*P) microseconds elapsed, the
 	// estimate is prev*(P-e)/P + cur, where prev and cur are the counts of
 	// windows k-1 and k. The previous window's weight falls in steps of s
 	// microseconds: with W = ceil(P/s) steps a window and j = floor(e/s)
@@ -229,6 +258,14 @@ func (l Limit) check() (field string, err error) {
 		return "Per", fmt.Errorf("is the lease time of a concurrency limit and must be at least %v, got %v", MinLease, l.Per)
 	case l.Algorithm != GCRA && l.Burst != 0 && l.Burst != l.Rate:
 		return "Burst", fmt.Errorf("only GCRA has a burst; %v admits Rate per window", l.Algorithm)
+	case l.Phase != 0 && !l.Windowed():
+		return "Phase", fmt.Errorf("places windows, and %v has none", l.Algorithm)
+	case l.Phase < 0 || l.Phase >= l.Per:
+		return "Phase", fmt.Errorf("must be in [0, Per) = [0, %v), got %v", l.Per, l.Phase)
+	case l.Anchored && !l.Windowed():
+		return "Anchored", fmt.Errorf("moves windows, and %v has none", l.Algorithm)
+	case l.Anchored && l.Phase != 0:
+		return "Phase", errors.New("must be zero for an anchored limit: its windows start at its first charge, then where the vendor's do")
 	}
 	return l.checkBounds()
 }

@@ -17,8 +17,16 @@ type Syncer interface {
 	//   - GCRA: the arrival time becomes at least now + within +
 	//     (Burst-remaining)*T, so from now until the reset at most
 	//     remaining units pass, spread over the interval;
-	//   - FixedWindow and SlidingWindow: the current window's count
-	//     becomes at least Rate-remaining;
+	//   - FixedWindow and SlidingWindow: the last window that starts
+	//     before now + within (the one that holds the reset, and mostly
+	//     the vendor's window) gets a count of at least Rate-remaining,
+	//     and every window from the one that holds now up to it becomes
+	//     full (count at least Rate): what they admitted before the reset
+	//     would count in the vendor's window too, which has only
+	//     remaining left. So from now to the reset at most remaining
+	//     units pass. When the reset falls in the window that holds now
+	//     (windows [Limit.Anchored] to the vendor's), that window alone
+	//     gets Rate-remaining;
 	//   - SlidingLog: an entry is added at now so that the cost recorded
 	//     in the last Per is at least Rate-remaining.
 	//

@@ -6,7 +6,8 @@
 -- ARGV[1], ARGV[2]  the clock and the decision id (prologue.lua); a call
 --                   sent again is refused there, and nothing is given back
 --                   (a window's refund must not be given twice)
--- then 4 per limit, from ARGV[4*i - 1]: algorithm, param, mark, cost
+-- then 5 per limit, from ARGV[5*i - 2]: algorithm, param, mark, cost,
+-- phase
 --   GCRA              param = cost*T as "q:r:Rate" (q µs and r/Rate,
 --                     take_gcra.lua); mark = "us:ns", the arrival time
 --                     the take set in nanoseconds, rounded up, split at
@@ -14,8 +15,10 @@
 --                     given back only if the arrival time still has that
 --                     mark: no later take moved it since (each moves it by
 --                     at least a nanosecond).
---   FIXED_WINDOW,     mark = the window index charged
---   SLIDING_WINDOW
+--   FIXED_WINDOW,     param = Per; mark = the window index charged; for
+--   SLIDING_WINDOW    an Anchored limit (phase -1), the window's start,
+--                     given back only while the counter's windows still
+--                     start there (take.lua, anchor.lua)
 --   SLIDING_LOG       mark = the instant; the member is "instant:cost:id",
 --                     its score the running total (take.lua). The whole
 --                     cost is given back.
@@ -24,7 +27,7 @@
 --                     release.lua).
 
 for i = 1, #KEYS do
-  local arg = 4 * i - 1
+  local arg = 5 * i - 2
   local algo, key = ARGV[arg], KEYS[i]
   local mark, cost = ARGV[arg + 2], ARGV[arg + 3]
   if algo == GCRA then
@@ -82,9 +85,19 @@ for i = 1, #KEYS do
       redis.call('PUBLISH', ARGV[arg + 1], '1')
     end
   else
+    if tonumber(ARGV[arg + 4]) < 0 then
+      local per, start = tonumber(ARGV[arg + 1]), tonumber(mark)
+      local st = redis.call('HMGET', key, 'a', 'e')
+      local phase, expiry = tonumber(st[1]), tonumber(st[2])
+      if phase and expiry and expiry > now and (start - phase) % per == 0 then
+        mark = fmt('%d', (start - phase) / per)
+      else
+        mark = nil -- the windows moved, or the state ended
+      end
+    end
     -- Only an existing window: HINCRBY on an expired key would create one
     -- without a TTL.
-    if redis.call('HEXISTS', key, mark) == 1 then
+    if mark and redis.call('HEXISTS', key, mark) == 1 then
       if redis.call('HINCRBY', key, mark, -tonumber(cost)) <= 0 then
         redis.call('HDEL', key, mark)
       end

@@ -191,3 +191,59 @@ func ExampleWithBatching() {
 	// granted 40 of 64
 	// granted 40 of 64
 }
+
+// Anchor moves an anchored limit's windows to where the vendor's end, for
+// every instance that shares the Redis. Here a vendor counts 2 per hour on
+// windows of its own: one instance's first request starts the fleet's
+// first window, and its answer says the vendor's window ends in 10
+// minutes. The request already sent counts in the vendor's window, so the
+// other instance can send one more before it ends, not two.
+func ExampleStore_Anchor() {
+	var closers []func() error
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("example-%d:", time.Now().UnixNano())
+	newInstance := func() *redisstore.Store {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		closers = append(closers, rdb.Close)
+		s, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
+		if err != nil {
+			panic(err)
+		}
+		return s
+	}
+	a, b := newInstance(), newInstance()
+	hourly := quota.Bucket{Limit: quota.Limit{Name: "hourly", Rate: 2, Per: time.Hour, Algorithm: quota.FixedWindow, Anchored: true}}
+	demand := func(cost int) *quota.Demand {
+		return &quota.Demand{Scope: "vendor", Limits: []quota.Bucket{hourly}, Cost: cost}
+	}
+
+	if _, err := a.Take(ctx, demand(1)); err != nil {
+		panic(err)
+	}
+	// The answer's X-RateLimit-Reset says the vendor's window ends in 10m.
+	ends, moved, err := a.Anchor(ctx, "vendor", hourly, 10*time.Minute, time.Second)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("moved:", moved, "window ends in", ends.Round(time.Minute))
+
+	dec, err := b.Take(ctx, demand(2))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("b, cost 2: granted", dec.OK, "retry in", dec.Delay.Round(time.Minute))
+	dec, err = b.Take(ctx, demand(1))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("b, cost 1: granted", dec.OK)
+	// Output:
+	// moved: true window ends in 10m0s
+	// b, cost 2: granted false retry in 10m0s
+	// b, cost 1: granted true
+}

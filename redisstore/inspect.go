@@ -101,19 +101,21 @@ func (s *Store) clockMicros(ctx context.Context) (int64, error) {
 // inspectLimit reads one limit key; the state is package quotamath's,
 // as the in-process store's.
 func (s *Store) inspectLimit(ctx context.Context, name string, l quota.Limit, key string, now int64) (quota.LimitState, error) {
-	c, err := s.readCounter(ctx, name, l.Algorithm, now)
+	q := quotamath.Of(l)
+	c, err := s.readCounter(ctx, name, &q, now)
 	if err != nil {
 		return quota.LimitState{}, err
 	}
-	st := quotamath.Of(l).State(c, now)
+	st := q.State(c, now)
 	st.Limit, st.Algorithm, st.Key = l.Name, l.Algorithm, key
 	return st, nil
 }
 
-// readCounter reads the key of a counter of algorithm alg.
-func (s *Store) readCounter(ctx context.Context, name string, alg quota.Algorithm, now int64) (quotamath.Counter, error) {
+// readCounter reads the key of a counter of limit q; the windows of an
+// anchored counter set q's phase to the counter's (take.lua).
+func (s *Store) readCounter(ctx context.Context, name string, q *quotamath.Limit, now int64) (quotamath.Counter, error) {
 	var c quotamath.Counter
-	switch alg {
+	switch q.Algorithm {
 	case quota.GCRA:
 		v, err := s.client.Get(ctx, name).Result()
 		if err != nil {
@@ -127,6 +129,13 @@ func (s *Store) readCounter(ctx context.Context, name string, alg quota.Algorith
 	case quota.FixedWindow, quota.SlidingWindow:
 		h, err := s.client.HGetAll(ctx, name).Result()
 		c.Count = func(k int64) int64 { return hashInt(h, k) }
+		if a, ok := h["a"]; ok {
+			phase, perr := strconv.ParseInt(a, 10, 64)
+			if perr != nil {
+				return c, fmt.Errorf("window counter %s: malformed phase %q", name, a)
+			}
+			*q = q.WithPhase(phase)
+		}
 		return c, err
 	case quota.SlidingLog:
 		// Members "instant:cost:id" in order of instant (take.lua).

@@ -19,6 +19,9 @@ const schema = "v1"
 //	P v1:{S}:G:NAME:KEY   GCRA theoretical arrival time otherwise, "us" or "us:frac" (string)
 //	P v1:{S}:f:NAME:KEY   fixed window counts, window index -> count (hash)
 //	P v1:{S}:w:NAME:KEY   sliding window counts, window index -> count (hash)
+//	                      an Anchored limit's also hold 'a' (the phase, µs), 'e' (when the
+//	                      state ends, µs), 'l' (the phase is the vendor's) and '<k>r' (the
+//	                      latest reservation instant of window k); take.lua, anchor.lua
 //	P v1:{S}:l:NAME:KEY   sliding log, member "instant:cost:id", score the running total of costs (zset)
 //	P v1:{S}:c:NAME:KEY   concurrency slots, member lease id, score expiry µs (zset)
 //	P v1:{S}:n:NAME:KEY   pub/sub channel (not a key): a slot of c:NAME:KEY was released

@@ -21,7 +21,8 @@ import (
 //   - Fixed windows only. A [quota.FixedWindow] window starts at the first
 //     charge of its key and lasts Per by Redis's clock (PEXPIRE NX),
 //     rather than being aligned to the epoch. Take returns an error for a
-//     demand with a limit of any other algorithm.
+//     demand with a limit of any other algorithm, or with a Phase or
+//     Anchored (it is not a [quota.Anchorer]).
 //   - No reservations, so no waiting: a demand is granted only if every
 //     limit and pause lets it go now. MaxWait is ignored; on refusal,
 //     Delay is the time until the binding window or pause ends.
@@ -77,6 +78,9 @@ func (m *MultiExecStore) CheckLimits(limits []quota.Limit, mayWait bool) error {
 			return &quota.FieldError{Field: fmt.Sprintf("Limits[%d].Algorithm", j),
 				Err: fmt.Errorf("redisstore: the MULTI/EXEC store supports only %v limits, not %v", quota.FixedWindow, l.Algorithm)}
 		}
+		if field, err := txWindows(&l); err != nil {
+			return &quota.FieldError{Field: fmt.Sprintf("Limits[%d].%s", j, field), Err: err}
+		}
 	}
 	if mayWait {
 		return &quota.FieldError{Field: "Wait",
@@ -97,6 +101,9 @@ func (m *MultiExecStore) Take(ctx context.Context, d *quota.Demand) (quota.Decis
 	for i := range d.Limits {
 		if a := d.Limits[i].Limit.Algorithm; a != quota.FixedWindow {
 			return quota.Decision{}, fmt.Errorf("redisstore: limit %s: the MULTI/EXEC store supports only %v, not %v", d.Limits[i].Limit.Name, quota.FixedWindow, a)
+		}
+		if _, err := txWindows(&d.Limits[i].Limit); err != nil {
+			return quota.Decision{}, fmt.Errorf("redisstore: limit %s: %w", d.Limits[i].Limit.Name, err)
 		}
 		if d.Limits[i].Tenant != "" {
 			return quota.Decision{}, fmt.Errorf("redisstore: %w", &quota.FieldError{Field: fmt.Sprintf("Limits[%d].Tenant", i),
@@ -270,6 +277,19 @@ func (m *MultiExecStore) Check(ctx context.Context) error {
 		}
 		return m.s.warm(ctx)
 	})
+}
+
+// txWindows reports the field of a limit whose windows the MULTI/EXEC
+// store cannot place, which starts each window at its key's first charge:
+// a Phase, or Anchored.
+func txWindows(l *quota.Limit) (field string, err error) {
+	switch {
+	case l.Phase != 0:
+		return "Phase", fmt.Errorf("redisstore: the MULTI/EXEC store starts each window at its first charge, so it cannot honour a Phase: %w", quota.ErrInvalid)
+	case l.Anchored:
+		return "Anchored", fmt.Errorf("redisstore: the MULTI/EXEC store cannot move windows (it is not a quota.Anchorer): %w", quota.ErrInvalid)
+	}
+	return "", nil
 }
 
 // ceilMillis converts d to whole milliseconds, rounding up, at least 1.

@@ -30,7 +30,7 @@ import (
 // Every script of the package is embedded here.
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
-//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua settle.lua
+//go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
 //go:embed share.lua
 var luaFiles embed.FS
 
@@ -60,6 +60,8 @@ var (
 	renewScript = newScript("renew.lua")
 	// sync.lua lowers a counter to what the vendor reports (Store.Sync).
 	syncScript = newScript("sync.lua")
+	// anchor.lua moves an Anchored limit's windows (Store.Anchor).
+	anchorScript = newScript("anchor.lua")
 	// settle.lua corrects a charge to its real cost (Store.Settle).
 	settleScript = newScript("settle.lua")
 )
@@ -71,7 +73,7 @@ var (
 var storeScripts = []luaScript{
 	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
-	syncScript, settleScript,
+	syncScript, anchorScript, settleScript,
 }
 
 // A luaScript is a script with its source, so that Store.run can send it

@@ -27,7 +27,7 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 	d := r.Demand
 	ks := newKeys(s.prefix, d.Scope)
 	keys := make([]string, 0, len(d.Limits)+1)
-	args, _ := s.scriptArgs(6*len(d.Limits), r.ID, false)
+	args, _ := s.scriptArgs(7*len(d.Limits), r.ID, false)
 	for i := range d.Limits {
 		b := &d.Limits[i]
 		if b.Limit.Algorithm == quota.Concurrency {
@@ -39,10 +39,14 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 			// Rate, and each cost with its span c*T: "c:q:r" (settle.lua).
 			charged, cost := int64(d.CostOf(i)), int64(costs[i])
 			args = append(args, algoCode(l.Algorithm), l.Rate, r.Marks[i], l.SettleEnd(r.Marks[i]),
-				costSpan(l, charged), costSpan(l, cost))
+				costSpan(l, charged), costSpan(l, cost), 0)
 			continue
 		}
-		args = append(args, algoCode(l.Algorithm), l.Per, r.Marks[i], l.SettleEnd(r.Marks[i]), d.CostOf(i), costs[i])
+		var phase int64
+		if b.Limit.Windowed() {
+			phase = phaseArg(&b.Limit)
+		}
+		args = append(args, algoCode(l.Algorithm), l.Per, r.Marks[i], l.SettleEnd(r.Marks[i]), d.CostOf(i), costs[i], phase)
 	}
 	if len(keys) == 0 {
 		return nil

@@ -200,15 +200,15 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
-		(d.Limits[0].Limit.Algorithm == quota.FixedWindow || d.Limits[0].Limit.Algorithm == quota.SlidingWindow)
+		d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
 	case window:
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
-		args, mark = s.scriptArgs(5, id, true)
-		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate-d.Limits[0].Headroom, d.CostOf(0))
+		args, mark = s.scriptArgs(6, id, true)
+		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate-d.Limits[0].Headroom, d.CostOf(0), phaseArg(l))
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
@@ -220,7 +220,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
 		shares := sharedLimits(d) // share.go
-		args, mark = s.scriptArgs(5+4*len(d.Limits)+7*shares+2*len(carried), id, true)
+		args, mark = s.scriptArgs(5+5*len(d.Limits)+7*shares+2*len(carried), id, true)
 		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried), shares)
 		for i := range d.Limits {
 			b, cost := &d.Limits[i], int64(d.CostOf(i))
@@ -228,11 +228,11 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			switch l.Algorithm {
 			case quota.GCRA:
 				charge, room := gcraArgs(b, cost)
-				args = append(args, algoCode(l.Algorithm), charge, room, cost)
+				args = append(args, algoCode(l.Algorithm), charge, room, cost, 0)
 			case quota.Concurrency: // lease.go
-				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), int64(l.Rate)-h, 1)
+				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), int64(l.Rate)-h, 1, 0)
 			default:
-				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-h-cost, cost)
+				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-h-cost, cost, phaseArg(l))
 			}
 		}
 		if shares > 0 {
@@ -259,6 +259,16 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 	}
 	return s.identify(parseTake(res, d, id))
+}
+
+// phaseArg is the scripts' phase argument of a window limit l: the phase
+// of its windows in µs (modulo Per), or -1 for an Anchored limit, whose
+// phase the counter keeps (take.lua).
+func phaseArg(l *quota.Limit) int64 {
+	if l.Anchored {
+		return -1
+	}
+	return quotamath.Of(*l).Phase
 }
 
 // gcraMode is take_gcra.lua's ARGV[4]: "P M", P pause keys and
@@ -553,7 +563,7 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 	d := r.Demand
 	ks := newKeys(s.prefix, d.Scope)
 	keys := make([]string, len(d.Limits))
-	args, mark := s.scriptArgs(4*len(d.Limits), r.ID, true)
+	args, mark := s.scriptArgs(5*len(d.Limits), r.ID, true)
 	for i := range d.Limits {
 		b, cost := &d.Limits[i], int64(d.CostOf(i))
 		keys[i] = ks.limit(b)
@@ -566,11 +576,11 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 			// The charge "q:r:Rate" and the mark "us:ns" (cancel.lua).
 			ql, us := quotamath.Of(l), quotamath.FloorDiv(r.Marks[i], 1000)
 			mark := formatInt(us) + ":" + formatInt(r.Marks[i]-us*1000)
-			args = append(args, algoCode(l.Algorithm), timeArg(ql.Emissions(cost), rate), mark, cost)
+			args = append(args, algoCode(l.Algorithm), timeArg(ql.Emissions(cost), rate), mark, cost, 0)
 		} else if l.Algorithm == quota.Concurrency { // lease.go
-			args = append(args, algoCode(l.Algorithm), ks.released(b), r.Marks[i], 1)
+			args = append(args, algoCode(l.Algorithm), ks.released(b), r.Marks[i], 1, 0)
 		} else {
-			args = append(args, algoCode(l.Algorithm), p, r.Marks[i], cost)
+			args = append(args, algoCode(l.Algorithm), p, r.Marks[i], cost, phaseArg(&l))
 		}
 	}
 	ctx, cancel := s.callContext(ctx)

@@ -27,7 +27,9 @@ func checkSyncLimit(l *quota.Limit) error {
 
 // Sync implements [quota.Syncer] in one round trip, on Redis's clock:
 // it lowers b's counter so that at most remaining more units pass before
-// the vendor's reset, within from now, and never raises it.
+// the vendor's reset, within from now, and never raises it. A window
+// limit whose reset is several windows away writes one count per window
+// until it.
 func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remaining int, within time.Duration) error {
 	l := b.Limit
 	if err := checkSyncLimit(&l); err != nil || within <= 0 {
@@ -53,8 +55,11 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		if left >= rate {
 			return nil
 		}
-		args, _ = s.scriptArgs(4, s.nextID(), false)
+		args, _ = s.scriptArgs(6, s.nextID(), false)
 		args = append(args, algoCode(l.Algorithm), int64(w), p, rate-left)
+		if l.Windowed() {
+			args = append(args, rate, phaseArg(&l))
+		}
 	}
 	if err := syncScript.Run(ctx, s.client, []string{ks.limit(&b)}, args...).Err(); err != nil {
 		s.reload.note(err)

@@ -12,6 +12,8 @@
 --          of one, take_gcra.lua); others: Per
 -- ARGV[6]  others: the count the current window (or the last Per of the
 --          log) must reach, Rate - remaining
+-- ARGV[7]  windows: Rate
+-- ARGV[8]  windows: the phase, or -1 for an Anchored limit (take.lua)
 --
 -- Reply: 1 if the counter was lowered, 0 if it already admitted no more.
 
@@ -99,15 +101,46 @@ if algo == SLIDING_LOG then
   return 1
 end
 
--- Fixed and sliding window: raise the current window's count to target.
--- The key lives to the end of the window (one window longer for the
--- sliding window, which reads it as the previous window).
-local window = floor(now / per)
-local field = fmt('%d', window)
-local count = tonumber(redis.call('HGET', key, field)) or 0
-if count >= target then return 0 end
-redis.call('HINCRBY', key, field, target - count)
-local ends = (window + 1) * per
+-- Fixed and sliding window: raise to target the count of the last window
+-- that starts before the reset, now + within, and fill (count Rate)
+-- every window from the one of now up to it: what they admitted before
+-- the reset would count in the vendor's window too. The key lives to the
+-- end of the last (one window longer for the sliding window, which reads
+-- it as the previous window).
+local rate, phase = tonumber(ARGV[7]), tonumber(ARGV[8])
+local anchored = phase < 0
+local expiry = 0
+if anchored then
+  -- The counter's phase (take.lua); one with no state starts its first
+  -- window at now, as a first charge would.
+  local st = redis.call('HMGET', key, 'a', 'e')
+  phase, expiry = tonumber(st[1]), tonumber(st[2])
+  if not phase or not expiry or expiry <= now then
+    redis.call('DEL', key)
+    phase, expiry = now % per, 0
+    redis.call('HSET', key, 'a', fmt('%d', phase))
+  end
+end
+local first = floor((now - phase) / per)
+local last = floor((now + within - 1 - phase) / per)
+local lowered = 0
+for window = first, last do
+  local field, want, at = fmt('%d', window), rate, window * per + phase
+  if window == last then want = target end
+  if at < now then at = now end
+  local count = tonumber(redis.call('HGET', key, field)) or 0
+  if count < want then
+    redis.call('HINCRBY', key, field, want - count)
+    lowered = 1
+    if anchored and at > now then
+      -- A later window's filler stands at its start (anchor.lua).
+      local prev = tonumber(redis.call('HGET', key, field .. 'r'))
+      if not prev or at > prev then redis.call('HSET', key, field .. 'r', fmt('%d', at)) end
+    end
+  end
+end
+local ends = (last + 1) * per + phase
 if algo == SLIDING_WINDOW then ends = ends + per end
-extend(math.ceil((ends - now) / 1000) + slack)
-return 1
+if anchored and ends > expiry then redis.call('HSET', key, 'e', fmt('%d', ends)) end
+if lowered == 1 or anchored then extend(math.ceil((ends - now) / 1000) + slack) end
+return lowered

@@ -16,15 +16,18 @@
 -- ARGV[5]  how long to remember the reply, ms; 0: not at all
 -- ARGV[6]  number of leases released earlier, carried by this call
 -- ARGV[7]  number of limits shared among tenants (share.lua)
--- then 4 per limit, limit i's from ARGV[4 + 4*i]: algorithm, param,
--- allowance, cost; h is the limit's headroom (Bucket.Headroom), 0 for most
+-- then 5 per limit, limit i's from ARGV[3 + 5*i]: algorithm, param,
+-- allowance, cost, phase; h is the limit's headroom (Bucket.Headroom), 0
+-- for most
 --   GCRA            param = cost*T, allowance = (Burst-h)*T - cost*T
 --                   (T = Per/Rate, exactly; see take_gcra.lua for the
 --                   "q" and "q:r:Rate" forms and the arrival times)
---   FIXED_WINDOW    param = Per,    allowance = Rate - h - cost
+--   FIXED_WINDOW    param = Per,    allowance = Rate - h - cost, phase =
+--                   the windows' phase F (window k starts at F + k*Per),
+--                   or -1: the counter's own (an Anchored limit, below)
 --   SLIDING_LOG     param = Per,    allowance = Rate - h - cost
 --   SLIDING_WINDOW  param = Per, or "Per:s:W" (take_window.lua),
---                   allowance = Rate - h - cost
+--                   allowance = Rate - h - cost, phase as for FIXED_WINDOW
 --   CONCURRENCY     param = lease time (Per), allowance = Rate - h
 --                   (slots); the member of a lease is the decision id. A
 --                   slot is taken only when the demand acts now; a
@@ -32,6 +35,18 @@
 --                   comes due
 -- then 7 per shared limit (share.lua)
 -- then 2 per carried release: the lease id, the channel announcing it
+-- (phase is 0 for the algorithms without windows)
+--
+-- Anchored windows (phase -1): the hash also holds 'a', the phase, and
+-- 'e', the instant at which the counter's state ends (the end of the
+-- last window charged, synced or anchored, one window later for a
+-- sliding window); state whose 'e' has come is no state: the charge that
+-- finds none deletes what is left and starts the first window at its
+-- instant ('a' = instant mod Per). A reservation (instant after now)
+-- keeps the latest instant charged to window k in field '<k>r' (units
+-- granted at once were sent by now); anchor.lua reads them when it moves
+-- the windows, and sets 'l' (the phase is the vendor's). The mark is the window's start, so that cancel.lua gives
+-- nothing back after a move. See keys.go.
 --
 -- Carried releases: a release (Store.Release) waits briefly for a later
 -- take or claim of its scope to carry it (releases.go), so an in-flight
@@ -45,8 +60,7 @@
 -- 0; a mark per limit: the GCRA arrival time set, "us" or "us:frac" as
 -- stored (take_gcra.lua), the window charged, the log instant, or the
 -- lease's expiry, 0 for a slot left unclaimed), or {0, delay, binding
--- limit index, binding pause index} when refused; indexes are 0-based, -1
--- for none.
+-- pause index} when refused; indexes are 0-based, -1 for none.
 
 -- Carried releases first (as in release.lua); a second run is a no-op.
 local carried = tonumber(ARGV[6])
@@ -57,7 +71,7 @@ end
 
 local pauses = tonumber(ARGV[4])
 local shares = tonumber(ARGV[7])
-local limits = (#ARGV - 7 - 7 * shares - 2 * carried) / 4
+local limits = (#ARGV - 7 - 7 * shares - 2 * carried) / 5
 local replyTTL = tonumber(ARGV[5])
 local replayKey = KEYS[pauses + limits + 1]
 if replyTTL > 0 then
@@ -82,7 +96,7 @@ if shares > 0 then
   local over
   local firstKey = pauses + limits + 1
   if replyTTL > 0 then firstKey = firstKey + 1 end
-  shared, over = sharesBegin(shares, 8 + 4 * limits, firstKey)
+  shared, over = sharesBegin(shares, 8 + 5 * limits, firstKey)
   if over then maxWait = 0 end
 end
 
@@ -102,15 +116,33 @@ end
 -- log floor, concurrency leases.
 local state = {}
 local logTotal = {} -- sliding log: the running total of its newest entry, 0 if none
+-- phases[i]: the phase of window limit i; false for an anchored counter
+-- with no state (it admits anything, and its first charge sets it).
+local phases, expiries = {}, {}
+for i = 1, limits do
+  local arg = 3 + 5 * i
+  local algo = ARGV[arg]
+  if algo == FIXED_WINDOW or algo == SLIDING_WINDOW then
+    local phase = tonumber(ARGV[arg + 4])
+    if phase < 0 then
+      local st = redis.call('HMGET', KEYS[pauses + i], 'a', 'e')
+      phase, expiries[i] = tonumber(st[1]), tonumber(st[2])
+      if not phase or not expiries[i] or expiries[i] <= now then phase = false end
+    end
+    phases[i] = phase
+  end
+end
 local binding, rounds = -1, 0
 while true do
   local nextInstant, raiser = instant, -1
   for i = 1, limits do
-    local arg = 4 + 4 * i
+    local arg = 3 + 5 * i
     local algo, param, allowance = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
     local key = KEYS[pauses + i]
     local earliest = instant
-    if algo == GCRA then
+    if phases[i] == false then
+      -- An anchored counter with no state admits any cost up to Rate.
+    elseif algo == GCRA then
       -- The arrival time, "us" or "us:frac", and the allowance, "q" or
       -- "q:r" (take_gcra.lua): the earliest instant is ceil(TAT -
       -- allowance).
@@ -140,23 +172,23 @@ while true do
       -- Decided below, for now only.
     elseif algo == FIXED_WINDOW then
       -- First window, the current one or later, with room for the cost.
-      local per = param
-      local window = floor(instant / per)
+      local per, phase = param, phases[i]
+      local window = floor((instant - phase) / per)
       while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > allowance do
         window = window + 1
       end
-      if window * per > earliest then earliest = window * per end
+      if window * per + phase > earliest then earliest = window * per + phase end
     elseif algo == SLIDING_WINDOW then
       -- prev*(W-j) <= (Rate-cur-cost)*W, j the steps of the window gone
       -- (take_window.lua).
-      local per, step, steps = param, 1, param
+      local per, step, steps, phase = param, 1, param, phases[i]
       if not per then
         local p, s, w = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
         per, step, steps = tonumber(p), tonumber(s), tonumber(w)
       end
-      local window = floor(instant / per)
+      local window = floor((instant - phase) / per)
       while true do
-        local start = window * per
+        local start = window * per + phase
         local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
         local room = allowance - (tonumber(counts[2]) or 0)
         if room >= 0 then
@@ -242,7 +274,7 @@ end
 -- grows past Rate. A full limit refuses with the delay until max(instant,
 -- the expiry that frees a slot if nobody releases).
 for i = 1, limits do
-  local arg = 4 + 4 * i
+  local arg = 3 + 5 * i
   if ARGV[arg] == CONCURRENCY then
     local key = KEYS[pauses + i]
     local leases, slots = redis.call('ZCARD', key), tonumber(ARGV[arg + 2])
@@ -274,7 +306,7 @@ local function leaves(left)
   if instant == now and (not remaining or left < remaining) then remaining = left end
 end
 for i = 1, limits do
-  local arg = 4 + 4 * i
+  local arg = 3 + 5 * i
   local algo, param, cost = ARGV[arg], tonumber(ARGV[arg + 1]), ARGV[arg + 3]
   local key = KEYS[pauses + i]
   if algo == GCRA then
@@ -372,37 +404,61 @@ for i = 1, limits do
       leaves(tonumber(ARGV[arg + 2]) + tonumber(cost) - (newest - base))
     end
   else
-    local per, step, steps = param, 1, param
+    local per, step, steps, phase = param, 1, param, phases[i]
     if not per then -- a sliding window in steps: "Per:s:W"
       local p, s, w = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
       per, step, steps = tonumber(p), tonumber(s), tonumber(w)
     end
-    local window = floor(instant / per)
-    local count = redis.call('HINCRBY', key, fmt('%d', window), cost)
+    local anchored = tonumber(ARGV[arg + 4]) < 0
+    if phase == false then
+      -- The first charge of an anchored counter starts its first window.
+      redis.call('DEL', key)
+      phase = instant % per
+      redis.call('HSET', key, 'a', fmt('%d', phase))
+      expiries[i] = 0
+    end
+    local window = floor((instant - phase) / per)
+    local field = fmt('%d', window)
+    local count = redis.call('HINCRBY', key, field, cost)
     if count == tonumber(cost) then
       -- A new window (once per window and key): extend the TTL to its
       -- end, and drop windows that have passed.
-      local ends = (window + 1) * per
+      local ends = (window + 1) * per + phase
       if algo == SLIDING_WINDOW then ends = ends + per end
       local ttl = math.ceil((ends - now) / 1000) + slack
       if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
         redis.call('PEXPIRE', key, ttl, 'GT')
       end
+      if anchored and ends > expiries[i] then
+        redis.call('HSET', key, 'e', fmt('%d', ends))
+      end
       if redis.call('HLEN', key) > 3 then
-        local keep = floor(now / per)
+        local keep = floor((now - phase) / per)
         if algo == SLIDING_WINDOW then keep = keep - 1 end
-        for _, field in ipairs(redis.call('HKEYS', key)) do
-          if tonumber(field) < keep then redis.call('HDEL', key, field) end
+        -- An anchored counter keeps one window more: a move may count its
+        -- units in the new windows (anchor.lua). Fields are window
+        -- indexes, '<k>r', 'a' and 'e'.
+        if anchored then keep = keep - 1 end
+        for _, name in ipairs(redis.call('HKEYS', key)) do
+          local k = tonumber(string.match(name, '^%-?%d+'))
+          if k and k < keep then redis.call('HDEL', key, name) end
         end
       end
     end
-    reply[6 + i] = window
+    if anchored then
+      if instant > now then
+        local last = tonumber(redis.call('HGET', key, field .. 'r'))
+        if not last or instant > last then redis.call('HSET', key, field .. 'r', fmt('%d', instant)) end
+      end
+      reply[6 + i] = window * per + phase
+    else
+      reply[6 + i] = window
+    end
     if instant == now then
       local left = tonumber(ARGV[arg + 2]) + tonumber(cost) - count
       if algo == SLIDING_WINDOW then
-        -- Less the weight of the previous window, ceil(prev*(W-j)/W).
         local prev = tonumber(redis.call('HGET', key, fmt('%d', window - 1))) or 0
-        local gone = now - window * per -- steps of the window gone
+        local gone = now - window * per - phase -- steps of the window gone
         if step > 1 then gone = floor(gone / step) end
         left = left - math.ceil(prev * (steps - gone) / steps)
         if left < 0 then left = 0 end

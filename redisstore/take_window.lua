@@ -1,6 +1,6 @@
 -- take_window.lua: take.lua for a demand of one fixed-window or sliding-
--- window limit, at most one pause key and no reply to remember (Take picks
--- it then). It makes the same decision and charges the same key with the
+-- window limit on a fixed phase (not Anchored), at most one pause key and
+-- no reply to remember (Take picks it then). It makes the same decision and charges the same key with the
 -- same count and TTL as take.lua, in fewer Redis commands: a fixed window
 -- with room costs TIME and one HINCRBY, a sliding window TIME, one HMGET
 -- and one HINCRBY (Redis runs scripts on its only thread, so every
@@ -19,6 +19,7 @@
 --          than 1 µs, "Per:s:W" (below)
 -- ARGV[6]  Rate
 -- ARGV[7]  cost (at most Rate; Go checks)
+-- ARGV[8]  the windows' phase F: window k starts at F + k*Per
 --
 -- Reply: a string of integers, "1 delay -1 -1 now remaining window" when
 -- granted (remaining: what the window admits now, after the charge, when
@@ -38,13 +39,13 @@ end
 -- MaxWait is parsed only when there is a wait, and the cost goes to
 -- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
 -- more than the parse saved).
-local per, rate, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local per, rate, cost, phase = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local step, steps = 1, per -- the sliding window's weight steps, below
 if not per then
   local p, s, w = string.match(ARGV[5], '^(%d+):(%d+):(%d+)$')
   per, step, steps = tonumber(p), tonumber(s), tonumber(w)
 end
-local window = floor(instant / per)
+local window = floor((instant - phase) / per)
 local count, binding, prev = nil, -1, 0
 if fixed then
   if instant == now or instant - now <= tonumber(maxWait) then
@@ -63,7 +64,7 @@ if fixed then
     while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > room do
       window = window + 1
     end
-    if window * per > instant then instant, binding = window * per, 0 end
+    if window * per + phase > instant then instant, binding = window * per + phase, 0 end
   end
 else
   -- Sliding window: the first instant from this one, in this window or
@@ -75,7 +76,7 @@ else
   -- exact in a double, and so does the floor of the quotient.
   local roomIfEmpty = rate - cost
   while true do
-    local start = window * per
+    local start = window * per + phase
     local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
     local room = roomIfEmpty - (tonumber(counts[2]) or 0)
     if room >= 0 then
@@ -104,14 +105,14 @@ if count == cost then
   -- A new window (once per window and key): extend the TTL to its end
   -- (one window later for the sliding window, which reads it as the
   -- previous one), and drop windows that have passed (as take.lua does).
-  local ends = (window + 1) * per
+  local ends = (window + 1) * per + phase
   if not fixed then ends = ends + per end
   local ttl = math.ceil((ends - now) / 1000) + slack
   if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
     redis.call('PEXPIRE', key, ttl, 'GT')
   end
   if redis.call('HLEN', key) > 3 then
-    local keep = floor(now / per)
+    local keep = floor((now - phase) / per)
     if not fixed then keep = keep - 1 end
     for _, field in ipairs(redis.call('HKEYS', key)) do
       if tonumber(field) < keep then redis.call('HDEL', key, field) end
@@ -125,7 +126,7 @@ local remaining = 0
 if instant == now then
   remaining = rate - count
   if not fixed and prev > 0 then
-    local gone = now - window * per -- steps of the window gone
+    local gone = now - window * per - phase -- steps of the window gone
     if step > 1 then gone = floor(gone / step) end
     remaining = remaining - math.ceil(prev * (steps - gone) / steps)
     if remaining < 0 then remaining = 0 end

@@ -123,6 +123,14 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		if large {
 			l = largeLimit(rng, l.Name, l.Algorithm)
 		}
+		if l.Windowed() {
+			switch rng.IntN(3) {
+			case 1:
+				l.Phase = time.Duration(rng.Int64N(per(l))) * us
+			case 2:
+				l.Anchored = true
+			}
+		}
 		limits = append(limits, l)
 	}
 	t.Logf("limits: %+v", limits)
@@ -231,13 +239,15 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		return got, true
 	}
 
+	syncer, _ := store.(quota.Syncer)
+	anchorer, _ := store.(quota.Anchorer)
 	for step := 1; step <= steps; step++ {
 		r := rng.IntN(100)
-		if shares && r >= 50 && r < 65 {
+		if shares && r >= 46 && r < 61 {
 			r = 0 // more takes, to crowd tenants past their shares
 		}
 		switch {
-		case r < 50: // take, sometimes followed by probes of the retry time
+		case r < 46: // take, sometimes followed by probes of the retry time
 			d := &quota.Demand{Scope: scope, Cost: 1}
 			capMin := int64(1 << 30)
 			for _, i := range rng.Perm(len(limits)) {
@@ -294,7 +304,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 			if again, _ := take(step, &probe); !again.OK || again.Delay != 0 {
 				fail(step, "at the retry time: want granted now, got OK=%v Delay=%v", again.OK, again.Delay)
 			}
-		case r < 75: // move the clock
+		case r < 70: // move the clock
 			var d int64
 			switch c := rng.IntN(4); {
 			case c == 0:
@@ -315,7 +325,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 			}
 			clock.Advance(time.Duration(d) * us)
 			trace = append(trace, fmt.Sprintf("  step %d: advance %dµs", step, d))
-		case r < 82: // pause
+		case r < 77: // pause
 			key := pauseKeys[rng.IntN(len(pauseKeys))]
 			span := maxPer
 			if large {
@@ -325,7 +335,35 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 			require.NoError(t, store.Pause(t.Context(), scope, key, d), "step %d: pause %q for %v", step, key, d)
 			m.pause(scope, key, d, clock.Now().UnixMicro())
 			trace = append(trace, fmt.Sprintf("  step %d: pause %q for %v", step, key, d))
-		case r < 91 && settler != nil: // settle a reservation, maybe again
+		case r < 82: // sync a bucket to what a vendor might say
+			l := limits[rng.IntN(len(limits))]
+			if syncer == nil || l.Algorithm == quota.Concurrency {
+				continue
+			}
+			b := quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]}
+			left := rng.IntN(int(capacity(l))+2) - 1
+			within := time.Duration(rng.Int64N(4*per(l))-per(l)) * us
+			require.NoError(t, syncer.Sync(t.Context(), scope, b, left, within), "step %d: sync", step)
+			m.sync(scope, b, int64(max(left, 0)), within, clock.Now().UnixMicro())
+			trace = append(trace, fmt.Sprintf("  step %d: sync %s/%s to %d within %v", step, l.Name, b.Key, left, within))
+			stats["sync"]++
+		case r < 87: // anchor a bucket to a vendor's window end
+			l := limits[rng.IntN(len(limits))]
+			if anchorer == nil || !l.Anchored {
+				continue
+			}
+			b := quota.Bucket{Limit: l, Key: keys[rng.IntN(len(keys))]}
+			within := time.Duration(rng.Int64N(9*per(l)/4)-per(l)/4) * us
+			tol := time.Duration(rng.Int64N(per(l)/2+1)) * us
+			ends, moved, err := anchorer.Anchor(t.Context(), scope, b, within, tol)
+			require.NoError(t, err, "step %d: anchor", step)
+			wantEnds, wantMoved := m.anchor(scope, b, within, tol, clock.Now().UnixMicro())
+			trace = append(trace, fmt.Sprintf("  step %d: anchor %s/%s within %v tolerance %v -> want %v %v, got %v %v", step, l.Name, b.Key, within, tol, wantMoved, time.Duration(wantEnds)*us, moved, ends))
+			if moved != wantMoved || ends != time.Duration(wantEnds)*us {
+				fail(step, "anchor: want moved=%v ends=%v, got moved=%v ends=%v", wantMoved, time.Duration(wantEnds)*us, moved, ends)
+			}
+			stats["anchor"]++
+		case r < 94 && settler != nil: // settle a reservation, maybe again
 			if len(out) == 0 {
 				continue
 			}
@@ -353,7 +391,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 			}
 			out = slices.Delete(out, i, i+1)
 			require.NoError(t, store.Cancel(t.Context(), g.store), "step %d: cancel the reservation of step %d", step, g.step)
-			require.NoError(t, m.cancel(g.model))
+			require.NoError(t, m.cancel(g.model, clock.Now().UnixMicro()))
 			for j, b := range g.demand.Limits {
 				cancelled[bucketID(g.demand.Scope, b)][g.adm[j]] = true
 			}

@@ -33,6 +33,10 @@ type model struct {
 	mu     sync.Mutex
 	tat    map[string]quotamath.Time       // GCRA: theoretical arrival time per bucket
 	win    map[string]map[int64]int64      // FixedWindow, SlidingWindow: count per window index
+	last   map[string]map[int64]int64      // FixedWindow, SlidingWindow: latest instant charged per window
+	phase  map[string]int64                // Anchored windows: the counter's phase, once it has one
+	expiry map[string]int64                // Anchored windows: when the counter's state (phase included) ends
+	learn  map[string]bool                 // Anchored windows: the phase is the vendor's (an anchor set it)
 	log    map[string][]quotamath.LogEntry // SlidingLog: entries in order of instant
 	pauses map[string]int64                // end of the pause per scope and pause key
 	leases map[string][]lease              // Concurrency: slots held, by lease id
@@ -57,6 +61,10 @@ func newModel() *model {
 	return &model{
 		tat:    map[string]quotamath.Time{},
 		win:    map[string]map[int64]int64{},
+		last:   map[string]map[int64]int64{},
+		phase:  map[string]int64{},
+		expiry: map[string]int64{},
+		learn:  map[string]bool{},
 		log:    map[string][]quotamath.LogEntry{},
 		pauses: map[string]int64{},
 		leases: map[string][]lease{},
@@ -88,7 +96,7 @@ func (v view) Take(_ context.Context, d *quota.Demand) (quota.Decision, error) {
 func (v view) Cancel(_ context.Context, r *quota.Reservation) error {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
-	return v.m.cancel(r)
+	return v.m.cancel(r, v.micros())
 }
 
 // Pause implements quota.Store.
@@ -126,21 +134,64 @@ func (m *model) counter(id string) quotamath.Counter {
 	return quotamath.Counter{TAT: m.tat[id], Count: func(k int64) int64 { return w[k] }, Log: m.log[id]}
 }
 
+// grid returns l in store units on the windows of bucket id: an Anchored
+// limit's phase is the counter's, once it has one.
+func (m *model) grid(id string, l quota.Limit) quotamath.Limit {
+	q := quotamath.Of(l)
+	if phase, ok := m.phase[id]; ok && l.Anchored {
+		q = q.WithPhase(phase)
+	}
+	return q
+}
+
+// expire forgets the state of an Anchored window counter whose expiry
+// has come: its phase ends with it (quota.Limit.Anchored).
+func (m *model) expire(id string, l quota.Limit, now int64) {
+	if _, ok := m.phase[id]; ok && l.Anchored && m.expiry[id] <= now {
+		delete(m.win, id)
+		delete(m.last, id)
+		delete(m.phase, id)
+		delete(m.expiry, id)
+		delete(m.learn, id)
+	}
+}
+
+// count adds n units (none when n is 0) to window k of bucket id,
+// charged at instant at, and keeps the counter's state until window k no
+// longer counts.
+func (m *model) count(id string, q quotamath.Limit, k, n, at int64) {
+	if m.win[id] == nil {
+		m.win[id], m.last[id] = map[int64]int64{}, map[int64]int64{}
+	}
+	if n > 0 {
+		m.win[id][k] += n
+		if l, ok := m.last[id][k]; !ok || at > l {
+			m.last[id][k] = at
+		}
+	}
+	end := q.Start(k + 1)
+	if q.Algorithm == quota.SlidingWindow {
+		end += q.Per
+	}
+	m.expiry[id] = max(m.expiry[id], end)
+}
+
 // admits reports whether the limit of b (with its headroom) admits cost
 // c at t. A Concurrency limit is decided at now, apart from t (take).
 func (m *model) admits(scope string, b quota.Bucket, c, t int64) bool {
-	return less(b).Admits(m.counter(bucketID(scope, b)), t, c)
+	return m.less(scope, b).Admits(m.counter(bucketID(scope, b)), t, c)
 }
 
 // earliest returns the earliest instant, not before t, at which the limit
 // of b (with its headroom) admits cost c (c is at most what it can admit).
 func (m *model) earliest(scope string, b quota.Bucket, c, t int64) int64 {
-	return less(b).Earliest(m.counter(bucketID(scope, b)), t, c)
+	return m.less(scope, b).Earliest(m.counter(bucketID(scope, b)), t, c)
 }
 
-// less is b's limit as a demand with b's headroom sees it.
-func less(b quota.Bucket) quotamath.Limit {
-	return quotamath.Of(b.Limit).Less(int64(b.Headroom))
+// less is b's limit as a demand with b's headroom sees it, on the
+// counter's windows.
+func (m *model) less(scope string, b quota.Bucket) quotamath.Limit {
+	return m.grid(bucketID(scope, b), b.Limit).Less(int64(b.Headroom))
 }
 
 // charge charges cost c at t to the limit of bucket id and returns the
@@ -152,11 +203,15 @@ func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
 		m.tat[id] = q.GCRACharge(m.tat[id], t, c)
 		return q.Mark(m.tat[id])
 	case quota.FixedWindow, quota.SlidingWindow:
-		if m.win[id] == nil {
-			m.win[id] = map[int64]int64{}
+		if _, ok := m.phase[id]; l.Anchored && !ok {
+			m.phase[id] = quotamath.FloorMod(t, q.Per) // the first charge starts the first window
 		}
+		q = m.grid(id, l)
 		k := q.Window(t)
-		m.win[id][k] += c
+		m.count(id, q, k, c, t)
+		if l.Anchored {
+			return q.Start(k) // a cancel after the windows moved gives nothing back
+		}
 		return k
 	case quota.SlidingLog:
 		m.log[id] = append(m.log[id], quotamath.LogEntry{At: t, Cost: c})
@@ -175,7 +230,20 @@ func (m *model) refund(id string, l quota.Limit, c, mark int64) {
 			m.tat[id] = q.GCRARefund(m.tat[id], c)
 		}
 	case quota.FixedWindow, quota.SlidingWindow:
-		m.win[id][mark] -= c
+		if l.Anchored {
+			q := m.grid(id, l)
+			if _, ok := m.phase[id]; !ok || quotamath.FloorMod(mark-q.Phase, q.Per) != 0 {
+				return
+			}
+			mark = q.Window(mark)
+		}
+		if n, ok := m.win[id][mark]; ok { // a window no longer kept gives nothing back
+			if n > c {
+				m.win[id][mark] = n - c
+			} else {
+				delete(m.win[id], mark)
+			}
+		}
 	case quota.SlidingLog:
 		if i := slices.Index(m.log[id], quotamath.LogEntry{At: mark, Cost: c}); i >= 0 {
 			m.log[id] = slices.Delete(m.log[id], i, i+1)
@@ -232,6 +300,9 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 	if err := check(d); err != nil {
 		return quota.Decision{}, 0, err
 	}
+	for _, b := range d.Limits {
+		m.expire(bucketID(d.Scope, b), b.Limit, now)
+	}
 	sh := m.shares(d, now)
 	t := m.instant(d, now)
 	maxWait := max(d.MaxWait, 0)
@@ -265,7 +336,7 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		if b.Limit.Algorithm != quota.Concurrency {
 			continue
 		}
-		if exp, full := m.full(bucketID(d.Scope, b), less(b), now, ""); full {
+		if exp, full := m.full(bucketID(d.Scope, b), m.less(d.Scope, b), now, ""); full {
 			return quota.Decision{Delay: time.Duration(max(t, exp)-now) * time.Microsecond, Limit: i}, t, nil
 		}
 	}
@@ -302,10 +373,16 @@ func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.
 		switch b.Limit.Algorithm {
 		case quota.GCRA: // the arrival time in ns, up to the µs
 			end = max(end, (marks[i]+999)/1000)
-		case quota.FixedWindow:
-			end = max(end, (marks[i]+1)*p)
-		case quota.SlidingWindow:
-			end = max(end, (marks[i]+2)*p)
+		case quota.FixedWindow, quota.SlidingWindow:
+			start := marks[i] // an Anchored limit's mark is its window's start
+			if !b.Limit.Anchored {
+				start = marks[i]*p + b.Limit.Phase.Microseconds()%p
+			}
+			e := start + p
+			if b.Limit.Algorithm == quota.SlidingWindow {
+				e += p // the next window weighs it as its previous
+			}
+			end = max(end, e)
 		case quota.SlidingLog:
 			end = max(end, marks[i]+p)
 		}
@@ -321,17 +398,18 @@ func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.
 			rem = min(rem, int64(b.Limit.Rate)-h-int64(len(m.live(id, now))))
 			continue
 		}
-		rem = min(rem, max(quotamath.Of(b.Limit).State(m.counter(id), now).Remaining-h, 0))
+		rem = min(rem, max(m.grid(id, b.Limit).State(m.counter(id), now).Remaining-h, 0))
 	}
 	return rem, time.Duration(end-now) * time.Microsecond
 }
 
-func (m *model) cancel(r *quota.Reservation) error {
+func (m *model) cancel(r *quota.Reservation, now int64) error {
 	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
 		return errors.New("storetest model: not a reservation of this store")
 	}
 	d := r.Demand
 	for i, b := range d.Limits {
+		m.expire(bucketID(d.Scope, b), b.Limit, now)
 		if b.Limit.Algorithm == quota.Concurrency {
 			m.drop(bucketID(d.Scope, b), r.ID)
 			continue
@@ -455,4 +533,105 @@ func (v view) Renew(_ context.Context, r *quota.Reservation) error {
 // wake-ups.
 func (v view) WatchRelease(context.Context, string, quota.Bucket) (<-chan struct{}, func(), error) {
 	return nil, func() {}, nil
+}
+
+// The model's Sync and Anchor: a view is a quota.Syncer and a
+// quota.Anchorer.
+
+var (
+	_ quota.Syncer   = view{}
+	_ quota.Anchorer = view{}
+)
+
+// Sync implements quota.Syncer.
+func (v view) Sync(_ context.Context, scope string, b quota.Bucket, remaining int, within time.Duration) error {
+	if err := b.Limit.Validate(); err != nil {
+		return fmt.Errorf("storetest model: sync: %w", err)
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	v.m.sync(scope, b, int64(max(remaining, 0)), within, v.micros())
+	return nil
+}
+
+func (m *model) sync(scope string, b quota.Bucket, left int64, within time.Duration, now int64) {
+	l, id := b.Limit, bucketID(scope, b)
+	if within <= 0 || l.Algorithm == quota.Concurrency || left >= capacity(l) {
+		return
+	}
+	m.expire(id, l, now)
+	w := quotamath.CeilMicros(within)
+	q := m.grid(id, l)
+	switch l.Algorithm {
+	case quota.GCRA:
+		if tat := q.GCRASync(now, w, left); m.tat[id].Before(tat) {
+			m.tat[id] = tat
+		}
+	case quota.SlidingLog:
+		if fill := q.Rate - left - quotamath.LogCost(m.log[id], now-q.Per, now); fill > 0 {
+			m.log[id] = quotamath.Insert(m.log[id], quotamath.LogEntry{At: now, Cost: fill})
+		}
+	default:
+		if _, ok := m.phase[id]; l.Anchored && !ok {
+			m.phase[id] = quotamath.FloorMod(now, q.Per) // as a first charge would
+			q = m.grid(id, l)
+		}
+		first, last := q.SyncWindows(now, w)
+		for k := first; k <= last; k++ {
+			target, at := q.Rate, max(now, q.Start(k))
+			if k == last {
+				target = q.Rate - left
+			}
+			m.count(id, q, k, max(target-m.win[id][k], 0), at)
+		}
+	}
+}
+
+// Anchor implements quota.Anchorer.
+func (v view) Anchor(_ context.Context, scope string, b quota.Bucket, within, tolerance time.Duration) (time.Duration, bool, error) {
+	if err := b.Limit.Validate(); err != nil {
+		return 0, false, fmt.Errorf("storetest model: anchor: %w", err)
+	}
+	if !b.Limit.Anchored {
+		return 0, false, fmt.Errorf("storetest model: anchor: %w: limit %s is not Anchored", quota.ErrInvalid, b.Limit.Name)
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	ends, moved := v.m.anchor(scope, b, within, tolerance, v.micros())
+	return time.Duration(ends) * us, moved, nil
+}
+
+func (m *model) anchor(scope string, b quota.Bucket, within, tolerance time.Duration, now int64) (ends int64, moved bool) {
+	l, id := b.Limit, bucketID(scope, b)
+	m.expire(id, l, now)
+	q := m.grid(id, l)
+	_, phased := m.phase[id]
+	if within <= 0 {
+		if !phased {
+			return 0, false
+		}
+		return q.Ends(now), false
+	}
+	end := now + quotamath.CeilMicros(within)
+	if m.learn[id] && !q.AnchorMoves(end, max(tolerance, 0).Microseconds()) {
+		return q.Ends(now), false
+	}
+	var ws []quotamath.WindowCount
+	for k, n := range m.win[id] {
+		if n > 0 {
+			ws = append(ws, quotamath.WindowCount{K: k, Count: n, Last: m.last[id][k]})
+		}
+	}
+	slices.SortFunc(ws, func(a, b quotamath.WindowCount) int { return int(a.K - b.K) })
+	phase := quotamath.FloorMod(end, q.Per)
+	windows := q.Reanchor(ws, phase, now)
+	delete(m.win, id)
+	delete(m.last, id)
+	m.phase[id], m.learn[id] = phase, true
+	q = m.grid(id, l)
+	m.count(id, q, q.Window(now), 0, now)
+	for _, w := range windows {
+		m.count(id, q, w.K, w.Count, w.Last)
+	}
+	return q.Ends(now), true
 }

@@ -336,15 +336,44 @@ func (m *model) settle(r *quota.Reservation, costs []int, now int64) error {
 				m.tat[id] = quotamath.Of(b.Limit).GCRASettle(m.tat[id], now, delta)
 			}
 		case quota.FixedWindow, quota.SlidingWindow:
-			end := (mark + 1) * p
+			m.expire(id, b.Limit, now)
+			start := mark // an Anchored limit's mark is its window's start
+			if !b.Limit.Anchored {
+				start = mark*p + b.Limit.Phase.Microseconds()%p
+			}
+			end := start + p
 			if b.Limit.Algorithm == quota.SlidingWindow {
 				end += p
 			}
-			if now < end {
+			if now >= end || delta == 0 {
+				break
+			}
+			if !b.Limit.Anchored {
 				if m.win[id] == nil {
-					m.win[id] = map[int64]int64{}
+					m.win[id], m.last[id] = map[int64]int64{}, map[int64]int64{}
 				}
 				m.win[id][mark] = max(m.win[id][mark]+delta, 0)
+				break
+			}
+			// An anchored window: moved by delta while the windows stay;
+			// after a move, an extra charge counts in every window that
+			// may hold the request (sent by now), a refund in none.
+			if _, ok := m.phase[id]; !ok {
+				break
+			}
+			q := m.grid(id, b.Limit)
+			at := max(now, start)
+			if quotamath.FloorMod(start-q.Phase, p) == 0 {
+				k := q.Window(start)
+				if delta > 0 {
+					m.count(id, q, k, delta, at)
+				} else if n, ok := m.win[id][k]; ok {
+					m.win[id][k] = max(n+delta, 0)
+				}
+				break
+			}
+			for k := q.Window(start); delta > 0 && k <= q.Window(min(start+p-1, at)); k++ {
+				m.count(id, q, k, delta, at)
 			}
 		case quota.SlidingLog:
 			if now < mark+p {

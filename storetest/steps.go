@@ -39,6 +39,7 @@ const (
 	opRelease           // Release the slots of an earlier step (quota.LeaseStore)
 	opRenew             // Renew the leases of an earlier step (quota.LeaseStore)
 	opClaim             // Claim the slots of an earlier step's reservation (quota.LeaseStore)
+	opAnchor            // Anchor a bucket (the store must be a quota.Anchorer)
 	opSettle            // Settle the reservation of an earlier step (quota.Settler)
 )
 
@@ -84,10 +85,15 @@ type step struct {
 	settle []int
 
 	// For opPause: Pause(scope, key, d). For opSync: Sync(scope, bucket
-	// use[0] (default 0), remaining, d).
+	// use[0] (default 0), remaining, d). For opAnchor: Anchor(scope,
+	// bucket use[0] (default 0), d, tolerance), which must report moved
+	// and ends, or fail with err.
 	key       string
 	d         time.Duration
 	remaining int
+	tolerance time.Duration
+	moved     bool
+	ends      time.Duration
 }
 
 // demand builds the step's demand.
@@ -142,6 +148,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
 		return s + fmt.Sprintf("sync to %d remaining within %v", st.remaining, st.d)
+	case opAnchor:
+		return s + fmt.Sprintf("anchor to a window ending within %v, tolerance %v", st.d, st.tolerance)
 	}
 	s += "take"
 	if st.use != nil {
@@ -248,6 +256,26 @@ func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope 
 			if !assert.NoError(t, syncer.Sync(t.Context(), sp, b, st.remaining, st.d), "step %d: %v", n, st) {
 				return
 			}
+		case opAnchor:
+			b := sc.buckets[0]
+			if len(st.use) > 0 {
+				b = sc.buckets[st.use[0]]
+			}
+			anchorer, ok := store.(quota.Anchorer)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.Anchorer", n, st) {
+				return
+			}
+			ends, moved, err := anchorer.Anchor(t.Context(), sp, b, st.d, st.tolerance)
+			if st.err != nil {
+				if !assert.ErrorIs(t, err, st.err, "step %d: %v", n, st) {
+					return
+				}
+				continue
+			}
+			if !assert.NoError(t, err, "step %d: %v", n, st) ||
+				!assert.Equal(t, [2]any{st.moved, st.ends}, [2]any{moved, ends}, "step %d: %v: moved and ends (want vs got)", n, st) {
+				return
+			}
 		case opSettle:
 			r := decs[st.cancel-1].Reservation
 			settler, ok := store.(quota.Settler)
@@ -352,6 +380,18 @@ func conc(name string, slots int, lease time.Duration) quota.Limit {
 
 func slidingWin(name string, rate int, per time.Duration) quota.Limit {
 	return quota.Limit{Name: name, Rate: rate, Per: per, Algorithm: quota.SlidingWindow}
+}
+
+// phased returns l with its windows at phase.
+func phased(l quota.Limit, phase time.Duration) quota.Limit {
+	l.Phase = phase
+	return l
+}
+
+// anchored returns l with Anchored set.
+func anchored(l quota.Limit) quota.Limit {
+	l.Anchored = true
+	return l
 }
 
 // on returns the buckets of limits, each with key "k".

@@ -104,6 +104,48 @@ func syncCases() []stepCase {
 			{delay: 66 * sec, limit: 0},
 		},
 	}, {
+		// The reset at 1.7s falls in window [1s, 2s): it gets the 3
+		// units left, and the window of now none.
+		name:    "FixedWindow: the window of the reset gets what remains, those before it none",
+		buckets: on(fixed("f", 10, sec)),
+		steps: []step{
+			{advance: 500 * ms, op: opSync, remaining: 3, d: 1200 * ms},
+			{cost: 3, delay: 500 * ms, limit: 0},
+			{advance: 500 * ms, cost: 3, ok: true},
+			{delay: sec, limit: 0},
+			{advance: sec, cost: 10, ok: true},
+		},
+	}, {
+		name:    "FixedWindow: a reset at the window's end fills no later window",
+		buckets: on(fixed("f", 10, sec)),
+		steps: []step{
+			{advance: 500 * ms, op: opSync, remaining: 0, d: 500 * ms},
+			{delay: 500 * ms, limit: 0},
+			{advance: 500 * ms, cost: 10, ok: true},
+		},
+	}, {
+		// Windows [0, 1s) and [1s, 2s) fill; in [2s, 3s) the previous
+		// window's 10 weigh until e >= 100ms.
+		name:    "SlidingWindow: the windows before the reset fill",
+		buckets: on(slidingWin("w", 10, sec)),
+		steps: []step{
+			{op: opSync, remaining: 0, d: 1500 * ms},
+			{delay: 2100 * ms, limit: 0},
+			{advance: 2100 * ms, ok: true},
+		},
+	}, {
+		// A sync of a counter with no state starts its first window at
+		// now, [300ms, 1.3s), as a first charge would; the reset at 2.3s
+		// is the end of the next.
+		name:    "FixedWindow, anchored: a sync starts the first window",
+		buckets: on(anchored(fixed("f", 5, sec))),
+		steps: []step{
+			{advance: 300 * ms, op: opSync, remaining: 1, d: 2 * sec},
+			{delay: sec, limit: 0},
+			{advance: sec, ok: true},
+			{delay: sec, limit: 0},
+		},
+	}, {
 		name:    "sync touches only its bucket",
 		buckets: []quota.Bucket{{Limit: gcra("g", 60, minute, 0), Key: "a"}, {Limit: gcra("g", 60, minute, 0), Key: "b"}},
 		steps: []step{

@@ -74,18 +74,23 @@ func (l Limit) State(c Counter, now int64) quota.LimitState {
 // ChargeEnd returns the instant at which a charge stops counting against
 // l, given its mark (what the store records of it): for GCRA the arrival
 // time it set, rounded up to the microsecond, at which the bucket is full
-// again (the mark is in nanoseconds, [Limit.Mark]); for FixedWindow the end
-// of the window charged; for SlidingWindow the end of the window after
-// it, which weighs it as its previous; for SlidingLog Per after the
-// charged instant. A Concurrency slot frees when it is released: 0.
+// again (the mark is in nanoseconds, [Limit.Mark]); for FixedWindow the
+// end of the window charged (its index, or for an Anchored limit its
+// start); for SlidingWindow the end of the window after it, which weighs
+// it as its previous; for SlidingLog Per after the charged instant. A
+// Concurrency slot frees when it is released: 0.
 func (l Limit) ChargeEnd(mark int64) int64 {
+	start := mark
+	if !l.Anchored {
+		start = l.Start(mark)
+	}
 	switch l.Algorithm {
 	case quota.GCRA:
 		return -FloorDiv(-mark, 1000)
 	case quota.FixedWindow:
-		return (mark + 1) * l.Per
+		return start + l.Per
 	case quota.SlidingWindow:
-		return (mark + 2) * l.Per
+		return start + 2*l.Per
 	case quota.SlidingLog:
 		return mark + l.Per
 	}

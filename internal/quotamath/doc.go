@@ -18,9 +18,11 @@
 //
 // # Notation
 //
-// P is Per in microseconds, R is Rate, B is Burst (Rate when zero), c is
-// the cost of a demand and t the instant it is decided for. A [Limit]
-// holds the algorithm, P, R and B ([Of] makes one from a [quota.Limit]);
+// P is Per in microseconds, R is Rate, B is Burst (Rate when zero), F is
+// the phase of the windows, c is the cost of a demand and t the instant
+// it is decided for. A [Limit] holds the algorithm, P, R, B and F ([Of]
+// makes one from a [quota.Limit]; an Anchored limit's F is the counter's,
+// [Limit.WithPhase]);
 // a [Counter] holds one counter's state. [Limit.Admits],
 // [Limit.Earliest] and [Limit.State] apply the formulas below, by
 // algorithm; the rest of the functions are the steps a store takes
@@ -59,17 +61,22 @@
 //
 // # FixedWindow
 //
-// Window k covers [k*P, (k+1)*P), so the window of t is floor(t/P),
-// rounded toward negative infinity for instants before the epoch
-// ([Limit.Window]). A demand is admitted while count(k) + c <= R; the
-// earliest instant is t in its own window, or the start of the first
-// later window with room. Inspection reports count(k), until the window
-// ends. A settlement moves count(k) by the difference, never below 0,
-// until the window ends (for SlidingWindow, until the next one ends).
+// Window k covers [F + k*P, F + (k+1)*P), so the window of t is
+// floor((t-F)/P), rounded toward negative infinity for instants before
+// the epoch ([Limit.Window], [Limit.Start]). A demand is admitted while
+// count(k) + c <= R; the earliest instant is t in its own window, or the
+// start of the first later window with room. Inspection reports count(k),
+// until the window ends. A settlement moves count(k) by the difference,
+// never below 0, until the window ends (for SlidingWindow, until the next
+// one ends).
+//
+// A sync of left units within w ([Limit.SyncWindows]) raises to R-left
+// the count of the last window that starts before now+w, and fills
+// (count R) every window from the one of now up to it.
 //
 // # SlidingWindow
 //
-// At t in window k, with e = t - k*P elapsed, the estimate is
+// At t in window k, with e = t - (F + k*P) elapsed, the estimate is
 // prev*(P-e)/P + cur (prev and cur the counts of windows k-1 and k). The
 // weight of prev falls in steps of s µs, W = ceil(P/s) to a window
 // ([Limit.Steps]): s = 1 and W = P (the exact weight) while P*R <= 2^52,
@@ -77,7 +84,7 @@
 // a demand is admitted when prev*(W-j) <= (R-cur-c)*W, both sides at
 // most R*W <= 2^52, in integers. In a window where room = R - cur - c >=
 // 0, the least such j is W - floor(room*W/prev) (0 when prev is 0); when
-// that is below W the window admits from k*P + j*s. Inspection rounds
+// that is below W the window admits from F + k*P + j*s. Inspection rounds
 // the estimate up: Used = cur + ceil(prev*(W-j)/W).
 //
 // The resolution is the step: s = 1 µs for any rate a second, up to 75
@@ -86,6 +93,16 @@
 // weight, (W-j)/W, is never below the exact (P-e)/P and at most 2/W
 // above it, so the estimate counts at most 2*prev/W units too many (444
 // at 10^9 per 31 days) and never too few.
+//
+// # Anchoring
+//
+// An Anchored window counter starts with F = the instant of its first
+// charge modulo P, and keeps, per window, Last: the latest instant at
+// which a unit charged to it may be sent. A vendor window ending at E
+// moves F to E mod P when that is further than the tolerance from F,
+// either way, modulo P ([Limit.AnchorMoves]). The units of old window k
+// lie in [Start(k), min(Start(k+1)-1, max(now, Last))], and each new
+// window meeting that span counts them all ([Limit.Reanchor]).
 //
 // # SlidingLog
 //

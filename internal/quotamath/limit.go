@@ -14,6 +14,8 @@ type Limit struct {
 	Per       int64 // P, in microseconds
 	Rate      int64 // R
 	Burst     int64 // B, for GCRA; Rate when the limit's Burst is zero
+	Phase     int64 // F, in [0, P): where the windows start (window k at F + k*P)
+	Anchored  bool  // quota.Limit.Anchored: F is the counter's, and a window's mark is its start
 
 	// FullRate is the limit's own Rate when Rate holds less of it (a
 	// headroom, [Limit.Less]); 0 means Rate. A sliding window's weight
@@ -21,10 +23,19 @@ type Limit struct {
 	FullRate int64
 }
 
-// Of returns l's algorithm and numbers in store units: Per in whole
-// microseconds and Burst with its default applied.
+// Of returns l's algorithm and numbers in store units: Per and Phase in
+// whole microseconds (Phase modulo Per), and Burst with its default
+// applied. An Anchored limit's phase is the counter's, which the store
+// sets on the result.
 func Of(l quota.Limit) Limit {
-	return Limit{Algorithm: l.Algorithm, Per: l.Per.Microseconds(), Rate: int64(l.Rate), Burst: int64(l.BurstOrRate())}
+	p := l.Per.Microseconds()
+	return Limit{Algorithm: l.Algorithm, Per: p, Rate: int64(l.Rate), Burst: int64(l.BurstOrRate()), Phase: FloorMod(l.Phase.Microseconds(), p), Anchored: l.Anchored}
+}
+
+// WithPhase returns l with its windows starting at phase (modulo P).
+func (l Limit) WithPhase(phase int64) Limit {
+	l.Phase = FloorMod(phase, l.Per)
+	return l
 }
 
 // CeilDiv returns a/b rounded up, for a >= 0 and b > 0.
@@ -39,6 +50,16 @@ func FloorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// FloorMod returns a modulo b in [0, b), for b > 0 (Go's % keeps the
+// sign of a).
+func FloorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
 }
 
 // CeilMicros returns d in whole microseconds, rounded up: a pause or a

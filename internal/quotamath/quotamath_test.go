@@ -338,6 +338,168 @@ func TestWindow(t *testing.T) {
 		{0, 0}, {999, 0}, {1000, 1}, {-1, -1}, {-1000, -1}, {-1001, -2},
 	} {
 		assert.Equal(t, tt.k, l.Window(tt.t), "window of %d", tt.t)
+		assert.Equal(t, tt.k*1000, l.Start(tt.k))
+	}
+	// Phase 250: window k covers [250 + k*1000, 1250 + k*1000).
+	p := l.WithPhase(250)
+	for _, tt := range []struct{ t, k int64 }{
+		{250, 0}, {1249, 0}, {1250, 1}, {249, -1}, {0, -1}, {-750, -1}, {-751, -2},
+	} {
+		assert.Equal(t, tt.k, p.Window(tt.t), "window of %d at phase 250", tt.t)
+		assert.LessOrEqual(t, p.Start(p.Window(tt.t)), tt.t)
+		assert.Greater(t, p.Start(p.Window(tt.t)+1), tt.t)
+	}
+	assert.Equal(t, int64(250), l.WithPhase(-750).Phase, "phases are taken modulo P")
+	assert.Equal(t, int64(250), Of(quota.Limit{Rate: 1, Per: time.Millisecond, Phase: 250 * time.Microsecond}).Phase)
+}
+
+func TestFloorMod(t *testing.T) {
+	for _, tt := range []struct{ a, b, want int64 }{
+		{0, 5, 0}, {7, 5, 2}, {-1, 5, 4}, {-5, 5, 0}, {-6, 5, 4},
+	} {
+		assert.Equal(t, tt.want, FloorMod(tt.a, tt.b), "%d mod %d", tt.a, tt.b)
+	}
+}
+
+func TestAnchorMoves(t *testing.T) {
+	l := Limit{Per: 1000, Rate: 3, Phase: 100}
+	for _, tt := range []struct {
+		end, tol int64
+		moves    bool
+	}{
+		{100, 0, false}, {5100, 0, false}, // on a boundary
+		{150, 50, false}, {151, 50, true}, // later, within or past the tolerance
+		{50, 50, false}, {49, 50, true}, // earlier
+		{1090, 10, false}, {-910, 10, false}, // across a window, and before the epoch
+		{600, 499, true}, {600, 500, false}, // half a window away is the furthest
+	} {
+		assert.Equal(t, tt.moves, l.AnchorMoves(tt.end, tt.tol), "end %d tolerance %d", tt.end, tt.tol)
+	}
+	assert.Equal(t, int64(900), l.Ends(200))
+	assert.Equal(t, int64(1), l.Ends(1099))
+	assert.Equal(t, int64(1000), l.Ends(1100))
+}
+
+// TestReanchor pins the moves of quota.Anchorer's doc: units are counted
+// in every new window their span meets, no more.
+func TestReanchor(t *testing.T) {
+	fixed := Limit{Algorithm: quota.FixedWindow, Per: 1000, Rate: 10}
+	sliding := Limit{Algorithm: quota.SlidingWindow, Per: 1000, Rate: 10}
+	tests := []struct {
+		name  string
+		l     Limit
+		ws    []WindowCount
+		phase int64
+		now   int64
+		want  []WindowCount
+	}{{
+		// Granted at once in [0, 400]: all before the new boundary 600.
+		name: "units before the new boundary stay in the window of now",
+		l:    fixed, ws: []WindowCount{{K: 0, Count: 7, Last: 300}}, phase: 600, now: 400,
+		want: []WindowCount{{K: -1, Count: 7, Last: 400}},
+	}, {
+		// Now is past the new boundary 300: the 7 units may lie on
+		// either side of it; the new window of now counts them.
+		name: "units that may straddle the new boundary count on its later side",
+		l:    fixed, ws: []WindowCount{{K: 0, Count: 7, Last: 300}}, phase: 300, now: 400,
+		want: []WindowCount{{K: 0, Count: 7, Last: 400}},
+	}, {
+		// A reservation at 1000 (window 1's start) lands in the new
+		// window [600, 1600); window 2's at 2000 in [1600, 2600).
+		name: "reservations move to the new window of their instant",
+		l:    fixed, ws: []WindowCount{{K: 0, Count: 10, Last: 100}, {K: 1, Count: 10, Last: 1000}, {K: 2, Count: 4, Last: 2000}}, phase: 600, now: 100,
+		want: []WindowCount{{K: -1, Count: 10, Last: 100}, {K: 0, Count: 10, Last: 1000}, {K: 1, Count: 4, Last: 2000}},
+	}, {
+		// Moving earlier: the new window of now [-200, 800) also meets
+		// the old previous window's span [-1000, -1].
+		name: "a move earlier counts the old previous window too",
+		l:    fixed, ws: []WindowCount{{K: -1, Count: 3, Last: -900}, {K: 0, Count: 5, Last: 50}}, phase: 800, now: 100,
+		want: []WindowCount{{K: -1, Count: 8, Last: 100}},
+	}, {
+		name: "a reservation late in its window counts on both sides",
+		l:    fixed, ws: []WindowCount{{K: 1, Count: 2, Last: 1700}}, phase: 500, now: 100,
+		want: []WindowCount{{K: 0, Count: 2, Last: 1499}, {K: 1, Count: 2, Last: 1700}},
+	}, {
+		name: "windows before the one of now are dropped",
+		l:    fixed, ws: []WindowCount{{K: 0, Count: 5, Last: 10}, {K: 3, Count: 1, Last: 3000}}, phase: 500, now: 3100,
+		want: []WindowCount{{K: 2, Count: 1, Last: 3100}},
+	}, {
+		name: "a sliding window keeps the previous new window",
+		l:    sliding, ws: []WindowCount{{K: 0, Count: 5, Last: 10}, {K: 1, Count: 3, Last: 1100}}, phase: 500, now: 1600,
+		want: []WindowCount{{K: 0, Count: 8, Last: 1499}, {K: 1, Count: 3, Last: 1600}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.l.Reanchor(tt.ws, tt.phase, tt.now))
+		})
+	}
+}
+
+// TestReanchorNeverUndercounts places the units of random counters at
+// random instants their windows allow (at most now, or their Last), moves
+// the windows, and checks that every new window from the one of now on
+// counts at least the units placed inside it.
+func TestReanchorNeverUndercounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 2000 {
+		l := Limit{Algorithm: quota.FixedWindow, Per: 1 + rng.Int64N(20), Rate: 10}
+		if rng.IntN(2) == 0 {
+			l.Algorithm = quota.SlidingWindow
+		}
+		l = l.WithPhase(rng.Int64N(l.Per))
+		now := rng.Int64N(200) - 100
+		var ws []WindowCount
+		var at []int64 // one instant per unit
+		for k := l.Window(now) - 2; k <= l.Window(now)+3; k++ {
+			lo, end := l.Start(k), l.Start(k+1)
+			if lo > now && rng.IntN(2) == 0 {
+				continue // a later window without reservations
+			}
+			w := WindowCount{K: k, Last: lo + rng.Int64N(l.Per)}
+			hi := min(end-1, max(now, w.Last))
+			for range rng.IntN(4) {
+				w.Count++
+				at = append(at, lo+rng.Int64N(max(hi-lo, 0)+1))
+			}
+			ws = append(ws, w)
+		}
+		phase := rng.Int64N(l.Per)
+		got := l.Reanchor(ws, phase, now)
+		m := l.WithPhase(phase)
+		placed := map[int64]int64{}
+		for _, x := range at {
+			placed[m.Window(x)]++
+		}
+		counted := map[int64]int64{}
+		for _, w := range got {
+			counted[w.K] = w.Count
+			assert.GreaterOrEqual(t, w.Last, m.Start(w.K), "case %d: Last within the window", i)
+			assert.Less(t, w.Last, m.Start(w.K+1), "case %d: Last within the window", i)
+		}
+		keep := m.Window(now)
+		if l.Algorithm == quota.SlidingWindow {
+			keep--
+		}
+		for k, n := range placed {
+			if k >= keep && !assert.GreaterOrEqual(t, counted[k], n, "case %d: %+v phase %d -> %d at %d: new window %d holds %d units", i, ws, l.Phase, phase, now, k, n) {
+				t.FailNow()
+			}
+		}
+	}
+}
+
+func TestSyncWindows(t *testing.T) {
+	l := Limit{Per: 1000, Rate: 3, Phase: 100}
+	for _, tt := range []struct{ now, within, first, last int64 }{
+		{500, 1, 0, 0},
+		{500, 600, 0, 0},    // the reset is this window's end
+		{500, 601, 0, 1},    // window 1 starts before the reset
+		{500, 2600, 0, 2},   // windows 1 and 2 do
+		{1099, 1, 0, 0},     // the last µs of window 0
+		{-400, 500, -1, -1}, // before the epoch
+	} {
+		first, last := l.SyncWindows(tt.now, tt.within)
+		assert.Equal(t, [2]int64{tt.first, tt.last}, [2]int64{first, last}, "sync at %d within %d", tt.now, tt.within)
 	}
 }
 
@@ -466,6 +628,7 @@ func TestEarliestIsFirstAdmitted(t *testing.T) {
 			l.Rate = 1<<52/l.Per + 1 + rng.Int64N(1<<51/l.Per)
 		}
 		l.Burst = l.Rate + rng.Int64N(3)
+		l = l.WithPhase(rng.Int64N(l.Per))
 		at := rng.Int64N(2*span) - span // instants before the epoch too
 		windows := map[int64]int64{}
 		small := rng.IntN(2) == 0 // counts far below the rate

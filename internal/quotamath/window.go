@@ -3,8 +3,11 @@ package quotamath
 import "github.com/quotakit/throttle/quota"
 
 // Window returns the index k of the window that holds t: window k covers
-// [k*P, (k+1)*P).
-func (l Limit) Window(t int64) int64 { return FloorDiv(t, l.Per) }
+// [F + k*P, F + (k+1)*P), F being the phase.
+func (l Limit) Window(t int64) int64 { return FloorDiv(t-l.Phase, l.Per) }
+
+// Start returns the instant at which window k starts: F + k*P.
+func (l Limit) Start(k int64) int64 { return k*l.Per + l.Phase }
 
 // fixedWindowAdmits reports whether a fixed window admits cost at t, given
 // the count of each window: count(k) + cost <= R, k the window of t.
@@ -18,7 +21,7 @@ func (l Limit) fixedWindowAdmits(t, cost int64, count func(k int64) int64) bool 
 func (l Limit) fixedWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	for k := l.Window(t); ; k++ {
 		if count(k)+cost <= l.Rate {
-			return max(t, k*l.Per)
+			return max(t, l.Start(k))
 		}
 	}
 }
@@ -30,7 +33,7 @@ func (l Limit) fixedWindowState(now int64, count func(k int64) int64) quota.Limi
 	k := l.Window(now)
 	st := quota.LimitState{Used: count(k)}
 	if st.Used > 0 {
-		st.Reset = Micros((k+1)*l.Per - now)
+		st.Reset = Micros(l.Start(k+1) - now)
 	}
 	st.Remaining = max(l.Rate-st.Used, 0)
 	return st
@@ -60,11 +63,12 @@ func (l Limit) Steps() (s, w int64) {
 
 // slidingWindowAdmits reports whether a sliding window admits cost at t:
 // prev*(W-j) <= (R-cur-cost)*W, with j = floor(e/s) the steps elapsed of
-// window k (e = t - k*P) and prev, cur the counts of windows k-1 and k.
+// window k (e = t - (F + k*P)) and prev, cur the counts of windows k-1
+// and k.
 func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	k := l.Window(t)
 	s, w := l.Steps()
-	j := (t - k*l.Per) / s
+	j := (t - l.Start(k)) / s
 	room := l.Rate - count(k) - cost
 	return room >= 0 && count(k-1)*(w-j) <= room*w
 }
@@ -73,12 +77,12 @@ func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) boo
 // which a sliding window admits cost (at most R). In window k, with
 // room = R - cur - cost >= 0, the weighted count fits from step
 // j = W - floor(room*W/prev) on (prev*(W-j) <= room*W), that is from
-// k*P + j*s; a window where that j is W or more, or cur + cost > R,
+// F + k*P + j*s; a window where that j is W or more, or cur + cost > R,
 // admits nothing.
 func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	s, w := l.Steps()
 	for k := l.Window(t); ; k++ {
-		start := k * l.Per
+		start := l.Start(k)
 		room := l.Rate - count(k) - cost
 		if room < 0 {
 			continue
@@ -103,13 +107,13 @@ func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) i
 func (l Limit) slidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
 	s, w := l.Steps()
-	cur, prev, j := count(k), count(k-1), (now-k*l.Per)/s
+	cur, prev, j := count(k), count(k-1), (now-l.Start(k))/s
 	st := quota.LimitState{Used: cur + CeilDiv(prev*(w-j), w)}
 	switch {
 	case cur > 0:
-		st.Reset = Micros((k+2)*l.Per - now)
+		st.Reset = Micros(l.Start(k+2) - now)
 	case prev > 0:
-		st.Reset = Micros((k+1)*l.Per - now)
+		st.Reset = Micros(l.Start(k+1) - now)
 	}
 	st.Remaining = max(l.Rate-st.Used, 0)
 	return st
