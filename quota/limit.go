@@ -224,8 +224,9 @@ const (
 
 	// MaxSlidingLogRate is the largest Rate of a [SlidingLog] limit. Its
 	// log holds one entry per admitted demand of the last Per, up to Rate
-	// of them, about 100 bytes each in Redis: 10^6 entries are about 100
-	// MB for one key. Above it, use [SlidingWindow] (two counters).
+	// of them, about 140 bytes each in Redis (MEMORY USAGE of a log of
+	// 10^5): 10^6 entries are about 140 MB for one key. Above it, use
+	// [SlidingWindow] (two counters).
 	MaxSlidingLogRate = 1_000_000
 )
 
