@@ -29,6 +29,7 @@ func (s *suite) testInspect(t *testing.T) {
 		{Name: "window", Rate: 10, Per: hour, Algorithm: quota.SlidingWindow},
 		{Name: "log", Rate: 10, Per: hour, Algorithm: quota.SlidingLog},
 		{Name: "slots", Rate: 5, Per: 10 * time.Minute, Algorithm: quota.Concurrency},
+		{Name: "thirteen", Rate: 13, Per: hour}, // T = 276923076 12/13 µs: arrival times with fractions
 	}
 	take := func(scope, key string, cost int) {
 		t.Helper()
@@ -72,7 +73,11 @@ func (s *suite) testInspect(t *testing.T) {
 		state(3, "b", 2, 8, 54*time.Minute),
 		state(4, "a", 2, 3, 4*time.Minute), // two leases until 10m
 		state(4, "b", 1, 4, 4*time.Minute),
-		state(2, "a", 4, 6, hour+54*time.Minute), // counted as the previous window until 2h
+		// TAT = 4T, now = 1.3T: 2.7 units used, 3 rounded up; the reset
+		// at TAT rounded up to the µs.
+		state(5, "a", 3, 10, 747692308*time.Microsecond),
+		state(5, "b", 1, 12, 193846154*time.Microsecond), // TAT = 2T
+		state(2, "a", 4, 6, hour+54*time.Minute),         // counted as the previous window until 2h
 		state(2, "b", 2, 8, hour+54*time.Minute),
 	}
 	assert.Equal(t, want, inspect())
