@@ -459,7 +459,8 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			return
 		}
 		status, v := h(r)
-		if data, ok := v.(map[string]any)["data"].(map[string]any); ok && res == "graphql" && asksRateLimit(body) {
+		answer, _ := v.(map[string]any)
+		if data, ok := answer["data"].(map[string]any); ok && res == "graphql" && asksRateLimit(body) {
 			data["rateLimit"] = map[string]any{"cost": cost, "limit": limit, "remaining": limit - win.used,
 				"used": win.used, "resetAt": time.Unix(reset, 0).UTC().Format(time.RFC3339)}
 		}
