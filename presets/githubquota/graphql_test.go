@@ -144,9 +144,9 @@ func TestGraphQLSettledToReportedCost(t *testing.T) {
 
 // graphQLFleetResult is what a run of runGraphQLFleet saw.
 type graphQLFleetResult struct {
-	finished    bool           // the run ended in a round where every request was refused
-	rounds      int            // rounds run
-	admitted    int            // 2xx answers
+	finished    bool // the run ended in a round where every request was refused
+	rounds      int  // rounds run
+	admitted    int  // 2xx answers
 	stats       fakegithub.Stats
 	used        int            // GraphQL points the fake counted
 	stored      int            // GraphQL points the store counts at the end
