@@ -3,6 +3,7 @@ package githubquota_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -139,4 +140,58 @@ func ExampleProfile() {
 	// "https://api.acme.ghe.com/": github profile for [api.github.com uploads.github.com *.ghe.com]
 	// "https://ghe.example.com/api/v3/": github profile for [ghe.example.com]
 	// "http://127.0.0.1:8080/": github profile for [127.0.0.1:8080]
+}
+
+// A GraphQL query is charged Options.GraphQLEstimate points of the token's
+// hourly GraphQL quota (here 100) when it is admitted, and settled to the
+// cost GitHub reports in data.rateLimit.cost, which the query asks for:
+// here every query costs 30. The third query could cost 50, which the 40
+// points left cannot pay: it is refused before it is sent.
+func ExampleOptions_graphQLEstimate() {
+	fake := fakegithub.NewServer(fakegithub.Options{Hourly: 100, GraphQLCost: func(*http.Request) int { return 30 }})
+	defer fake.Close()
+
+	policy, err := githubquota.Policy(githubquota.Options{
+		BaseURL:         fake.BaseURL(),
+		Hourly:          100,
+		GraphQLEstimate: 50, // the most our queries cost
+		Wait:            waiters.FailFast(),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t, err := throttle.NewTransport(nil, policy, throttle.WithHooks(throttle.Hooks{
+		OnSettle: func(ev throttle.SettleEvent) { fmt.Printf("charged %d, settled to %d\n", ev.Charged, ev.Cost) },
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: t}
+	defer client.CloseIdleConnections()
+
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, fake.URL+"/graphql",
+			strings.NewReader(`{"query":"query { rateLimit { cost } viewer { login } }"}`))
+		req.Header.Set("Authorization", "Bearer ghp_example")
+		resp, err := client.Do(req)
+		var le *throttle.LimitError
+		if errors.As(err, &le) {
+			fmt.Printf("refused by limit %s\n", le.Limit)
+			continue
+		}
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // settled when read to the end, or closed
+		resp.Body.Close()
+	}
+	fmt.Println("GitHub counted:", fake.Used("ghp_example", "graphql"))
+	// Output:
+	// charged 50, settled to 30
+	// charged 50, settled to 30
+	// refused by limit graphql
+	// GitHub counted: 60
 }

@@ -865,6 +865,9 @@ func TestBadOptions(t *testing.T) {
 		{githubquota.Options{BaseURL: "https://api.acme.ghe.com/api/v3/"}, "BaseURL", "root of api.acme.ghe.com"},
 		{githubquota.Options{Token: githubquota.Actions + 1}, "Token", "none of Standard"},
 		{githubquota.Options{Token: -1}, "Token", "none of Standard"},
+		{githubquota.Options{GraphQLEstimate: -1}, "GraphQLEstimate", "-1 is not within 0"},
+		{githubquota.Options{GraphQLEstimate: 5001}, "GraphQLEstimate", "the hourly GraphQL quota, 5000"},
+		{githubquota.Options{Hourly: 40, GraphQLEstimate: 41}, "GraphQLEstimate", "the hourly GraphQL quota, 40"},
 	}
 	for _, tc := range cases {
 		_, err := githubquota.Rules(tc.opts)

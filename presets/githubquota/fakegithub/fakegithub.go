@@ -7,12 +7,16 @@
 //
 //   - primary limits: a quota per resource in a window that starts at the
 //     resource's first request: "core" (the REST API but search) and
-//     "graphql" (a point a request), Options.Hourly an hour; "search", 30
-//     a minute; "code_search", 9 a minute. Without a token: "core" 60 an
-//     hour, "search" 10 a minute, and code search answers 401, as it
-//     requires a token. Every answer reports the request's resource in
-//     x-ratelimit-limit, -remaining, -used, -reset (epoch seconds) and
-//     -resource. Over a quota: a 403 with x-ratelimit-remaining: 0;
+//     "graphql", Options.Hourly an hour; "search", 30 a minute;
+//     "code_search", 9 a minute. Without a token: "core" 60 an hour,
+//     "search" 10 a minute, and code search answers 401, as it requires a
+//     token. A request costs 1, a GraphQL request the points
+//     Options.GraphQLCost gives it (1 unless set), which the answer reports
+//     in data.rateLimit (cost, limit, remaining, used, resetAt) when the
+//     query asks for rateLimit, as GitHub does. Every answer reports the
+//     request's resource in x-ratelimit-limit, -remaining, -used, -reset
+//     (epoch seconds) and -resource. A request whose cost does not fit in
+//     what remains: a 403 with x-ratelimit-remaining: 0;
 //   - secondary limits over sliding windows of a minute (an hour): 900
 //     points a minute shared by every REST request of the token, search
 //     included (GET, HEAD and OPTIONS cost 1, other methods 5); 2,000
@@ -38,6 +42,7 @@
 package fakegithub
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -76,6 +81,13 @@ type Options struct {
 	// once; one more is answered with a secondary-limit answer. Zero
 	// means 100, as GitHub documents.
 	MaxInFlight int
+
+	// GraphQLCost is the points a GraphQL request costs on the token's
+	// hourly "graphql" quota, given the request (its body readable);
+	// nil, or a result below 1, means 1. It is called under the server's
+	// lock, one request at a time, before the request is checked against
+	// the quota.
+	GraphQLCost func(*http.Request) int
 
 	// Enterprise serves the paths of GitHub Enterprise Server: the REST
 	// API under /api/v3/, GraphQL at /api/graphql and uploads under
@@ -233,6 +245,14 @@ func (s *Server) Stats() Stats {
 	return out
 }
 
+// Used returns how much of the token's quota for resource its current
+// window has used: requests, or GraphQL points.
+func (s *Server) Used(token, resource string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.window(token, resource, s.opts.Now()).used
+}
+
 // Use spends n of the token's quota for resource, as another client of
 // the same token would.
 func (s *Server) Use(token, resource string, n int) {
@@ -372,9 +392,16 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 				"documentation_url": "https://docs.github.com/rest/search/search#search-code"})
 			return
 		}
-		if win.used >= limit {
+		cost := 1
+		if res == "graphql" && s.opts.GraphQLCost != nil {
+			r2 := r.Clone(r.Context())
+			r2.Body = io.NopCloser(bytes.NewReader(body))
+			cost = max(s.opts.GraphQLCost(r2), 1)
+		}
+		if win.used+cost > limit {
 			s.stats.Limited++
 			setQuota(win.used)
+			w.Header().Set("X-Ratelimit-Remaining", "0")
 			writeJSON(w, http.StatusForbidden, map[string]any{"message": "API rate limit exceeded for this token.",
 				"documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"})
 			return
@@ -424,7 +451,7 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 		for _, c := range checks {
 			s.charge(c.key, c.cost, now)
 		}
-		win.used++
+		win.used += cost
 		setQuota(win.used)
 		if r.PathValue("repo") == "private" {
 			s.stats.Forbidden++
@@ -432,6 +459,11 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			return
 		}
 		status, v := h(r)
+		answer, _ := v.(map[string]any)
+		if data, ok := answer["data"].(map[string]any); ok && res == "graphql" && asksRateLimit(body) {
+			data["rateLimit"] = map[string]any{"cost": cost, "limit": limit, "remaining": limit - win.used,
+				"used": win.used, "resetAt": time.Unix(reset, 0).UTC().Format(time.RFC3339)}
+		}
 		if status/100 == 2 {
 			s.stats.OK++
 			if creates {
@@ -450,6 +482,13 @@ func isMutation(body []byte) bool {
 		return false
 	}
 	return strings.HasPrefix(strings.TrimSpace(req.Query), "mutation")
+}
+
+// asksRateLimit reports whether a GraphQL request body's query asks for
+// rateLimit.
+func asksRateLimit(body []byte) bool {
+	var req struct{ Query string }
+	return json.Unmarshal(body, &req) == nil && strings.Contains(req.Query, "rateLimit")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
