@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // ExampleWithClass is the README's policy of classes and fair shares: a
@@ -65,25 +61,7 @@ func must[T any](v T, err error) T {
 // TestReadmePriorities checks that the README shows ExampleWithClass's
 // policy word for word.
 func TestReadmePriorities(t *testing.T) {
-	src, err := os.ReadFile("class_example_test.go")
-	require.NoError(t, err)
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(src), "// readme:priorities:begin\n")
-	require.True(t, ok)
-	body, _, ok := strings.Cut(rest, "\t// readme:priorities:end\n")
-	require.True(t, ok)
-	want := strings.Split(strings.TrimRight(body, "\n"), "\n")
-	for i := range want {
-		want[i] = strings.TrimPrefix(want[i], "\t")
-	}
-	_, block, ok := strings.Cut(string(readme), "## Priorities and fair shares")
-	require.True(t, ok)
-	_, block, ok = strings.Cut(block, "```go\n")
-	require.True(t, ok)
-	block, _, ok = strings.Cut(block, "\n```")
-	require.True(t, ok)
-	assert.Equal(t, want, strings.Split(block, "\n"))
+	assertReadmeShows(t, "class_example_test.go", "priorities", "## Priorities and fair shares", "")
 }
 
 // A nightly sync and a user's "send to Slack" share one quota. The sync

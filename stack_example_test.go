@@ -3,16 +3,12 @@ package throttle_test
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // ExampleLimit_stacked is the README's rule of GitHub's stacked limits:
@@ -64,27 +60,5 @@ func (answer200) RoundTrip(req *http.Request) (*http.Response, error) {
 // TestReadmeStacked checks that the README shows ExampleLimit_stacked's
 // rule word for word.
 func TestReadmeStacked(t *testing.T) {
-	src, err := os.ReadFile("stack_example_test.go")
-	require.NoError(t, err)
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(src), "// readme:stacked:begin\n")
-	require.True(t, ok)
-	body, _, ok := strings.Cut(rest, "\t// readme:stacked:end\n")
-	require.True(t, ok)
-	var want []string
-	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
-		want = append(want, strings.TrimPrefix(line, "\t"))
-	}
-	_, block, ok := strings.Cut(string(readme), "GitHub's limits are one rule")
-	require.True(t, ok)
-	_, block, ok = strings.Cut(block, "```go\n")
-	require.True(t, ok)
-	block, _, ok = strings.Cut(block, "\n  ```")
-	require.True(t, ok)
-	var got []string
-	for _, line := range strings.Split(block, "\n") {
-		got = append(got, strings.TrimPrefix(line, "  "))
-	}
-	assert.Equal(t, want, got)
+	assertReadmeShows(t, "stack_example_test.go", "stacked", "GitHub's limits are one rule", "  ")
 }
