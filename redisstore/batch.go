@@ -52,6 +52,7 @@ var ErrNotSent = errors.New("redisstore: not sent")
 type batcher struct {
 	mu     sync.Mutex
 	queues map[string]*batchQueue
+	spare  *batchQueue // the last queue dropped idle, for the next scope: no allocation per call
 }
 
 // A batchQueue is one scope's calls in flight and demands waiting for
@@ -88,7 +89,11 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand) (quota.Decisio
 		if b.queues == nil {
 			b.queues = map[string]*batchQueue{}
 		}
-		q = &batchQueue{}
+		if q = b.spare; q != nil {
+			b.spare = nil
+		} else {
+			q = &batchQueue{}
+		}
 		b.queues[d.Scope] = q
 	}
 	if q.inflight < s.batchInFlight {
@@ -136,6 +141,7 @@ func (s *Store) next(scope string, q *batchQueue) {
 func (s *Store) leave(scope string, q *batchQueue) {
 	if q.inflight--; q.inflight == 0 && len(q.pending) == 0 {
 		delete(s.batch.queues, scope)
+		s.batch.spare = q
 	}
 }
 

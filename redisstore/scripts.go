@@ -140,7 +140,7 @@ func algoCode(a quota.Algorithm) string {
 func (s *Store) scriptArgs(size int, id string, marked bool) ([]any, *resendMark) {
 	args := make([]any, 0, 2+size)
 	if marked && s.detect {
-		m := &resendMark{first: id}
+		m := newResendMark(id)
 		return append(args, s.nowArg(), m), m
 	}
 	return append(args, s.nowArg(), id), nil
