@@ -137,7 +137,9 @@ func sameDecision(t *testing.T, want, got quota.Decision, where string) bool {
 	ok := assert.Equal(t, want.OK, got.OK, where) &&
 		assert.Equal(t, want.Delay, got.Delay, where) &&
 		assert.Equal(t, want.Limit, got.Limit, where) &&
-		assert.Equal(t, want.Pause, got.Pause, where)
+		assert.Equal(t, want.Pause, got.Pause, where) &&
+		assert.Equal(t, want.Remaining, got.Remaining, where) &&
+		assert.Equal(t, want.ResetAfter, got.ResetAfter, where)
 	if ok && want.OK && assert.NotNil(t, got.Reservation, where) {
 		ok = assert.Equal(t, want.Reservation.Marks, got.Reservation.Marks, where)
 	}
