@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -48,17 +49,16 @@ const (
 	gOurs2
 )
 
-// guardRows are the rows tracked: one limit, the same with the pause key
-// throttle.Transport adds, and two limits, each against the floor of as
-// many limits at c=1 and c=8 (one call per decision); and one limit at
-// c=64 against the EVALSHA baseline (batches).
+// guardRows are the rows tracked: one limit and the same with the pause
+// key throttle.Transport adds, against the 1-limit floor at c=1 and c=8
+// (one call per decision); two limits against the 2-limit floor at c=1;
+// and one limit at c=64 against the EVALSHA baseline (batches).
 var guardRows = []guardRow{
 	{"gcra-1-limit", 1, gOurs1, gFloor1},
 	{"gcra-1-limit", 8, gOurs1, gFloor1},
 	{"gcra-pause-key", 1, gOursPause, gFloor1},
 	{"gcra-pause-key", 8, gOursPause, gFloor1},
 	{"gcra-2-limits", 1, gOurs2, gFloor2},
-	{"gcra-2-limits", 8, gOurs2, gFloor2},
 	{"gcra-1-limit-batched", 64, gOurs1, gEvalsha},
 }
 
@@ -94,20 +94,34 @@ type guardConfig struct {
 	slice  time.Duration // each contender's time in a round
 }
 
-// guardFile is guard.txt: the tolerances, and the ratios per row and
-// concurrency.
+// guardFile is guard.txt: the tolerances and the recorded ratios.
 type guardFile struct {
-	tolerance     float64 // a row fails below (1 - tolerance) x its throughput ratio
-	costTolerance float64 // and below (1 - costTolerance) x its cost ratio
-	ratios        map[string]float64
+	// row and all are the tolerances of one row and of all rows: a row
+	// fails below (1 - row[m]) x its recorded ratio of measure m
+	// (guardMeasures), and the run fails when the geometric mean of
+	// every row's ratio of m is below (1 - all[m]) x its recorded one.
+	// The mean moves less with noise than any row, and a change to the
+	// path every row takes moves them all.
+	row, all [2]float64
+	ratios   map[string]float64 // by "measure row", guardRatioKey
 }
 
-// guardKey is a row's key in guardFile.ratios.
-func guardKey(id string, conc int) string { return id + " c=" + strconv.Itoa(conc) }
+// guardMeasures are the two ratios the guard takes of each row.
+var guardMeasures = [2]string{"tput", "cost"}
 
-// readGuardFile reads name: "#" comments, "tolerance TPUT COST", and
-// "tput:ID C RATIO" and "cost:ID C RATIO" lines (fields separated by
-// white space).
+// guardAll is the name of the geometric mean of all rows in guard.txt.
+const guardAll = "all"
+
+// guardRowName is r's name in guard.txt.
+func guardRowName(r guardRow) string { return r.id + "/c=" + strconv.Itoa(r.conc) }
+
+// guardRatioKey is the key of a ratio in guardFile.ratios.
+func guardRatioKey(measure, row string) string { return measure + " " + row }
+
+// readGuardFile reads name: "#" comments, the lines "tolerance-row TPUT
+// COST" and "tolerance-all TPUT COST", and a line "MEASURE ROW RATIO" per
+// ratio (MEASURE tput or cost; ROW a row's name or "all"), fields
+// separated by white space.
 func readGuardFile(name string) (guardFile, error) {
 	g := guardFile{ratios: map[string]float64{}}
 	f, err := os.Open(name)
@@ -122,48 +136,52 @@ func readGuardFile(name string) (guardFile, error) {
 			continue
 		}
 		fs := strings.Fields(line)
-		switch {
-		case len(fs) == 3 && fs[0] == "tolerance":
-			g.tolerance, err = strconv.ParseFloat(fs[1], 64)
-			if err == nil {
-				g.costTolerance, err = strconv.ParseFloat(fs[2], 64)
-			}
-			if err == nil && (g.tolerance <= 0 || g.tolerance >= 1 || g.costTolerance <= 0 || g.costTolerance >= 1) {
-				err = errors.New("tolerances not in (0, 1)")
-			}
-		case len(fs) == 3 && fs[0] != "tolerance":
-			var c int
-			var r float64
-			if c, err = strconv.Atoi(fs[1]); err == nil {
-				r, err = strconv.ParseFloat(fs[2], 64)
-			}
-			g.ratios[guardKey(fs[0], c)] = r
-		default:
-			err = errors.New("want \"tolerance TPUT COST\" or \"tput:ID CONCURRENCY RATIO\" or \"cost:ID CONCURRENCY RATIO\"")
+		if len(fs) != 3 {
+			return g, fmt.Errorf("%s:%d: want 3 fields", name, n)
 		}
-		if err != nil {
-			return g, fmt.Errorf("%s:%d: %w", name, n, err)
+		switch fs[0] {
+		case "tolerance-row", "tolerance-all":
+			tol := &g.row
+			if fs[0] == "tolerance-all" {
+				tol = &g.all
+			}
+			for k := range tol {
+				if tol[k], err = strconv.ParseFloat(fs[1+k], 64); err == nil && (tol[k] <= 0 || tol[k] >= 1) {
+					err = errors.New("a tolerance not in (0, 1)")
+				}
+				if err != nil {
+					return g, fmt.Errorf("%s:%d: %w", name, n, err)
+				}
+			}
+		case guardMeasures[0], guardMeasures[1]:
+			r, err := strconv.ParseFloat(fs[2], 64)
+			if err != nil || r <= 0 {
+				return g, fmt.Errorf("%s:%d: bad ratio %q", name, n, fs[2])
+			}
+			g.ratios[guardRatioKey(fs[0], fs[1])] = r
+		default:
+			return g, fmt.Errorf("%s:%d: unknown line %q", name, n, fs[0])
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return g, err
 	}
-	if g.tolerance == 0 {
-		return g, fmt.Errorf("%s: no tolerance line", name)
+	if g.row[0] == 0 || g.all[0] == 0 {
+		return g, fmt.Errorf("%s: a tolerance line is missing", name)
 	}
 	return g, nil
 }
 
 // guard runs the guard: it measures every row of guardRows and checks it
-// against cfg.guard.file, or with cfg.guard.write records the measured
-// ratios there (keeping the file's tolerance).
+// against cfg.file, or with cfg.write records the measured ratios there
+// (keeping the file's tolerances).
 func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	recorded, err := readGuardFile(cfg.file)
 	if err != nil && !(cfg.write && errors.Is(err, os.ErrNotExist)) {
 		return err
 	}
-	if recorded.tolerance == 0 {
-		recorded.tolerance, recorded.costTolerance = 0.25, 0.15
+	if recorded.row[0] == 0 {
+		recorded.row, recorded.all = [2]float64{0.35, 0.25}, [2]float64{0.12, 0.10}
 	}
 	cts, err := guardContenders(e)
 	if err != nil {
@@ -213,52 +231,66 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 		}
 	}
 
-	fmt.Printf("### Guard\n\n%d rounds of %v per contender and concurrency. Ratios are the medians over rounds of a row's figure to its yardstick's in the same round, so that larger is faster: decisions per second (tput), and CPU per decision, Redis's and this program's, yardstick's / row's (cost). A row fails below (1 - tolerance) x its recorded ratio (%s: tput %.2f, cost %.2f).\n\n", cfg.rounds, cfg.slice, cfg.file, recorded.tolerance, recorded.costTolerance)
-	t := table{head: []string{"row", "c", "yardstick", "tput recorded", "tput measured (min–max)", "cost recorded", "cost measured (min–max)", ""}}
+	fmt.Printf("### Guard\n\n%d rounds of %v per contender and concurrency. A row's ratio is the median over rounds of its figure to its yardstick's in the same round, so that larger is faster: of decisions per second (tput), and of CPU per decision, Redis's and this program's, the yardstick's over the row's (cost); \"all\" is the geometric mean of the rows'. A ratio fails below (1 - tolerance) x its recorded value (%s: a row's tput %.2f, cost %.2f; all rows' tput %.2f, cost %.2f).\n\n",
+		cfg.rounds, cfg.slice, cfg.file, recorded.row[0], recorded.row[1], recorded.all[0], recorded.all[1])
+	t := table{head: []string{"row", "yardstick", "tput recorded", "tput measured (rounds' min–max)", "cost recorded", "cost measured (rounds' min–max)", ""}}
 	var failed []string
 	measured := map[string]float64{}
+	var logSum [2]float64
+	check := func(m int, row string, v float64, tol float64) (rec string, ok bool) {
+		key := guardRatioKey(guardMeasures[m], row)
+		measured[key] = v
+		r, have := recorded.ratios[key]
+		if !have {
+			return "–", true
+		}
+		bound := r * (1 - tol)
+		if v < bound {
+			failed = append(failed, fmt.Sprintf("%s: %s %.3f, below %.3f (recorded %.3f, tolerance %.2f)", row, guardMeasures[m], v, bound, r, tol))
+			return fmt.Sprintf("%.3f (fails below %.3f)", r, bound), false
+		}
+		return fmt.Sprintf("%.3f (fails below %.3f)", r, bound), true
+	}
 	for _, r := range guardRows {
-		var tput, cost []float64
+		var xs [2][]float64
 		for k, c := range cells[r.conc][r.row] {
 			b := cells[r.conc][r.base][k]
-			tput = append(tput, c.opsPerSec()/b.opsPerSec())
-			cost = append(cost, cpuPerOp(b)/cpuPerOp(c))
+			xs[0] = append(xs[0], c.opsPerSec()/b.opsPerSec())
+			xs[1] = append(xs[1], cpuPerOp(b)/cpuPerOp(c))
 		}
+		cellsOut := []string{guardRowName(r), cts[r.base].name}
 		verdict := "ok"
-		var recs, meas [2]string
-		for j, m := range []struct {
-			name string
-			xs   []float64
-			tol  float64
-		}{{"tput", tput, recorded.tolerance}, {"cost", cost, recorded.costTolerance}} {
-			slices.Sort(m.xs)
-			v := median(m.xs)
-			key := guardKey(m.name+":"+r.id, r.conc)
-			measured[key] = v
-			meas[j] = fmt.Sprintf("%.3f (%.2f–%.2f)", v, m.xs[0], m.xs[len(m.xs)-1])
-			rec, ok := recorded.ratios[key]
-			recs[j] = "–"
+		for m := range guardMeasures {
+			slices.Sort(xs[m])
+			v := median(xs[m])
+			logSum[m] += math.Log(v)
+			rec, ok := check(m, guardRowName(r), v, recorded.row[m])
 			if !ok {
-				verdict = "new"
-				continue
-			}
-			b := rec * (1 - m.tol)
-			recs[j] = fmt.Sprintf("%.3f (fails below %.3f)", rec, b)
-			if v < b {
 				verdict = "**FAIL**"
-				failed = append(failed, fmt.Sprintf("%s at c=%d: %s %.3f x %s, below %.3f (recorded %.3f, tolerance %.2f)", r.id, r.conc, m.name, v, cts[r.base].name, b, rec, m.tol))
 			}
+			cellsOut = append(cellsOut, rec, fmt.Sprintf("%.3f (%.2f–%.2f)", v, xs[m][0], xs[m][len(xs[m])-1]))
 		}
-		t.row(r.id, strconv.Itoa(r.conc), cts[r.base].name, recs[0], meas[0], recs[1], meas[1], verdict)
+		t.row(append(cellsOut, verdict)...)
 	}
+	cellsOut := []string{guardAll + " (geometric mean)", ""}
+	verdict := "ok"
+	for m := range guardMeasures {
+		v := math.Exp(logSum[m] / float64(len(guardRows)))
+		rec, ok := check(m, guardAll, v, recorded.all[m])
+		if !ok {
+			verdict = "**FAIL**"
+		}
+		cellsOut = append(cellsOut, rec, fmt.Sprintf("%.3f", v))
+	}
+	t.row(append(cellsOut, verdict)...)
 	t.write(os.Stdout)
 	if cfg.write {
-		return writeGuardFile(cfg.file, recorded.tolerance, recorded.costTolerance, measured)
+		return writeGuardFile(cfg.file, recorded, measured)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("slower than recorded:\n  %s", strings.Join(failed, "\n  "))
 	}
-	fmt.Println("Guard: every row within its tolerance.")
+	fmt.Println("Guard: every ratio within its tolerance.")
 	return nil
 }
 
@@ -277,22 +309,26 @@ func cpuPerOp(c cell) float64 {
 	return float64(c.did.srv.cpu+c.did.cpu) / float64(max(c.ok, 1))
 }
 
-// writeGuardFile records the measured ratios in name.
-func writeGuardFile(name string, tol, costTol float64, measured map[string]float64) error {
+// writeGuardFile records the measured ratios in name, with g's
+// tolerances.
+func writeGuardFile(name string, g guardFile, measured map[string]float64) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# The ratios the guard checks (bench -guard, run by .ci/run; guard.go):
-# for each row and concurrency, its decisions per second (tput) and its
-# yardstick's CPU per decision over its own (cost), both as the median
-# over rounds of the ratios measured in the same round. A row fails when
-# it measures below (1 - tolerance) x a ratio here; the tolerances are
-# tput's and cost's. Written by -guard-write on %s;
-# bench/README.md ("The guard") says how to record them again.
-tolerance %.2f %.2f
-`, time.Now().UTC().Format("2006-01-02"), tol, costTol)
-	for _, m := range []string{"tput", "cost"} {
+	fmt.Fprintf(&b, `# The ratios the guard checks (bench -guard, run by .ci/run; guard.go).
+# For each row, its decisions per second (tput) and its yardstick's CPU
+# per decision over its own (cost), each the median over rounds of the
+# ratios measured in the same round; "all" is the geometric mean of the
+# rows'. A ratio fails when it measures below (1 - tolerance) x its value
+# here: tolerance-row gives one row's (tput, cost), tolerance-all the
+# mean's. Written by -guard-write on %s; bench/README.md
+# ("The guard") says when and how to record them again.
+tolerance-row %.2f %.2f
+tolerance-all %.2f %.2f
+`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.all[0], g.all[1])
+	for m := range guardMeasures {
 		for _, r := range guardRows {
-			fmt.Fprintf(&b, "%s:%s %d %.3f\n", m, r.id, r.conc, measured[guardKey(m+":"+r.id, r.conc)])
+			fmt.Fprintf(&b, "%s %s %.3f\n", guardMeasures[m], guardRowName(r), measured[guardRatioKey(guardMeasures[m], guardRowName(r))])
 		}
+		fmt.Fprintf(&b, "%s %s %.3f\n", guardMeasures[m], guardAll, measured[guardRatioKey(guardMeasures[m], guardAll)])
 	}
 	return os.WriteFile(name, []byte(b.String()), 0o644)
 }
