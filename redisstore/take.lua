@@ -427,10 +427,14 @@ for i = 1, limits do
         end
       end
     end
-    -- An entry before later ones (a loaded log) never shortens the log's
-    -- life: the newest entry's TTL stands.
-    if type(state[i]) ~= 'table' then
-      redis.call('PEXPIRE', key, math.ceil((instant + per - now) / 1000) + slack)
+    -- The log lives until Per after its newest entry. An entry placed in
+    -- a loaded log (which had entries, and so a TTL) may be before them:
+    -- GT never shortens it.
+    local ttl = math.ceil((instant + per - now) / 1000) + slack
+    if type(state[i]) == 'table' then
+      redis.call('PEXPIRE', key, ttl, 'GT')
+    else
+      redis.call('PEXPIRE', key, ttl)
     end
     reply[6 + i] = instant
     if instant == now then
