@@ -175,6 +175,10 @@ type stackedRun struct {
 	refused               int
 	pointsUsed, readsUsed float64 // shares over whole windows of the policy's limit
 	writesUsed            float64 // content's share
+
+	// What the vendor admitted over the run, as shares of what the
+	// policy's limits allow in the run's length (any algorithm).
+	vendorPoints, vendorReads float64
 }
 
 func runStackedFleet(t *testing.T, pointsAlg throttle.Algorithm, run time.Duration) stackedRun {
@@ -250,6 +254,9 @@ func runStackedFleet(t *testing.T, pointsAlg throttle.Algorithm, run time.Durati
 	v.mu.Lock()
 	r.reads, r.writes, r.refused = v.reads, v.writes, v.refused
 	v.mu.Unlock()
+	perRun := float64(run) / float64(stackedPer+stackedMargin)
+	r.vendorPoints = float64(r.reads+5*r.writes) / (perRun * stackedPoints)
+	r.vendorReads = float64(r.reads) / (perRun*stackedPoints - float64(5*r.writes))
 
 	// Shares over whole windows of the policy's limit, from the second
 	// window of the run to the last whole one: what the store decided.
@@ -327,7 +334,7 @@ func TestStackedFleet(t *testing.T) {
 	// reservations).
 	if os.Getenv("THROTTLE_FLEET_GCRA") != "" {
 		g := runStackedFleet(t, throttle.GCRA, 9*time.Second)
-		t.Logf("GCRA: points %.1f%%, writes %.1f%% of content, reads %.1f%% of what writes leave; vendor refused %d",
-			100*g.pointsUsed, 100*g.writesUsed, 100*g.readsUsed, g.refused)
+		t.Logf("GCRA: the vendor admitted %.1f%% of the points the run allows, reads %.1f%% of what writes leave (sliding log: %.1f%%, %.1f%%); %d reads, %d writes, %d refused",
+			100*g.vendorPoints, 100*g.vendorReads, 100*r.vendorPoints, 100*r.vendorReads, g.reads, g.writes, g.refused)
 	}
 }
