@@ -1,0 +1,83 @@
+package quotaview
+
+import (
+	"html/template"
+	"strconv"
+	"strings"
+)
+
+// A line is one series of a plot.
+type line struct {
+	name   string
+	class  string // its colour, from the page's style
+	values []float64
+}
+
+// plot draws lines as an inline SVG chart, w by h pixels, with y from 0
+// to the largest value; series is the chart's name for scripts and tests.
+// Only numbers and fixed names go into the markup (names are escaped).
+func plot(series, title, unit string, w, h int, lines ...line) template.HTML {
+	const padL, padB, padT = 44, 16, 16
+	most := 0.0
+	n := 0
+	for _, l := range lines {
+		n = max(n, len(l.values))
+		for _, v := range l.values {
+			most = max(most, v)
+		}
+	}
+	if most == 0 {
+		most = 1
+	}
+	var b strings.Builder
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	b.WriteString(`<svg class="plot" data-series="` + template.HTMLEscapeString(series) + `" xmlns="http://www.w3.org/2000/svg" width="` + strconv.Itoa(w) + `" height="` + strconv.Itoa(h) + `" viewBox="0 0 ` + strconv.Itoa(w) + " " + strconv.Itoa(h) + `" role="img" aria-label="` + template.HTMLEscapeString(title) + `">`)
+	b.WriteString(`<text x="` + strconv.Itoa(padL) + `" y="11" class="t">` + template.HTMLEscapeString(title) + `</text>`)
+	x0, y0, pw, ph := float64(padL), float64(h-padB), float64(w-padL-4), float64(h-padB-padT)
+	b.WriteString(`<line class="axis" x1="` + f(x0) + `" y1="` + f(y0) + `" x2="` + f(x0+pw) + `" y2="` + f(y0) + `"/>`)
+	b.WriteString(`<text x="` + f(x0-4) + `" y="` + f(float64(padT)+8) + `" class="y">` + template.HTMLEscapeString(formatValue(most, unit)) + `</text>`)
+	b.WriteString(`<text x="` + f(x0-4) + `" y="` + f(y0) + `" class="y">0</text>`)
+	for _, l := range lines {
+		if len(l.values) == 0 {
+			continue
+		}
+		b.WriteString(`<polyline class="` + l.class + `" data-name="` + template.HTMLEscapeString(l.name) + `" points="`)
+		for i, v := range l.values {
+			x := x0
+			if n > 1 {
+				x += pw * float64(i) / float64(n-1)
+			}
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(f(x) + "," + f(y0-ph*v/most))
+		}
+		b.WriteString(`"/>`)
+	}
+	lx := x0 + 8
+	for _, l := range lines {
+		b.WriteString(`<text x="` + f(lx) + `" y="` + f(float64(padT)+10) + `" class="k ` + l.class + `">` + template.HTMLEscapeString(l.name) + `</text>`)
+		lx += float64(8*len(l.name) + 16)
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// spark draws a small line of values, 120 by 24 pixels, without axes.
+func spark(series string, values []int, held []int) template.HTML {
+	a, b := make([]float64, len(values)), make([]float64, len(held))
+	for i, v := range values {
+		a[i] = float64(v)
+	}
+	for i, v := range held {
+		b[i] = float64(v)
+	}
+	return plot(series, "", "", 160, 34, line{"", "allowed", a}, line{"", "refused", b})
+}
+
+func formatValue(v float64, unit string) string {
+	if unit == "ms" {
+		return strconv.FormatFloat(v, 'f', -1, 64) + " ms"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}

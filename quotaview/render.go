@@ -1,0 +1,74 @@
+package quotaview
+
+import (
+	_ "embed"
+	"html/template"
+	"io"
+	"strconv"
+	"time"
+)
+
+//go:embed page.html
+var pageHTML string
+
+var page = template.Must(template.New("page").Funcs(template.FuncMap{
+	"dur":   formatDuration,
+	"spark": spark,
+	"pct":   func(f float64) string { return strconv.FormatFloat(100*f, 'f', 0, 64) + "%" },
+	"frac": func(a, b int64) string {
+		if b <= 0 {
+			return "0"
+		}
+		return strconv.FormatFloat(100*float64(min(max(a, 0), b))/float64(b), 'f', 1, 64)
+	},
+	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05") },
+}).Parse(pageHTML))
+
+// pageData is what the template renders.
+type pageData struct {
+	*Snapshot
+	Token     string
+	Nonce     string
+	RefreshMS int64
+	Partial   bool
+	Plots     []template.HTML
+}
+
+// render writes the page for snap (only its live part when partial).
+func (h *Handler) render(w io.Writer, snap *Snapshot, partial bool, nonce string) error {
+	d := pageData{Snapshot: snap, Token: h.token, Nonce: nonce, RefreshMS: h.refresh.Milliseconds(), Partial: partial}
+	if tv := snap.Traffic; tv != nil {
+		n := len(tv.Steps)
+		allowed, waited, refused, failed := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		p50, p99, deciding, inFlight := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		for i, s := range tv.Steps {
+			allowed[i], waited[i], refused[i], failed[i] = float64(s.Allowed), float64(s.Waited), float64(s.Refused), float64(s.GaveUp+s.Failed+s.Fallback)
+			p50[i], p99[i] = ms(s.WaitP50), ms(s.WaitP99)
+			deciding[i], inFlight[i] = float64(s.Deciding), float64(s.InFlight)
+		}
+		per := "decisions per " + formatDuration(tv.Step)
+		d.Plots = []template.HTML{
+			plot("decisions", per, "", 420, 150, line{"allowed", "allowed", allowed}, line{"waited", "waited", waited}, line{"refused", "refused", refused}, line{"failed/fallback", "failed", failed}),
+			plot("waits", "wait, upper bound", "ms", 420, 150, line{"p50", "waited", p50}, line{"p99", "refused", p99}),
+			plot("slots", "deciding and in flight (most per step)", "", 420, 150, line{"deciding", "waited", deciding}, line{"in flight", "allowed", inFlight}),
+		}
+	}
+	name := "page"
+	if partial {
+		name = "live"
+	}
+	return page.ExecuteTemplate(w, name, d)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// formatDuration shows d to the second, or to the millisecond under a second.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
