@@ -130,9 +130,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(snap)
+		_ = json.NewEncoder(w).Encode(snap)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

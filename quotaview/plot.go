@@ -63,16 +63,32 @@ func plot(series, title, unit string, w, h int, lines ...line) template.HTML {
 	return template.HTML(b.String())
 }
 
-// spark draws a small line of values, 120 by 24 pixels, without axes.
+// spark draws values (and held, in red) as a small line, 160 by 28
+// pixels, without axes: the shape of a rule's traffic.
 func spark(series string, values []int, held []int) template.HTML {
-	a, b := make([]float64, len(values)), make([]float64, len(held))
-	for i, v := range values {
-		a[i] = float64(v)
+	const w, h = 160, 28
+	most := 1
+	for _, v := range values {
+		most = max(most, v)
 	}
-	for i, v := range held {
-		b[i] = float64(v)
+	var b strings.Builder
+	b.WriteString(`<svg class="plot spark" data-series="` + template.HTMLEscapeString(series) + `" xmlns="http://www.w3.org/2000/svg" width="160" height="28" viewBox="0 0 160 28">`)
+	for _, l := range []struct {
+		class string
+		vs    []int
+	}{{"allowed", values}, {"refused", held}} {
+		b.WriteString(`<polyline class="` + l.class + `" points="`)
+		for i, v := range l.vs {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			x := float64(w-2) * float64(i) / float64(max(len(l.vs)-1, 1))
+			b.WriteString(strconv.FormatFloat(1+x, 'f', 1, 64) + "," + strconv.FormatFloat(h-2-float64(h-4)*float64(v)/float64(most), 'f', 1, 64))
+		}
+		b.WriteString(`"/>`)
 	}
-	return plot(series, "", "", 160, 34, line{"", "allowed", a}, line{"", "refused", b})
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
 }
 
 func formatValue(v float64, unit string) string {

@@ -37,7 +37,7 @@ type StoreView struct {
 	Type      string           // the store's Go type
 	Inspector bool             // it can show its counters (quota.Inspector)
 	State     string           // up, failing or down (the breaker is open), as last reported
-	Since     time.Time        `json:",omitempty"` // when State was reported; zero: never changed
+	Since     time.Time        `json:",omitzero"`  // when State was reported; zero: never changed
 	Failures  int              `json:",omitempty"` // calls failed since the outage began
 	Err       string           `json:",omitempty"` // the cause of the latest change to failing or down
 	Fallbacks map[string]int64 `json:",omitempty"` // decisions made by each failure mode
@@ -172,7 +172,11 @@ func newView(p throttle.Policy) *view {
 			}
 			s.keyed[l.Name] = s.keyed[l.Name] || l.Key != nil
 		}
-		v.rules = append(v.rules, ruleView(r))
+		rv := ruleView(r)
+		if r.OnStoreFailure == throttle.FailDefault {
+			rv.OnStoreFailure = cmp.Or(p.OnStoreFailure, throttle.FailLocal).String()
+		}
+		v.rules = append(v.rules, rv)
 	}
 	return v
 }
