@@ -198,7 +198,9 @@ func (f *fleet) traffic(ctx context.Context, i, rate int) {
 			req, _ = http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/v1/export", nil)
 			req.Header.Set("X-Tenant", []string{"acme", "globex", "initech"}[rnd.IntN(3)])
 		}
+		f.wg.Add(1)
 		go func() {
+			defer f.wg.Done()
 			resp, err := f.client[i].Do(req)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
