@@ -16,7 +16,8 @@ type line struct {
 // plot draws lines as an inline SVG chart, w by h pixels, with y from 0
 // to the largest value; series is the chart's name for scripts and tests.
 // Only numbers and fixed names go into the markup (names are escaped).
-func plot(series, title, unit string, w, h int, lines ...line) template.HTML {
+// span labels the x axis's start ("-10m"); the end is "now".
+func plot(series, title, unit, span string, w, h int, lines ...line) template.HTML {
 	const padL, padB, padT = 44, 16, 16
 	most := 0.0
 	n := 0
@@ -37,6 +38,8 @@ func plot(series, title, unit string, w, h int, lines ...line) template.HTML {
 	b.WriteString(`<line class="axis" x1="` + f(x0) + `" y1="` + f(y0) + `" x2="` + f(x0+pw) + `" y2="` + f(y0) + `"/>`)
 	b.WriteString(`<text x="` + f(x0-4) + `" y="` + f(float64(padT)+8) + `" class="y">` + template.HTMLEscapeString(formatValue(most, unit)) + `</text>`)
 	b.WriteString(`<text x="` + f(x0-4) + `" y="` + f(y0) + `" class="y">0</text>`)
+	b.WriteString(`<text x="` + f(x0) + `" y="` + f(float64(h-3)) + `">` + template.HTMLEscapeString(span) + `</text>`)
+	b.WriteString(`<text x="` + f(x0+pw) + `" y="` + f(float64(h-3)) + `" class="y">now</text>`)
 	for _, l := range lines {
 		if len(l.values) == 0 {
 			continue
@@ -93,6 +96,9 @@ func spark(series string, values []int, held []int) template.HTML {
 
 func formatValue(v float64, unit string) string {
 	if unit == "ms" {
+		if v >= 1000 {
+			return strconv.FormatFloat(v/1000, 'f', -1, 64) + " s"
+		}
 		return strconv.FormatFloat(v, 'f', -1, 64) + " ms"
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)

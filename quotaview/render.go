@@ -92,10 +92,11 @@ func (h *Handler) render(w io.Writer, snap *Snapshot, partial bool, nonce string
 			deciding[i], inFlight[i] = float64(s.Deciding), float64(s.InFlight)
 		}
 		per := "decisions per " + formatDuration(tv.Step)
+		span := "-" + formatDuration(time.Duration(n)*tv.Step)
 		d.Plots = []template.HTML{
-			plot("decisions", per, "", 420, 150, line{"allowed", "allowed", allowed}, line{"waited", "waited", waited}, line{"refused", "refused", refused}, line{"failed/fallback", "failed", failed}),
-			plot("waits", "wait, upper bound", "ms", 420, 150, line{"p50", "waited", p50}, line{"p99", "refused", p99}),
-			plot("slots", "deciding and in flight (most per step)", "", 420, 150, line{"deciding", "waited", deciding}, line{"in flight", "allowed", inFlight}),
+			plot("decisions", per, "", span, 420, 150, line{"allowed", "allowed", allowed}, line{"waited", "waited", waited}, line{"refused", "refused", refused}, line{"failed/fallback", "failed", failed}),
+			plot("waits", "wait, upper bound", "ms", span, 420, 150, line{"p50", "waited", p50}, line{"p99", "refused", p99}),
+			plot("slots", "deciding and in flight (most per step)", "", span, 420, 150, line{"deciding", "waited", deciding}, line{"in flight", "allowed", inFlight}),
 		}
 	}
 	name := "page"

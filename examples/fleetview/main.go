@@ -73,7 +73,8 @@ func run(ctx context.Context, addr string, rate int) error {
 const instances = 3
 
 // The policy every instance applies. "messages" stacks a per-second limit
-// on the whole vendor with an hourly one per channel; "search" is limited
+// on the whole vendor, which the fleet's traffic exceeds (so messages
+// wait), with an hourly one per channel; "search" is limited
 // per API token, hashed (the page shows the hash, never the token), with
 // at most 4 searches in flight; "export" shares an hourly budget fairly
 // among tenants, and its bulk class leaves a fifth of it to interactive
@@ -87,7 +88,7 @@ func policy(vendorHost string) throttle.Policy {
 				Name: "messages", Host: vendorHost, Method: http.MethodPost, Path: "/v1/messages",
 				Wait: waiters.UpTo(2 * time.Second),
 				Limits: []throttle.Limit{
-					{Name: "vendor-rate", Rate: 30, Per: time.Second, Burst: 10},
+					{Name: "vendor-rate", Rate: 10, Per: time.Second, Burst: 5},
 					{Name: "per-channel", Rate: 600, Per: time.Hour, Algorithm: throttle.FixedWindow, Key: throttle.KeyFromHeader("X-Channel")},
 				},
 				MaxQueue: 50,
@@ -131,7 +132,7 @@ func startFleet(ctx context.Context, store quota.Store, rate int) (*fleet, error
 	f := &fleet{vendor: v, srv: httptest.NewServer(v), store: store, mux: http.NewServeMux()}
 	f.policy = policy(f.srv.Listener.Addr().String())
 	for i := range instances {
-		rec := quotaview.NewRecorder()
+		rec := quotaview.NewRecorder(quotaview.RecordSpan(2*time.Minute, time.Second))
 		t, err := throttle.NewTransport(nil, f.policy, throttle.WithStore(store), throttle.WithHooks(rec.Hooks(throttle.Hooks{})))
 		if err != nil {
 			f.srv.Close()
