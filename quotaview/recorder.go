@@ -36,7 +36,12 @@ type Recorder struct {
 	stateAt    time.Time           // when it was reported; zero: never
 	fallbacks  map[throttle.FailureMode]int64
 	sampleHook func() []throttle.RuleStats // the limiter's Stats, once a page has one
+	sampled    time.Time                   // when sampleHook was last called
 }
+
+// sampleEvery is how often, at most, decisions sample the limiter's
+// gauges (throttle.RuleStats); page views always do.
+const sampleEvery = 100 * time.Millisecond
 
 // MaxTenants is how many tenants a [Recorder] counts one by one per rule.
 const MaxTenants = 50
@@ -244,7 +249,9 @@ func (r *Recorder) decision(ev throttle.DecisionEvent) {
 		}
 		t.add(ev.Outcome)
 	}
-	r.sampleLocked(now)
+	if d := now.Sub(r.sampled); d >= sampleEvery || d < 0 {
+		r.sampleLocked(now)
+	}
 }
 
 // sampleLocked records the limiter's gauges into the current steps.
@@ -252,6 +259,7 @@ func (r *Recorder) sampleLocked(now time.Time) {
 	if r.sampleHook == nil {
 		return
 	}
+	r.sampled = now
 	for _, rs := range r.sampleHook() {
 		s := r.series(rs.Rule)
 		st := r.stepAt(s, now)

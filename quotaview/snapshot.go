@@ -15,9 +15,9 @@ import (
 // A Snapshot is what the page shows, as its JSON view serves it.
 // Durations are in nanoseconds, as [time.Duration] marshals.
 type Snapshot struct {
-	Time  time.Time `json:"time"`
-	Key   string    `json:"key,omitempty"` // the viewer's key filter
-	Store StoreView `json:"store"`
+	Time  time.Time
+	Key   string `json:",omitempty"` // the viewer's key filter
+	Store StoreView
 	Rules []RuleView
 
 	// Counters are the fleet's counters, from the store: at most the
