@@ -86,3 +86,34 @@ func BenchmarkPage(b *testing.B) {
 	b.Run("html", func(b *testing.B) { run(b, full, "/debug/throttle/") })
 	b.Run("json", func(b *testing.B) { run(b, full, "/debug/throttle/json") })
 }
+
+// BenchmarkRecorderHook is what a Recorder adds to each decision: its
+// OnDecision against an empty hook (the baseline), alone and from every
+// core at once.
+func BenchmarkRecorderHook(b *testing.B) {
+	ev := throttle.DecisionEvent{Rule: "rule-1", Outcome: throttle.Waited, Wait: 3 * time.Millisecond, Tenant: "acme"}
+	var sink int
+	empty := throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) { sink += int(ev.Outcome) }}
+	lim, err := throttle.NewLimiter(throttle.Policy{Rules: []throttle.Rule{{Name: "rule-1"}, {Name: "rule-2"}}})
+	require.NoError(b, err)
+	rec := quotaview.NewRecorder()
+	quotaview.New(lim, quotaview.WithRecorder(rec)) // samples the limiter's gauges
+	hooks := rec.Hooks(throttle.Hooks{})
+	b.Run("baseline-empty", func(b *testing.B) {
+		for b.Loop() {
+			empty.OnDecision(ev)
+		}
+	})
+	b.Run("recorder", func(b *testing.B) {
+		for b.Loop() {
+			hooks.OnDecision(ev)
+		}
+	})
+	b.Run("recorder-parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				hooks.OnDecision(ev)
+			}
+		})
+	})
+}
