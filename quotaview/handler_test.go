@@ -191,7 +191,7 @@ func TestPageShowsRulesCountersPausesAndPlots(t *testing.T) {
 	assert.InDelta(t, 60, s.Pauses[0].Reset.Seconds(), 5)
 	assert.Equal(t, "pause", s.Rules[0].Binding)
 	require.NotEmpty(t, s.Rules[0].Why)
-	assert.True(t, s.Rules[0].Why[0].Pause)
+	assert.Equal(t, "pause", s.Rules[0].Why[0].Reason)
 
 	// The partial view is the live part alone, for the page's refresh.
 	_, part := get(t, f.page, "/debug/throttle/?partial=1")
@@ -300,4 +300,23 @@ func TestKeysInTheStoresForm(t *testing.T) {
 		assert.Contains(t, body, tokenKey)
 		assert.Contains(t, body, oddKey)
 	}
+}
+
+func TestWhyNamesTheBindingLimit(t *testing.T) {
+	f := newFixture(t)
+	for range 10 {
+		require.Equal(t, 200, f.send(t, "/send", "X-User", "bob"))
+	}
+	require.Equal(t, 0, f.send(t, "/send", "X-User", "bob"), "the 11th: per-user is spent")
+	s := snapshot(t, f.page, "")
+	require.Len(t, s.Rules[0].Why, 1)
+	w := s.Rules[0].Why[0]
+	assert.Equal(t, "refused", w.Outcome)
+	assert.Equal(t, "per-user", w.Limit)
+	assert.Equal(t, "limit per-user", w.Reason)
+	assert.Equal(t, "per-user", s.Rules[0].Binding)
+	assert.False(t, s.Rules[0].BindingInferred)
+	assert.Positive(t, w.Wait, "until it could succeed")
+	_, body := get(t, f.page, "/debug/throttle/")
+	assert.Regexp(t, `<tr class="why"><td>[0-9:]+</td><td>refused</td><td>limit per-user</td>`, body)
 }

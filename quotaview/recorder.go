@@ -140,11 +140,40 @@ func (s *step) waitBin(d time.Duration) int {
 type event struct {
 	at      time.Time
 	outcome throttle.Outcome
+	reason  string // what bound it (see reason)
 	limit   string
-	pause   bool // a pause bound it (a refusal whose error names a pause)
 	wait    time.Duration
 	class   string
 	tenant  string
+}
+
+// The reasons of WhyView.Reason.
+const (
+	reasonPause    = "pause"
+	reasonQueue    = "queue full"
+	reasonDropped  = "dropped from the queue"
+	reasonReserved = "its reserved instant"
+	reasonGaveUp   = "gave up waiting"
+)
+
+// reason says what bound a refused or waiting request: a limit, a pause,
+// the rule's queue, or, for a wait the event names no limit of, the
+// instant its reservation was granted for.
+func reason(ev throttle.DecisionEvent) string {
+	var le *throttle.LimitError
+	switch {
+	case ev.Limit != "":
+		return "limit " + ev.Limit
+	case errors.Is(ev.Err, throttle.ErrQueueFull):
+		return reasonQueue
+	case errors.Is(ev.Err, throttle.ErrQueueDropped):
+		return reasonDropped
+	case ev.Outcome == throttle.Refused && errors.As(ev.Err, &le) && le.Limit == "" && le.Err == nil:
+		return reasonPause // a refusal by no limit: a pause
+	case ev.Outcome == throttle.GaveUp:
+		return reasonGaveUp
+	}
+	return reasonReserved
 }
 
 // pauseCause is the latest pause this instance learned for a rule.
@@ -220,12 +249,7 @@ func (r *Recorder) decision(ev throttle.DecisionEvent) {
 		st.waits[st.waitBin(ev.Wait)]++
 	}
 	if ev.Outcome != throttle.Allowed && ev.Outcome != throttle.Failed {
-		e := event{at: now, outcome: ev.Outcome, limit: ev.Limit, wait: ev.Wait, class: ev.Class, tenant: ev.Tenant}
-		var le *throttle.LimitError
-		if ev.Outcome == throttle.Refused && ev.Limit == "" && errors.As(ev.Err, &le) && le.Limit == "" && le.Err == nil {
-			e.pause = true // a pause refused it
-		}
-		s.recent[s.nRecent%recentEvents] = e
+		s.recent[s.nRecent%recentEvents] = event{at: now, outcome: ev.Outcome, reason: reason(ev), limit: ev.Limit, wait: ev.Wait, class: ev.Class, tenant: ev.Tenant}
 		s.nRecent++
 	}
 	if ev.Class != "" {
@@ -338,7 +362,7 @@ func (r *Recorder) read(now time.Time, snap *Snapshot) {
 		rv.WaitP50, rv.WaitP99 = percentile(hist[:], 0.5), percentile(hist[:], 0.99)
 		for k := range min(s.nRecent, recentEvents) {
 			e := s.recent[(s.nRecent-1-k)%recentEvents]
-			rv.Why = append(rv.Why, WhyView{At: e.at, Outcome: e.outcome.String(), Limit: e.limit, Pause: e.pause, Wait: e.wait, Class: e.class, Tenant: e.tenant})
+			rv.Why = append(rv.Why, WhyView{At: e.at, Outcome: e.outcome.String(), Reason: e.reason, Limit: e.limit, Wait: e.wait, Class: e.class, Tenant: e.tenant})
 		}
 		rv.ClassShares = shares(s.classes, nil)
 		rv.Tenants = shares(s.tenants, &s.other)

@@ -60,7 +60,7 @@ type RuleView struct {
 	Outcomes             map[string]int `json:",omitempty"` // this instance's decisions over the recorded span
 	WaitP50, WaitP99     time.Duration  `json:",omitempty"` // upper bounds (bins of powers of two ms)
 	Why                  []WhyView      `json:",omitempty"` // the latest refusals and waits, newest first
-	Binding              string         `json:",omitempty"` // the limit (or "pause") that bound most of them
+	Binding              string         `json:",omitempty"` // the limit (or "pause", "queue full") that bound most of them
 	BindingInferred      bool           `json:",omitempty"` // Binding is read from the store's counters, the events named none
 	Tenants, ClassShares []ShareView    `json:",omitempty"`
 
@@ -103,11 +103,16 @@ type PauseView struct {
 type WhyView struct {
 	At      time.Time
 	Outcome string
-	Limit   string        `json:",omitempty"` // the limit that bound it
-	Pause   bool          `json:",omitempty"` // a pause refused it
-	Wait    time.Duration // waited, or until it could succeed when refused
-	Class   string        `json:",omitempty"`
-	Tenant  string        `json:",omitempty"` // as the store holds it
+
+	// Reason is what bound it: "limit NAME", "pause", "queue full",
+	// "dropped from the queue", "gave up waiting", or "its reserved
+	// instant" for a wait whose decision names no limit (a reservation's
+	// delay, or a pause this instance learned).
+	Reason string
+	Limit  string        `json:",omitempty"` // the limit that bound it, if one did
+	Wait   time.Duration // waited, or until it could succeed when refused
+	Class  string        `json:",omitempty"`
+	Tenant string        `json:",omitempty"` // as the store holds it
 }
 
 // A ShareView counts one class's or tenant's decisions.
@@ -382,8 +387,8 @@ func inferBinding(rv *RuleView, snap *Snapshot) {
 		switch {
 		case w.Limit != "":
 			count[w.Limit]++
-		case w.Pause:
-			count["pause"]++
+		case w.Reason == reasonPause || w.Reason == reasonQueue || w.Reason == reasonDropped:
+			count[w.Reason]++
 		}
 	}
 	best := ""
@@ -398,7 +403,7 @@ func inferBinding(rv *RuleView, snap *Snapshot) {
 	}
 	for _, p := range snap.Pauses {
 		if p.Scope == rv.Scope && p.Key == "" {
-			rv.Binding, rv.BindingInferred = "pause", true
+			rv.Binding, rv.BindingInferred = reasonPause, true
 			return
 		}
 	}
