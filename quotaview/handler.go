@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -167,9 +166,9 @@ func (h *Handler) take(w http.ResponseWriter, r *http.Request) (*Snapshot, bool)
 	return h.snapshot(ctx, r.URL.Query().Get("key")), true
 }
 
-// ErrActionRefused is returned, as the body of a 403, for an action the
-// handler does not allow: actions are off, or the token is missing or wrong.
-var ErrActionRefused = errors.New("quotaview: action refused")
+// actionRefused begins the 403 answer to an action the handler does not
+// allow: actions are off, or the token is missing or wrong.
+const actionRefused = "quotaview: action refused"
 
 // act performs the action named what: reset or clear.
 func (h *Handler) act(w http.ResponseWriter, r *http.Request, what string) {
@@ -179,7 +178,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, what string) {
 		return
 	}
 	if !h.actions {
-		http.Error(w, ErrActionRefused.Error()+": the page is read-only (quotaview.WithActions)", http.StatusForbidden)
+		http.Error(w, actionRefused+": the page is read-only (quotaview.WithActions)", http.StatusForbidden)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
@@ -188,7 +187,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, what string) {
 		return
 	}
 	if got := r.PostForm.Get("token"); got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
-		http.Error(w, ErrActionRefused.Error()+": missing or wrong CSRF token", http.StatusForbidden)
+		http.Error(w, actionRefused+": missing or wrong CSRF token", http.StatusForbidden)
 		return
 	}
 	in, ok := h.store.(quota.Inspector)
