@@ -320,3 +320,23 @@ func TestWhyNamesTheBindingLimit(t *testing.T) {
 	_, body := get(t, f.page, "/debug/throttle/")
 	assert.Regexp(t, `<tr class="why"><td>[0-9:]+</td><td>refused</td><td>limit per-user</td>`, body)
 }
+
+// storeOnly hides every method of a store but quota.Store's.
+type storeOnly struct{ quota.Store }
+
+func TestStoreWithoutInspector(t *testing.T) {
+	lim, err := throttle.NewLimiter(throttle.Policy{Rules: []throttle.Rule{{
+		Name: "r", Limits: []throttle.Limit{{Name: "l", Rate: 1, Per: time.Second}},
+	}}}, throttle.WithStore(storeOnly{memstore.New()}))
+	require.NoError(t, err)
+	page := quotaview.New(lim, quotaview.WithActions())
+	code, body := get(t, page, "/debug/throttle/")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "is not a quota.Inspector")
+	assert.Contains(t, body, `data-rule="r"`)
+	s := snapshot(t, page, "")
+	assert.False(t, s.Store.Inspector)
+	assert.Empty(t, s.Counters)
+	token := regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(body)
+	assert.Nil(t, token, "no counter, no form")
+}
