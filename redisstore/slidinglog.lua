@@ -1,83 +1,126 @@
--- slidinglog.lua: take.lua's sliding logs with reservations ahead of the
--- instant being decided (a part of take.lua, see scriptParts in
+-- slidinglog.lua: take.lua's sliding logs with entries (reservations)
+-- after the instant being decided (a part of take.lua, see scriptParts in
 -- scripts.go).
 --
 -- A log is a sorted set: member "instant:cost:id", score the running
 -- total of the costs up to and including the entry, in order of instant
 -- (take.lua). While no entry lies after the instant decided, take.lua
--- finds the earliest instant from two reads of the set. When entries
--- (reservations) lie after it, a demand may still go before them if it
--- leaves every window room: an entry at x lies in the windows (y-Per, y]
--- for y in [x, x+Per), and the largest of them ends at x or at an entry.
--- So x is admitted when the window ending at x holds at most the
--- allowance (Rate - headroom - cost), and no entry in (x, x+Per) ends a
--- window that holds more; the earliest such x is the instant asked or an
--- instant at which an entry leaves the window (its instant plus Per).
--- This is quotamath's slidingLogEarliest, which the differential tests
--- check it against: one pass over the entries, O(n), after one read of
--- the set. The new entry then goes in order, and the entries after it
+-- finds the earliest instant from two reads of the set. When entries lie
+-- after it, a demand may still go before them where it leaves every
+-- window room: an entry at x lies in the windows (y-Per, y] for y in
+-- [x, x+Per), and the fullest of them ends at x or at an entry. So x is
+-- admitted when
+--
+--   (1) the window ending at x holds at most the allowance (Rate -
+--       headroom - cost): total(<= x-Per) >= total(<= x) - allowance, and
+--   (2) no entry e in (x, x+Per) ends a window holding more: for each
+--       such e, total(<= e-Per) >= total(<= e) - allowance.
+--
+-- total(<= y) is the running total of the last entry at or before y. The
+-- entries after the instant, f of them, are read once from the tail;
+-- between two of them total(<= x) is constant, and (1) holds from the
+-- instant at which the running total up to x-Per reaches its need, which
+-- one ZRANGE BYSCORE finds (as take.lua does with no entry after). So the
+-- earliest x costs O(f log n) for a log of n entries, whatever n is. It
+-- is quotamath's slidingLogEarliest, which the differential tests check
+-- it against. The new entry then goes in order, and the f entries after it
 -- move up by its cost.
 
--- logLoad reads the whole log of key: the instants, costs and members in
--- order, with their running totals, and base, the total before the first
--- entry (of entries pruned before). Entries at or before now-Per are few:
--- every charge prunes them.
-local function logLoad(key)
-  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local lg = {at = {}, cost = {}, member = {}, score = {}}
-  for x = 1, #all, 2 do
-    local at, cost = string.match(all[x], '^(%d+):(%d+):')
-    local n = #lg.at + 1
-    lg.at[n], lg.cost[n], lg.member[n], lg.score[n] = tonumber(at), tonumber(cost), all[x], tonumber(all[x + 1])
+-- logReach returns the earliest instant y at which the running total of
+-- key up to y reaches need: the instant of the first entry whose score
+-- reaches it, or false when the total before the log's first entry
+-- already does (entries pruned counted it) or need is not positive.
+local function logReach(key, need)
+  if need <= 0 then return false end
+  local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  local at, cost = string.match(first[1], '^(%d+):(%d+):')
+  if tonumber(first[2]) - tonumber(cost) >= need then return false end
+  return tonumber(at)
+end
+
+-- logLoad reads the entries of key after instant, in order (from the
+-- tail, in batches that double), with their members and running totals,
+-- and before, the running total up to instant.
+local function logLoad(key, instant)
+  local size = 4
+  while true do
+    local tail = redis.call('ZRANGE', key, -size, -1, 'WITHSCORES')
+    local lg = {at = {}, cost = {}, member = {}, score = {}}
+    local x = #tail - 1
+    while x >= 1 do
+      local at, cost = string.match(tail[x], '^(%d+):(%d+):')
+      at = tonumber(at)
+      if at <= instant then
+        lg.before = tonumber(tail[x + 1])
+        break
+      end
+      table.insert(lg.at, 1, at)
+      table.insert(lg.cost, 1, tonumber(cost))
+      table.insert(lg.member, 1, tail[x])
+      table.insert(lg.score, 1, tonumber(tail[x + 1]))
+      x = x - 2
+    end
+    if lg.before then return lg end
+    if #tail < 2 * size then -- the whole log is after instant
+      lg.before = 0
+      if #lg.at > 0 then lg.before = lg.score[1] - lg.cost[1] end
+      return lg
+    end
+    size = 2 * size
   end
-  lg.base = 0
-  if #lg.at > 0 then lg.base = lg.score[1] - lg.cost[1] end
-  return lg
 end
 
 -- logEarliest returns the earliest instant, not before t, at which the
--- loaded log lg admits a demand leaving room (the allowance) in every
--- window of length per that holds it.
-local function logEarliest(lg, t, room, per)
-  local at, cost = lg.at, lg.cost
+-- log of key admits a demand leaving room (the allowance) in every window
+-- of length per that holds it; lg is what logLoad read for an instant at
+-- or before t.
+local function logEarliest(key, lg, t, room, per)
+  local at, score = lg.at, lg.score
   local n = #at
-  local first = 1
-  while first <= n and at[first] <= t - per do first = first + 1 end
-  -- Two windows that only move forward: entries [lo, hi) are in them.
-  -- a ends at the candidate, b at the entry checked ahead.
-  local aLo, aHi, aSum, bLo, bHi, bSum = first, first, 0, first, first, 0
-  local exit, ahead, x = first, first, t
+  -- ends(j): the running total at the last entry of at[j]'s instant.
+  local function ends(j)
+    while j < n and at[j + 1] == at[j] do j = j + 1 end
+    return score[j]
+  end
+  lg.blocked = lg.blocked or {}
+  local x, k = t, 0 -- k: the entries read that are at or before x
   while true do
+    while k < n and at[k + 1] <= x do k = k + 1 end
+    local total = lg.before
+    if k > 0 then total = score[k] end
+    -- (1): from the instant the total up to x-Per reaches total - room.
+    local reach = logReach(key, total - room)
     local fits = true
-    while ahead <= n and at[ahead] < x + per do
-      local e = at[ahead]
-      if e > x then
-        while bHi <= n and at[bHi] <= e do bSum, bHi = bSum + cost[bHi], bHi + 1 end
-        while bLo < bHi and at[bLo] <= e - per do bSum, bLo = bSum - cost[bLo], bLo + 1 end
-        if bSum > room then
-          fits, x = false, e -- no candidate up to e fits
+    if reach and reach + per > x then
+      fits, x = false, reach + per
+      if k < n and x > at[k + 1] then x = at[k + 1] end -- the total rises there: ask again
+    end
+    if fits then
+      -- (2): the entries in (x, x+Per) whose window is too full.
+      for j = k + 1, n do
+        if at[j] >= x + per then break end
+        local b = lg.blocked[j]
+        if b == nil then
+          local r = logReach(key, ends(j) - room)
+          b = r ~= false and r > at[j] - per
+          lg.blocked[j] = b
+        end
+        if b then
+          fits, x = false, at[j] -- no instant up to it fits
           break
         end
       end
-      ahead = ahead + 1
+      if fits then return x end
     end
-    if fits then
-      while aHi <= n and at[aHi] <= x do aSum, aHi = aSum + cost[aHi], aHi + 1 end
-      while aLo < aHi and at[aLo] <= x - per do aSum, aLo = aSum - cost[aLo], aLo + 1 end
-      if aSum <= room then return x end
-    end
-    while exit <= n and at[exit] + per <= x do exit = exit + 1 end
-    if exit > n then return x end -- not reached: the cost is at most Rate
-    x = at[exit] + per
   end
 end
 
--- logInsert adds the entry member of cost at instant to the loaded log
--- of key: its score is the total up to the entries at or before instant
--- plus cost, and every later entry moves up by cost. Returns the new
--- total of the log.
+-- logInsert adds the entry member of cost at instant to the log of key,
+-- lg as logLoad read it for an instant at or before this one: its score
+-- is the total up to the entries at or before instant plus cost, and
+-- every later entry moves up by cost. Returns the new total of the log.
 local function logInsert(key, lg, instant, cost, member)
-  local before, k = lg.base, 0
+  local before, k = lg.before, 0
   while k < #lg.at and lg.at[k + 1] <= instant do
     k = k + 1
     before = lg.score[k]

@@ -225,8 +225,8 @@ local function common(instant)
         -- call, give logFloor, the earliest instant that allows: the same
         -- instant as summing the window. When entries (reservations) lie
         -- after the instant, a demand may go before them where it leaves
-        -- every window room: slidinglog.lua reads the log once and finds
-        -- the earliest such instant (state[i] is then the loaded log).
+        -- every window room: slidinglog.lua reads those entries once and
+        -- finds the earliest such instant (state[i] is then what it read).
         local logFloor = state[i]
         if not logFloor then
           logFloor, logTotal[i] = 0, 0
@@ -236,7 +236,7 @@ local function common(instant)
             logTotal[i] = total
             logFloor = tonumber(string.match(newest[1], '^%d+'))
             if logFloor > instant then
-              logFloor = logLoad(key)
+              logFloor = logLoad(key, instant)
             else
               local need = total - allowance
               local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
@@ -250,7 +250,7 @@ local function common(instant)
           state[i] = logFloor
         end
         if type(logFloor) == 'table' then
-          earliest = logEarliest(logFloor, instant, allowance, param)
+          earliest = logEarliest(key, logFloor, instant, allowance, param)
         elseif logFloor > earliest then
           earliest = logFloor
         end
