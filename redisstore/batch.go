@@ -213,8 +213,14 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		args = appendGCRAPairs(args, d)
 	}
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
-	if err == nil && len(res) != len(calls) {
-		err = fmt.Errorf("malformed reply: %d results for %d demands", len(res), len(calls))
+	var now int64
+	if err == nil && len(res) != 1+len(calls) {
+		err = fmt.Errorf("malformed reply: %d results for %d demands", len(res)-1, len(calls))
+	} else if err == nil {
+		var ok bool
+		if now, ok = res[0].(int64); !ok {
+			err = fmt.Errorf("malformed reply: clock %v", res[0])
+		}
 	}
 	if err != nil {
 		s.reload.note(err)
@@ -225,6 +231,22 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		return
 	}
 	for i, c := range calls {
-		c.dec, c.err = s.identify(parseTakeFast(res[i], c.d, ""))
+		c.dec, c.err = s.identify(parseBatchReply(res[1+i], now, c.d))
 	}
+}
+
+// parseBatchReply reads one demand's entry of take_batch.lua's reply:
+// the TAT of a demand of one limit granted at now, or take_gcra.lua's
+// string.
+func parseBatchReply(res any, now int64, d *quota.Demand) (quota.Decision, error) {
+	tat, ok := res.(int64)
+	if !ok {
+		return parseTakeFast(res, d, "")
+	}
+	if len(d.Limits) != 1 {
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %d for %d limits", tat, len(d.Limits))
+	}
+	var fr [7]int64
+	n := [7]int64{1, 0, -1, -1, now, -1, tat}
+	return decide(n[:], fr[:], d, "", tat)
 }
