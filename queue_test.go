@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/queuetest"
+	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -147,11 +149,10 @@ func TestQueueDropsOldestFirst(t *testing.T) {
 		}
 		times := rec.times()
 		require.Len(t, times, 3)
-		// Each newcomer dropped the oldest before it took its own
-		// reservation, so the newcomers got hours 3 and 4: a GCRA
-		// reservation that is not the latest cannot be given back without
-		// moving later ones (Store.Cancel), so the dropped hours are spent.
-		assert.Equal(t, []time.Duration{0, 3 * time.Hour, 4 * time.Hour}, times)
+		// Each newcomer took over the dropped waiter's reservation: the
+		// newcomers went in hours 1 and 2, the dropped ones' slots, and no
+		// hour was lost.
+		assert.Equal(t, []time.Duration{0, time.Hour, 2 * time.Hour}, times)
 	})
 }
 
@@ -176,6 +177,44 @@ func TestQueuePolicyErrors(t *testing.T) {
 			require.True(t, errors.As(err, &pe), "%v", err)
 			assert.Equal(t, "bulk", pe.Rule)
 			assert.Equal(t, tc.field, pe.Field)
+		})
+	}
+}
+
+// TestQueueDropOldestHorizon is issue 28's first reproduction on the
+// in-process store (queuetest.Horizon), in virtual time: 1,000 callers of
+// a rule at 1 per hour whose queue holds 10 and drops the oldest. The
+// dropped waiters' hours are not lost: while 10 wait, a fail-fast
+// Limiter is told at most 10 hours more than after the first call, and
+// once they have gone, no more than then.
+func TestQueueDropOldestHorizon(t *testing.T) {
+	for _, c := range queuetest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := memstore.New()
+				queuetest.Horizon(t, s, s, c)
+			})
+		})
+	}
+}
+
+// TestQueueDropOldestThroughput is issue 28's second reproduction on the
+// in-process store (queuetest.Throughput), in virtual time: 10 per
+// second, a queue of 10, 50 per second offered for 5 s. Dropping the
+// oldest sends as many as refusing the newest does: the newcomer goes in
+// the dropped waiter's slot.
+func TestQueueDropOldestThroughput(t *testing.T) {
+	for _, c := range queuetest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var sent [2]int
+			for i, full := range []throttle.QueueFull{throttle.RefuseNew, throttle.DropOldest} {
+				synctest.Test(t, func(t *testing.T) {
+					sent[i] = queuetest.Throughput(t, memstore.New(), c, full)
+				})
+			}
+			t.Logf("%s: sent within 5 s: RefuseNew %d, DropOldest %d", c.Name, sent[0], sent[1])
+			assert.GreaterOrEqual(t, sent[0], 45, "RefuseNew uses (about) the whole quota")
+			assert.GreaterOrEqual(t, sent[1], sent[0], "DropOldest sends as many as RefuseNew")
 		})
 	}
 }
