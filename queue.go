@@ -108,7 +108,8 @@ type waitQueue struct {
 // moved are guarded by q.mu.
 type queued struct {
 	q     *waitQueue
-	key   string // the demand (demandKey): places with equal keys may swap reservations
+	ctx   context.Context // the request's, which a drop does not end: for its store calls
+	key   string          // the demand (demandKey): places with equal keys may swap reservations
 	drop  context.CancelCauseFunc
 	moved chan struct{} // (buffered) res was swapped for an earlier one while it waited
 
@@ -134,7 +135,7 @@ func (q *waitQueue) enter(ctx context.Context, key string, evict bool) (context.
 		return ctx, nil
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
-	p := &queued{q: q, key: key, drop: cancel, moved: make(chan struct{}, 1)}
+	p := &queued{q: q, ctx: ctx, key: key, drop: cancel, moved: make(chan struct{}, 1)}
 	if len(q.waiting) >= q.max {
 		old := q.waiting[0]
 		q.waiting = q.waiting[1:]
@@ -169,7 +170,7 @@ func (p *queued) await(ctx context.Context) error {
 	}
 	select {
 	case <-p.ready:
-		return nil
+		return ctx.Err() // nil, unless a newcomer took the place meanwhile
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -186,9 +187,6 @@ func (p *queued) leave(cancel func(*quota.Reservation)) {
 	var heir *queued
 	for {
 		q.mu.Lock()
-		if i := slices.Index(q.waiting, p); i >= 0 {
-			q.waiting = slices.Delete(q.waiting, i, i+1)
-		}
 		if p.from != nil {
 			if p.from.heir == p {
 				p.from.heir = nil
@@ -196,10 +194,15 @@ func (p *queued) leave(cancel func(*quota.Reservation)) {
 			p.from = nil
 		}
 		if p.res != nil && (p.heir == nil || p.heir.key != p.key) && !ordered {
+			// p stays in line meanwhile: another give-back must count
+			// its reservation among the later ones.
 			q.mu.Unlock()
 			q.order.Lock()
 			ordered = true
 			continue
+		}
+		if i := slices.Index(q.waiting, p); i >= 0 {
+			q.waiting = slices.Delete(q.waiting, i, i+1)
 		}
 		res, heir = p.res, p.heir
 		p.res, p.heir = nil, nil
@@ -273,7 +276,9 @@ func later(a *quota.Reservation, da time.Time, b *quota.Reservation, db time.Tim
 	return da.After(db)
 }
 
-// take decides the demand of p's request with call, a store Take. A
+// take decides the demand of p's request with call, a store Take made
+// with p.ctx: a drop must not abandon a call whose grant it would then
+// not see, since the dropped waiter passes its grant on (leave). A
 // reservation p took over from another waiter is returned instead, with
 // no store call: as a grant to act now (given up by p) once it is due.
 // A reservation the store grants for later is recorded in p before the
@@ -281,6 +286,12 @@ func later(a *quota.Reservation, da time.Time, b *quota.Reservation, db time.Tim
 func (p *queued) take(now func() time.Time, call func() (quota.Decision, error)) (quota.Decision, error) {
 	q := p.q
 	q.mu.Lock()
+	if p.dropped {
+		// A newcomer has its place (and waits for what it holds): it
+		// must not charge the store.
+		q.mu.Unlock()
+		return quota.Decision{}, ErrQueueDropped
+	}
 	if res := p.res; res != nil {
 		delay := p.due.Sub(now())
 		if delay <= 0 {
@@ -292,6 +303,8 @@ func (p *queued) take(now func() time.Time, call func() (quota.Decision, error))
 	q.mu.Unlock()
 	q.order.RLock()
 	defer q.order.RUnlock()
+	// Dropped meanwhile: the call still goes, and its grant, recorded in
+	// p, goes to the newcomer when p leaves.
 	dec, err := call()
 	if err == nil && dec.OK && dec.Delay > 0 && dec.Reservation != nil {
 		q.mu.Lock()

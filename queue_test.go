@@ -16,6 +16,7 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/internal/queuetest"
 	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -199,22 +200,17 @@ func TestQueueDropOldestHorizon(t *testing.T) {
 }
 
 // TestQueueDropOldestThroughput is issue 28's second reproduction on the
-// in-process store (queuetest.Throughput), in virtual time: 10 per
+// in-process store (queuetest.Throughputs), in virtual time: 10 per
 // second, a queue of 10, 50 per second offered for 5 s. Dropping the
 // oldest sends as many as refusing the newest does: the newcomer goes in
 // the dropped waiter's slot.
 func TestQueueDropOldestThroughput(t *testing.T) {
-	for _, c := range queuetest.Cases {
-		t.Run(c.Name, func(t *testing.T) {
-			var sent [2]int
-			for i, full := range []throttle.QueueFull{throttle.RefuseNew, throttle.DropOldest} {
-				synctest.Test(t, func(t *testing.T) {
-					sent[i] = queuetest.Throughput(t, memstore.New(), c, full)
-				})
-			}
-			t.Logf("%s: sent within 5 s: RefuseNew %d, DropOldest %d", c.Name, sent[0], sent[1])
-			assert.GreaterOrEqual(t, sent[0], 45, "RefuseNew uses (about) the whole quota")
-			assert.GreaterOrEqual(t, sent[1], sent[0], "DropOldest sends as many as RefuseNew")
-		})
-	}
+	synctest.Test(t, func(t *testing.T) {
+		sent := queuetest.Throughputs(t, func() quota.Store { return memstore.New() })
+		for i, c := range queuetest.Cases {
+			t.Logf("%s: sent within 5 s: RefuseNew %d, DropOldest %d", c.Name, sent[i][0], sent[i][1])
+			assert.GreaterOrEqual(t, sent[i][0], 45, "%s: RefuseNew uses (about) the whole quota", c.Name)
+			assert.GreaterOrEqual(t, sent[i][1], sent[i][0], "%s: DropOldest sends as many as RefuseNew", c.Name)
+		}
+	})
 }

@@ -75,21 +75,32 @@ func policy(c Case, rate int, per time.Duration, w throttle.Waiter, bound int, f
 	}}}
 }
 
-// retryAfter is what a fail-fast Limiter on s says of rule "bulk" of c:
-// the time until a call can go (zero if it could go now, and then it
-// gives its quota back).
+// retryAfter is what a fail-fast Limiter on s says of rule "bulk" of c
+// (probe).
 func retryAfter(t *testing.T, s quota.Store, c Case, rate int, per time.Duration) time.Duration {
 	t.Helper()
-	probe, err := throttle.NewLimiter(policy(c, rate, per, waiters.FailFast(), 0, throttle.RefuseNew), throttle.WithStore(s))
+	d, err := probe(s, c, rate, per)
 	require.NoError(t, err)
-	p, err := probe.Allow(context.Background(), "bulk")
+	return d
+}
+
+// probe asks a fail-fast Limiter on s about rule "bulk" of c: the time
+// until a call can go (zero if it could go now, and then it gives its
+// quota back).
+func probe(s quota.Store, c Case, rate int, per time.Duration) (time.Duration, error) {
+	lim, err := throttle.NewLimiter(policy(c, rate, per, waiters.FailFast(), 0, throttle.RefuseNew), throttle.WithStore(s))
+	if err != nil {
+		return 0, err
+	}
+	p, err := lim.Allow(context.Background(), "bulk")
 	if err == nil {
-		require.NoError(t, p.Cancel(context.Background()))
-		return 0
+		return 0, p.Cancel(context.Background())
 	}
 	var le *throttle.LimitError
-	require.ErrorAs(t, err, &le)
-	return le.RetryAfter
+	if !errors.As(err, &le) {
+		return 0, err
+	}
+	return le.RetryAfter, nil
 }
 
 // Horizon is the reproduction of issue 28's first: rule c at 1 per hour,
@@ -103,7 +114,8 @@ func retryAfter(t *testing.T, s quota.Store, c Case, rate int, per time.Duration
 func Horizon(t *testing.T, callers, prober quota.Store, c Case) {
 	const n = 1000
 	rate, per := 1, time.Hour
-	lim, err := throttle.NewLimiter(policy(c, rate, per, waiters.Block(), Bound, throttle.DropOldest), throttle.WithStore(callers))
+	s, count := counting(callers)
+	lim, err := throttle.NewLimiter(policy(c, rate, per, waiters.Block(), Bound, throttle.DropOldest), throttle.WithStore(s))
 	require.NoError(t, err)
 	first, err := lim.Wait(context.Background(), "bulk")
 	require.NoError(t, err)
@@ -142,17 +154,41 @@ func Horizon(t *testing.T, callers, prober quota.Store, c Case) {
 	}
 	after := retryAfter(t, prober, c, rate, per)
 	assert.LessOrEqual(t, after, base, "every reservation of the callers that went was given back")
-	t.Logf("%s: retry after %v after the first call, %v with %d waiting, %v when all went", c.Name, base, held, Bound, after)
+	assert.Equal(t, int64(1+Bound), count.granted.Load(), "the store granted the first call and one reservation per place: a drop costs no grant")
+	assert.Equal(t, int64(Bound), count.cancels.Load(), "the reservations given back are those of the callers that stayed")
+	t.Logf("%s: retry after %v after the first call, %v with %d waiting, %v when all went; %d grants, %d cancels",
+		c.Name, base, held, Bound, after, count.granted.Load(), count.cancels.Load())
 }
 
-// Throughput is the reproduction of issue 28's second: rule c at 10 per
-// second, Block, MaxQueue Bound, queue full; 250 calls offered at 50 per
-// second for 5 s. It returns how many calls went within the 5 s and half
-// an emission interval (so that no grant falls on the edge), counted
-// from the Limiter's answers (Wait returned a permit), and checks at the
-// end that the next call is at most Bound emission intervals (1 s) away,
-// plus the limit's own wait after a full window (the first call's probe).
-func Throughput(t *testing.T, s quota.Store, c Case, full throttle.QueueFull) int {
+// Throughputs is the reproduction of issue 28's second: for each of
+// Cases, RefuseNew and then DropOldest, a rule of 10 per second, Block,
+// MaxQueue Bound, and 250 calls offered at 50 per second for 5 s, each
+// run on a store of its own from newStore, all at once. It returns, per
+// case, how many calls went under RefuseNew and under DropOldest within
+// the 5 s and half an emission interval (so that no grant falls on the
+// edge), counted from the Limiters' answers (Wait returned a permit). It
+// checks at the end of each run that the next call is at most Bound
+// emission intervals away, plus the limit's own wait after a full
+// window.
+func Throughputs(t *testing.T, newStore func() quota.Store) [][2]int {
+	sent := make([][2]int, len(Cases))
+	stores := make([][2]quota.Store, len(Cases))
+	for i := range stores {
+		stores[i] = [2]quota.Store{newStore(), newStore()}
+	}
+	var wg sync.WaitGroup
+	for i, c := range Cases {
+		for j, full := range []throttle.QueueFull{throttle.RefuseNew, throttle.DropOldest} {
+			wg.Go(func() { sent[i][j] = throughput(t, stores[i][j], c, full) })
+		}
+	}
+	wg.Wait()
+	return sent
+}
+
+// throughput is one run of Throughputs. It reports problems with
+// t.Errorf only, from any goroutine.
+func throughput(t *testing.T, s quota.Store, c Case, full throttle.QueueFull) int {
 	const (
 		rate   = 10
 		per    = time.Second
@@ -160,7 +196,10 @@ func Throughput(t *testing.T, s quota.Store, c Case, full throttle.QueueFull) in
 		offers = 250
 	)
 	lim, err := throttle.NewLimiter(policy(c, rate, per, waiters.Block(), Bound, full), throttle.WithStore(s))
-	require.NoError(t, err)
+	if err != nil {
+		t.Errorf("%s %s: %v", c.Name, full, err)
+		return 0
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
@@ -174,7 +213,7 @@ func Throughput(t *testing.T, s quota.Store, c Case, full throttle.QueueFull) in
 			p, err := lim.Wait(ctx, "bulk")
 			if err != nil {
 				if !errors.Is(err, throttle.ErrLimited) && !errors.Is(err, context.Canceled) {
-					t.Errorf("unexpected error: %v", err)
+					t.Errorf("%s %s: unexpected error: %v", c.Name, full, err)
 				}
 				return
 			}
@@ -188,9 +227,69 @@ func Throughput(t *testing.T, s quota.Store, c Case, full throttle.QueueFull) in
 	time.Sleep(per / rate / 2)
 	open.Store(false)
 	got := int(sent.Load())
-	held := retryAfter(t, s, c, rate, per)
+	held, err := probe(s, c, rate, per)
 	cancel()
 	wg.Wait()
-	assert.LessOrEqual(t, held, 2*per+Bound*per/rate, "the queue's reservations reach at most %d intervals ahead", Bound)
+	if err != nil {
+		t.Errorf("%s %s: probe: %v", c.Name, full, err)
+	} else if bound := 2*per + Bound*per/rate; held > bound {
+		t.Errorf("%s %s: the next call is %v away, more than %v: the queue's reservations reach beyond %d intervals", c.Name, full, held, bound, Bound)
+	}
 	return got
+}
+
+// counts are the decisions of a store seen through counting.
+type counts struct {
+	granted atomic.Int64 // Takes granted (now or as a reservation)
+	cancels atomic.Int64 // Cancel calls
+}
+
+// counting returns s, counting its Take grants and its Cancel calls. It
+// is a [quota.LeaseStore] if s is one.
+func counting(s quota.Store) (quota.Store, *counts) {
+	c := &countingStore{Store: s}
+	if ls, ok := s.(quota.LeaseStore); ok {
+		return countingLeases{c, ls}, &c.counts
+	}
+	return c, &c.counts
+}
+
+type countingStore struct {
+	quota.Store
+	counts
+}
+
+func (s *countingStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	dec, err := s.Store.Take(ctx, d)
+	if err == nil && dec.OK {
+		s.granted.Add(1)
+	}
+	return dec, err
+}
+
+func (s *countingStore) Cancel(ctx context.Context, r *quota.Reservation) error {
+	s.cancels.Add(1)
+	return s.Store.Cancel(ctx, r)
+}
+
+// countingLeases is a countingStore of a LeaseStore.
+type countingLeases struct {
+	*countingStore
+	ls quota.LeaseStore
+}
+
+func (s countingLeases) Release(ctx context.Context, r *quota.Reservation) error {
+	return s.ls.Release(ctx, r)
+}
+
+func (s countingLeases) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
+	return s.ls.Claim(ctx, r)
+}
+
+func (s countingLeases) Renew(ctx context.Context, r *quota.Reservation) error {
+	return s.ls.Renew(ctx, r)
+}
+
+func (s countingLeases) WatchRelease(ctx context.Context, scope string, b quota.Bucket) (<-chan struct{}, func(), error) {
+	return s.ls.WatchRelease(ctx, scope, b)
 }

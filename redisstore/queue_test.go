@@ -1,0 +1,46 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/quotakit/throttle/internal/queuetest"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
+)
+
+// TestQueueDropOldest runs issue 28's reproductions of DropOldest
+// (package queuetest) on a real redis-server; TestCluster runs them on a
+// Cluster.
+func TestQueueDropOldest(t *testing.T) {
+	queueDropOldest(t, func(t *testing.T) redis.UniversalClient { return newClient(t, srv.Addr()) })
+}
+
+// queueDropOldest runs the reproductions with stores on clients from
+// dial: the callers, the fail-fast prober and each run of the comparison
+// get a client of their own, as separate instances would.
+func queueDropOldest(t *testing.T, dial func(t *testing.T) redis.UniversalClient) {
+	t.Run("Horizon", func(t *testing.T) {
+		for _, c := range queuetest.Cases {
+			t.Run(c.Name, func(t *testing.T) {
+				t.Parallel()
+				prefix := redistest.Prefix(t)
+				queuetest.Horizon(t, newStoreOn(t, dial(t), prefix), newStoreOn(t, dial(t), prefix), c)
+			})
+		}
+	})
+	// Every run goes at once, each on a store of its own, on Redis's
+	// clock: 5 s in all. The counts are of grants the Limiters returned;
+	// a loaded machine delays the offers and the waiters alike, so the
+	// two are compared with a margin.
+	t.Run("Throughput", func(t *testing.T) {
+		sent := queuetest.Throughputs(t, func() quota.Store { return newStoreOn(t, dial(t), redistest.Prefix(t)) })
+		for i, c := range queuetest.Cases {
+			t.Logf("%s: sent within 5 s: RefuseNew %d, DropOldest %d", c.Name, sent[i][0], sent[i][1])
+			assert.GreaterOrEqual(t, sent[i][0], 40, "%s: RefuseNew uses about the whole quota", c.Name)
+			assert.GreaterOrEqual(t, sent[i][1], sent[i][0]*9/10, "%s: DropOldest sends as many as RefuseNew", c.Name)
+		}
+	})
+}
