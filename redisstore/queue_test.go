@@ -16,6 +16,20 @@ import (
 // Cluster.
 func TestQueueDropOldest(t *testing.T) {
 	queueDropOldest(t, func(t *testing.T) redis.UniversalClient { return newClient(t, srv.Addr()) })
+	// Three instances, each with a client and a queue of its own.
+	t.Run("Fleet", func(t *testing.T) {
+		for _, c := range queuetest.Cases {
+			t.Run(c.Name, func(t *testing.T) {
+				t.Parallel()
+				prefix := redistest.Prefix(t)
+				var instances []quota.Store
+				for range 3 {
+					instances = append(instances, newStore(t, prefix))
+				}
+				queuetest.Fleet(t, instances, newStore(t, prefix), c)
+			})
+		}
+	})
 }
 
 // queueDropOldest runs the reproductions with stores on clients from

@@ -163,6 +163,77 @@ func Horizon(t *testing.T, callers, prober quota.Store, c Case) {
 		c.Name, base, held, Bound, after, count.granted.Load(), count.cancels.Load())
 }
 
+// Fleet is Horizon on several instances: a Limiter on each of
+// instances (each its own queue), and the 1,000 callers spread over
+// them. The store grants the first call and one reservation per place of
+// every instance, however many are dropped, so while they wait the next
+// call is at most Bound reservations per instance further away. Once
+// every caller has gone, window and log charges are all back; a GCRA
+// reservation is refunded only if no later one sits on it, and the
+// instances' lines interleave, so there it is checked only that nothing
+// more was charged.
+func Fleet(t *testing.T, instances []quota.Store, prober quota.Store, c Case) {
+	const n = 1000
+	rate, per := 1, time.Hour
+	k := len(instances)
+	lims := make([]*throttle.Limiter, k)
+	cs := make([]*counts, k)
+	for i, s := range instances {
+		var err error
+		s, cs[i] = counting(s)
+		lims[i], err = throttle.NewLimiter(policy(c, rate, per, waiters.Block(), Bound, throttle.DropOldest), throttle.WithStore(s))
+		require.NoError(t, err)
+	}
+	granted := func() (g int64) {
+		for _, c := range cs {
+			g += c.granted.Load()
+		}
+		return g
+	}
+	first, err := lims[0].Wait(context.Background(), "bulk")
+	require.NoError(t, err)
+	first.Done()
+	base := retryAfter(t, prober, c, rate, per)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := lims[i%k].Wait(ctx, "bulk")
+			if err == nil {
+				p.Done()
+			}
+			out <- err
+		})
+	}
+	for i := range n - k*Bound {
+		if err := <-out; !assert.ErrorIs(t, err, throttle.ErrQueueDropped, "caller %d", i) {
+			break
+		}
+	}
+	held := retryAfter(t, prober, c, rate, per)
+	assert.LessOrEqual(t, held, base+time.Duration(k*Bound*c.Spacing)*per/time.Duration(rate),
+		"with %d waiting on each of %d instances, the next call is at most that many reservations further away", Bound, k)
+	assert.Equal(t, int64(1+k*Bound), granted(), "the store granted the first call and one reservation per place")
+
+	cancel()
+	wg.Wait()
+	close(out)
+	for err := range out {
+		assert.ErrorIs(t, err, context.Canceled)
+	}
+	after := retryAfter(t, prober, c, rate, per)
+	if c.Limits(rate, per)[0].Algorithm == throttle.GCRA {
+		assert.LessOrEqual(t, after, held, "giving back charges nothing")
+	} else {
+		assert.LessOrEqual(t, after, base, "every reservation was given back")
+	}
+	t.Logf("%s on %d instances: retry after %v after the first call, %v with %d waiting on each, %v when all went; %d grants",
+		c.Name, k, base, held, Bound, after, granted())
+}
+
 // Throughputs is the reproduction of issue 28's second: for each of
 // Cases, RefuseNew and then DropOldest, a rule of 10 per second, Block,
 // MaxQueue Bound, and 250 calls offered at 50 per second for 5 s, each
