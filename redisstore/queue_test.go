@@ -51,6 +51,7 @@ func queueDropOldest(t *testing.T, dial func(t *testing.T) redis.UniversalClient
 	// against what the limit allows over its own window, with a margin:
 	// a queue that loses the dropped waiters' quota sends a tenth of it.
 	t.Run("Throughput", func(t *testing.T) {
+		t.Parallel() // mostly asleep: beside the other scenarios
 		const rate = 10
 		sent := queuetest.Throughputs(t, func() quota.Store { return newStoreOn(t, dial(t), redistest.Prefix(t)) })
 		for i, c := range queuetest.Cases {
