@@ -224,6 +224,11 @@ func (p *queued) leave(cancel func(*quota.Reservation)) {
 	}
 	if heir != nil {
 		q.mu.Lock()
+		if p.heir != nil {
+			// heir was dropped meanwhile and its newcomer waits for p
+			// instead (enter), on the same channel.
+			heir, p.heir = p.heir, nil
+		}
 		heir.from = nil
 		close(heir.ready)
 		q.mu.Unlock()
