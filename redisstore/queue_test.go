@@ -48,8 +48,9 @@ func queueDropOldest(t *testing.T, dial func(t *testing.T) redis.UniversalClient
 	// Every run goes at once, each on a store of its own, on Redis's
 	// clock: 5 s, more on a loaded machine, which stretches the runs'
 	// offers and wakes their waiters late. So each run is measured
-	// against what the limit allows over its own window, with a margin:
-	// a queue that loses the dropped waiters' quota sends a tenth of it.
+	// against what the limit allows over its own window, and the two with
+	// wide margins: a queue that loses the dropped waiters' quota sends
+	// a tenth of it (6% with GCRA, 20% with a log).
 	t.Run("Throughput", func(t *testing.T) {
 		t.Parallel() // mostly asleep: beside the other scenarios
 		const rate = 10
@@ -58,9 +59,9 @@ func queueDropOldest(t *testing.T, dial func(t *testing.T) redis.UniversalClient
 			refuse, drop := sent[i][0], sent[i][1]
 			t.Logf("%s: RefuseNew sent %d in %v (%.2f of the limit), DropOldest %d in %v (%.2f)",
 				c.Name, refuse.Sent, refuse.Window, refuse.Share(rate), drop.Sent, drop.Window, drop.Share(rate))
-			assert.GreaterOrEqual(t, refuse.Share(rate), 0.8, "%s: RefuseNew uses about the whole quota", c.Name)
-			assert.GreaterOrEqual(t, drop.Share(rate), 0.8, "%s: DropOldest uses about the whole quota", c.Name)
-			assert.GreaterOrEqual(t, drop.Share(rate), 0.85*refuse.Share(rate), "%s: DropOldest sends as many as RefuseNew", c.Name)
+			assert.GreaterOrEqual(t, refuse.Share(rate), 0.5, "%s: RefuseNew uses most of the quota", c.Name)
+			assert.GreaterOrEqual(t, drop.Share(rate), 0.5, "%s: DropOldest uses most of the quota", c.Name)
+			assert.GreaterOrEqual(t, drop.Share(rate), 0.75*refuse.Share(rate), "%s: DropOldest sends about as many as RefuseNew", c.Name)
 		}
 	})
 }
