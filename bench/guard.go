@@ -190,7 +190,7 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 		return err
 	}
 	if recorded.row[0] == 0 {
-		recorded.row, recorded.all = [3]float64{0.40, 0.25, 0.25}, [3]float64{0.20, 0.10, 0.10}
+		recorded.row, recorded.all = [3]float64{0.45, 0.45, 0.35}, [3]float64{0.25, 0.20, 0.15}
 	}
 	cts, err := guardContenders(e)
 	if err != nil {
