@@ -125,6 +125,9 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 	}
 	if !dec.OK {
 		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
+		if ev.Fallback != FailDefault {
+			le.Fallback, le.StoreErr = ev.Fallback, ev.StoreErr
+		}
 		if dec.Limit >= 0 && dec.Limit < len(d.Limits) {
 			le.Limit = d.Limits[dec.Limit].Limit.Name
 		}

@@ -50,7 +50,9 @@ type Limiter struct {
 // (a [Concurrency] limit on a store that is not a [quota.LeaseStore], a
 // store that is a [quota.LimitChecker] and refuses the rule, Learn.Sync on
 // a store that cannot sync, Learn.Anchor on one that cannot anchor,
-// Settle on one that cannot settle).
+// Settle on one that cannot settle). It logs a warning when
+// [Policy].Instances is not set while a rule falls back to [FailLocal] on
+// a shared store.
 func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	cp, err := p.compile()
 	if err != nil {
@@ -72,6 +74,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if err := lim.checkLeases(); err != nil {
 		return nil, err
 	}
+	lim.warnInstances(p.Instances)
 	if c, ok := lim.store.(quota.LimitChecker); ok {
 		for _, r := range cp.rules {
 			if err := c.CheckLimits(r.limits, r.wait.MaxWait(context.Background()) > 0); err != nil {
@@ -168,6 +171,9 @@ func (lim *Limiter) call(ctx context.Context, name string, n int, budget time.Du
 		return nil, ev.Err
 	}
 	p := &Permit{Rule: r.id, Delay: d.delay, Waited: ev.Wait, Remaining: ev.Remaining, ResetAfter: ev.ResetAfter, lim: lim, r: r, d: d}
+	if ev.Fallback != FailDefault {
+		p.Fallback, p.StoreErr = ev.Fallback, ev.StoreErr
+	}
 	if reserve {
 		p.Waited = 0
 	}
@@ -197,6 +203,12 @@ type Permit struct {
 	Waited     time.Duration // how long Wait waited for the quota
 	Remaining  int64         // what the rule's limits admit now after the grant ([quota.Decision])
 	ResetAfter time.Duration // until the grant's charge stops counting ([quota.Decision])
+
+	// Fallback is the failure mode that granted the call when the shared
+	// store could not decide ([FailLocal]: this instance's share;
+	// [FailOpen]: no decision); the zero FailDefault when the store did.
+	Fallback FailureMode
+	StoreErr error // the store's error when Fallback is set
 
 	lim     *Limiter
 	r       *rule
@@ -267,6 +279,27 @@ func (p *Permit) Report(ctx context.Context, limited bool, fb quotaheader.Feedba
 		fb.RetryAfter, fb.Capped = c.maxPause, true
 	}
 	p.lim.report(ctx, p.r, p.d, c, limited, fb, 0, now)
+}
+
+// warnInstances logs a warning, once at construction, when a rule falls
+// back to its local share ([FailLocal]) on a shared store while
+// instances, [Policy].Instances, is not set: each instance would then take
+// the whole quota during an outage.
+func (lim *Limiter) warnInstances(instances int) {
+	if instances > 0 || lim.inProcess() {
+		return
+	}
+	for _, r := range lim.policy.rules {
+		if r.failMode == FailLocal && len(r.Limits) > 0 {
+			l := lim.logger
+			if l == nil {
+				l = slog.Default()
+			}
+			l.Warn("throttle: Policy.Instances is not set: while the shared store is down every instance takes a rule's whole quota (FailLocal); set it to the number of instances sharing the store (1 for one), or set OnStoreFailure",
+				"rule", r.id, "store", fmt.Sprintf("%T", lim.store))
+			return
+		}
+	}
 }
 
 // checkLeases fails if a rule has a Concurrency limit but the store is not

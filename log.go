@@ -55,10 +55,11 @@ func (lim *Limiter) logSettle(ev SettleEvent) {
 
 // WithLogger makes the limiter log to l: each change of the store's state
 // (Error for [ErrStoreConfig], Warn when failing or down, Info when back),
+// [Policy].Instances left unset on a shared store (Warn, at construction),
 // each pause learned (Info), settlements that failed (Warn), and refused
 // requests (Debug). Records never
-// hold a key, header or URL. Without it, store state changes, and only
-// those, go to [slog.Default]; slog.New(slog.DiscardHandler) silences them.
+// hold a key, header or URL. Without it, store state changes and the Instances
+// warning, and only those, go to [slog.Default]; slog.New(slog.DiscardHandler) silences them.
 func WithLogger(l *slog.Logger) Option {
 	return func(lim *Limiter) { lim.logger = l }
 }

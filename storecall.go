@@ -49,6 +49,7 @@ func (lim *Limiter) inProcess() bool {
 // answer. Errors it returns are ready for the caller.
 func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	ev.Tries++
+	ev.Fallback = FailDefault // this decision's, not an earlier try's
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
