@@ -1,0 +1,75 @@
+package throttle_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A module outside the repository depends on the library and on
+// grpcthrottle as a user's would: go mod tidy resolves both with no
+// replace but the consumer's own (pointing at this tree, since a release
+// is not fetched here), so grpcthrottle's go.mod must require a real
+// version of the library and hold no replace of its own.
+func TestConsumerModule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy and go build in a module of its own")
+	}
+	t.Parallel()
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	for _, nested := range []string{"grpcthrottle", "examples/github", "examples/metrics", "examples/slack", "bench"} {
+		mod, err := os.ReadFile(filepath.Join(root, nested, "go.mod"))
+		require.NoError(t, err)
+		assert.NotContains(t, string(mod), "replace", "%s/go.mod: development goes through go.work", nested)
+		assert.NotContains(t, string(mod), "github.com/quotakit/throttle v0.0.0", "%s/go.mod: requires a release", nested)
+	}
+
+	dir := t.TempDir()
+	gomod := "module example.com/consumer\n\ngo 1.26.0\n\n" +
+		"replace github.com/quotakit/throttle => " + root + "\n\n" +
+		"replace github.com/quotakit/throttle/grpcthrottle => " + filepath.Join(root, "grpcthrottle") + "\n"
+	main := `package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/grpcthrottle"
+	"google.golang.org/grpc"
+)
+
+func main() {
+	lim, err := throttle.NewLimiter(throttle.Policy{Rules: []throttle.Rule{{
+		Name: "api", Limits: []throttle.Limit{{Name: "l", Rate: 10, Per: time.Second}},
+	}}})
+	if err != nil {
+		panic(err)
+	}
+	_ = grpc.WithUnaryInterceptor(grpcthrottle.UnaryClientInterceptor(lim))
+	fmt.Println("ok")
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644))
+	run := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	run("mod", "tidy")
+	assert.Equal(t, "ok\n", run("run", "."))
+	// The library resolves to this tree through the consumer's replace,
+	// at the version grpcthrottle requires.
+	got := run("list", "-m", "github.com/quotakit/throttle")
+	assert.Contains(t, got, "=> "+root, got)
+}
