@@ -73,3 +73,47 @@ func main() {
 	got := run("list", "-m", "github.com/quotakit/throttle")
 	assert.Contains(t, got, "=> "+root, got)
 }
+
+// The README's quickstart, pasted into a fresh module with no Redis and
+// no network (GOPROXY=off: only what building the library put in the
+// module cache), prints what the README says it prints.
+func TestReadmeQuickstartRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy and go run in a module of its own")
+	}
+	t.Parallel()
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "## Quickstart\n")
+	require.True(t, ok)
+	_, program, ok := strings.Cut(section, "```go\n")
+	require.True(t, ok)
+	program, section, ok = strings.Cut(program, "\n```\n")
+	require.True(t, ok)
+	require.True(t, strings.HasPrefix(program, "package main\n"), "the quickstart is a whole program")
+	_, section, ok = strings.Cut(section, "It prints:\n\n```text\n")
+	require.True(t, ok, "the README says what it prints")
+	want, _, ok := strings.Cut(section, "```\n")
+	require.True(t, ok)
+
+	dir := t.TempDir()
+	gomod := "module example.com/quickstart\n\ngo 1.26.0\n\nreplace github.com/quotakit/throttle => " + root + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(program+"\n"), 0o644))
+	run := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+		out, err := cmd.Output()
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		require.NoError(t, err, "go %s:\n%s%s", strings.Join(args, " "), out, stderr)
+		return string(out)
+	}
+	run("mod", "tidy")
+	assert.Equal(t, want, run("run", "."))
+}
