@@ -31,7 +31,7 @@ func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration
 		budget = 0 // decided as if it could not wait; never sleeps
 	}
 	if err := lim.decide(r, req, budget, d, &ev); err != nil {
-		ev.Err = err
+		ev.Err = onePrefix(err)
 		if ev.Outcome == Allowed || ev.Outcome == Waited {
 			ev.Outcome = Failed
 		}

@@ -53,6 +53,7 @@ func TestDocSnippets(t *testing.T) {
 }
 
 // The functions below are compiled, never run: each holds regions.
+var _ = []any{snippetLearning, snippetOperations, snippetPolicy, snippetRedis, snippetOutsideHTTP}
 
 func snippetLearning(policy throttle.Policy, store quota.Store, url string) (*http.Response, error) {
 	_ = throttle.Rule{
@@ -73,23 +74,33 @@ func snippetLearning(policy throttle.Policy, store quota.Store, url string) (*ht
 func snippetOperations(ctx context.Context, policy throttle.Policy, rule throttle.Rule, store *redisstore.Store) error {
 	// snippet docs-otel
 	hooks, err := otelthrottle.Hooks(otel.GetMeterProvider(), otelthrottle.SpanHooks(throttle.Hooks{}))
+	if err != nil {
+		return err
+	}
 	t, err := throttle.NewTransport(nil, policy, throttle.WithHooks(hooks))
+	if err != nil {
+		return err
+	}
 	client := &http.Client{Transport: t} // under otelhttp.NewTransport(t), the events go on its spans
 	// snippet end
-	_, _ = client, err
+	_ = client
 
 	// snippet docs-inspect
 	// *redisstore.Store and *memstore.Store are both Inspectors.
 	var in quota.Inspector = store
 	limits := []quota.Limit{rule.Limits[0].Quota(), rule.Limits[1].Quota()} // what the store sees: no Key
 	states, err := in.Inspect(ctx, "slack-notify", limits)                  // scope: Rule.Scope, or the rule's name
+	if err != nil {
+		return err
+	}
 	for _, s := range states {
 		_ = s // s.Limit ("" for a pause), s.Key, s.Used, s.Remaining, s.Reset
 	}
-	err = in.ResetLimit(ctx, "slack-notify", limits[1], "errors") // forget one counter
-	err = in.ClearPause(ctx, "slack-notify", "")                  // end the scope-wide pause
+	if err := in.ResetLimit(ctx, "slack-notify", limits[1], "errors"); err != nil { // forget one counter
+		return err
+	}
+	return in.ClearPause(ctx, "slack-notify", "") // end the scope-wide pause
 	// snippet end
-	return err
 }
 
 func snippetPolicy(ctx context.Context, store quota.Store, logger *slog.Logger) error {

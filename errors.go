@@ -130,6 +130,32 @@ func (e *PolicyError) Unwrap() error { return e.Err }
 // Is reports whether target is [ErrInvalidPolicy].
 func (e *PolicyError) Is(target error) bool { return target == ErrInvalidPolicy }
 
+// onePrefix returns err with a message that says "throttle: " once, at
+// its start: the sentinels it wraps (ErrStoreUnavailable, ErrMissingKey,
+// ErrInvalidPolicy...) keep their own prefix for when they stand alone.
+// A *LimitError is returned as it is, for callers that assert its type.
+func onePrefix(err error) error {
+	if _, ok := err.(*LimitError); ok {
+		return err
+	}
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, "throttle: ")
+	if !ok || !strings.Contains(rest, "throttle: ") {
+		return err
+	}
+	return &prefixError{msg: "throttle: " + strings.ReplaceAll(rest, "throttle: ", ""), err: err}
+}
+
+// A prefixError is an error whose message says its package prefix once;
+// it unwraps to the error it rewords.
+type prefixError struct {
+	msg string
+	err error
+}
+
+func (e *prefixError) Error() string { return e.msg }
+func (e *prefixError) Unwrap() error { return e.err }
+
 // policyError places a store's refusal of a limit or demand in rule id, its
 // field under prefix (such as "Limits[1].").
 func policyError(id, prefix string, err error) error {
