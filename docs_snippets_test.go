@@ -21,6 +21,7 @@ import (
 	"github.com/quotakit/throttle/policyfile"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/quotaheader"
+	"github.com/quotakit/throttle/quotaview"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/retryable"
 	"github.com/quotakit/throttle/waiters"
@@ -30,7 +31,7 @@ import (
 // check covers is a region of this file, which the build compiles, shown
 // word for word.
 func TestDocSnippets(t *testing.T) {
-	pages := []string{"README.md", "docs/learning.md", "docs/operations.md", "docs/policy.md", "docs/sentinel.md", "docs/when-redis-fails.md"}
+	pages := []string{"README.md", "docs/learning.md", "docs/operations.md", "docs/policy.md", "docs/sentinel.md", "docs/when-redis-fails.md", "docs/quotaview.md"}
 	snippettest.Check(t, "docs-", pages, []string{"docs_snippets_test.go"}, nil)
 
 	// Every Go block of docs/ is named (this file's regions, or the
@@ -53,7 +54,7 @@ func TestDocSnippets(t *testing.T) {
 }
 
 // The functions below are compiled, never run: each holds regions.
-var _ = []any{snippetLearning, snippetOperations, snippetPolicy, snippetRedis, snippetOutsideHTTP}
+var _ = []any{snippetLearning, snippetOperations, snippetPolicy, snippetRedis, snippetOutsideHTTP, snippetQuotaview}
 
 func snippetLearning(policy throttle.Policy, store quota.Store, url string) (*http.Response, error) {
 	_ = throttle.Rule{
@@ -211,6 +212,19 @@ func snippetRedis(ctx context.Context) {
 		// MaxRetries: the default (3) is safe; a call sent again is never charged twice (below).
 		// snippet end
 	}
+}
+
+func snippetQuotaview(policy throttle.Policy, store quota.Store, mux *http.ServeMux) error {
+	// snippet docs-quotaview
+	rec := quotaview.NewRecorder()
+	t, err := throttle.NewTransport(nil, policy, throttle.WithStore(store),
+		throttle.WithHooks(rec.Hooks(throttle.Hooks{}))) // chains: rec.Hooks(otelHooks)
+	if err != nil {
+		return err
+	}
+	mux.Handle("/debug/throttle/", quotaview.New(t.Limiter(), quotaview.WithRecorder(rec)))
+	// snippet end
+	return nil
 }
 
 func snippetOutsideHTTP(ctx context.Context, policy throttle.Policy, store quota.Store,

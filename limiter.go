@@ -42,6 +42,9 @@ type Limiter struct {
 
 	profileList []quotaheader.Profile // as given to WithProfiles
 	profiles    []profile
+
+	given  Policy               // as given to NewLimiter ([Limiter.Policy])
+	gauges map[*rule]*ruleGauge // what each rule's requests hold now (introspect.go)
 }
 
 // NewLimiter returns a Limiter that applies policy p. It validates p and
@@ -59,8 +62,10 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	lim := &Limiter{policy: cp, byName: map[string]*rule{}, now: time.Now, profileList: quotaheader.DefaultProfiles}
+	lim.given, lim.gauges = p, make(map[*rule]*ruleGauge, len(cp.rules))
 	for i := range cp.rules {
 		lim.byName[cp.rules[i].id] = &cp.rules[i]
+		lim.gauges[&cp.rules[i]] = &ruleGauge{}
 	}
 	for _, o := range opts {
 		o(lim)
@@ -74,7 +79,6 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if err := lim.checkLeases(); err != nil {
 		return nil, err
 	}
-	lim.warnInstances(p.Instances)
 	if c, ok := lim.store.(quota.LimitChecker); ok {
 		for _, r := range cp.rules {
 			if err := c.CheckLimits(r.limits, r.wait.MaxWait(context.Background()) > 0); err != nil {
@@ -103,6 +107,8 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 			}
 		}
 	}
+	lim.notePlacement() // note.go
+	lim.noteInstances(p.Instances)
 	return lim, nil
 }
 
@@ -279,27 +285,6 @@ func (p *Permit) Report(ctx context.Context, limited bool, fb quotaheader.Feedba
 		fb.RetryAfter, fb.Capped = c.maxPause, true
 	}
 	p.lim.report(ctx, p.r, p.d, c, limited, fb, 0, now)
-}
-
-// warnInstances logs a warning, once at construction, when a rule falls
-// back to its local share ([FailLocal]) on a shared store while
-// instances, [Policy].Instances, is not set: each instance would then take
-// the whole quota during an outage.
-func (lim *Limiter) warnInstances(instances int) {
-	if instances > 0 || lim.inProcess() {
-		return
-	}
-	for _, r := range lim.policy.rules {
-		if r.failMode == FailLocal && len(r.Limits) > 0 {
-			l := lim.logger
-			if l == nil {
-				l = slog.Default()
-			}
-			l.Warn("throttle: Policy.Instances is not set: while the shared store is down every instance takes a rule's whole quota (FailLocal); set it to the number of instances sharing the store (1 for one), or set OnStoreFailure",
-				"rule", r.id, "store", fmt.Sprintf("%T", lim.store))
-			return
-		}
-	}
 }
 
 // checkLeases fails if a rule has a Concurrency limit but the store is not

@@ -38,7 +38,7 @@
 //     throttle.rule and throttle.settlement;
 //   - throttle.pauses.active (gauge, {pause}): rules whose learned pause
 //     has not ended yet;
-//   - throttle.store.status (updowncounter, 1): the store's state as last
+//   - throttle.store.status (updowncounter, {state}): the store's state as last
 //     reported, one series per throttle.store.state (up, failing: fallback
 //     active, down: breaker open), 1 for the current state and 0 for the
 //     others, as OpenTelemetry's conventions write a state.
@@ -165,7 +165,7 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		metric.WithDescription("Rules whose learned pause has not ended."),
 		metric.WithInt64Callback(r.observePauses))
 	err = firstErr(err, e)
-	_, e = m.Int64ObservableUpDownCounter("throttle.store.status", metric.WithUnit("1"),
+	_, e = m.Int64ObservableUpDownCounter("throttle.store.status", metric.WithUnit("{state}"),
 		metric.WithDescription("The store's state as last reported: 1 for the current throttle.store.state (up, failing, down), 0 for the others."),
 		metric.WithInt64Callback(r.observeState))
 	err = firstErr(err, e)

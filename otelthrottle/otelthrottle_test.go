@@ -240,7 +240,7 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 		"throttle.vendor.limited":   "{response}",
 		"throttle.settlements":      "{request}",
 		"throttle.pauses.active":    "{pause}",
-		"throttle.store.status":     "1",
+		"throttle.store.status":     "{state}",
 	}, units)
 }
 
