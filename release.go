@@ -100,8 +100,8 @@ func (h *hold) release() {
 	if err != nil {
 		h.event(LeaseReleaseFailed, err)
 	}
-	//lint:ignore SA2001 the empty section waits out a renewal in progress
-	h.busy.Lock()
+	h.busy.Lock() // wait out a renewal in progress
+	//lint:ignore SA2001 the empty section is the wait
 	h.busy.Unlock()
 }
 
