@@ -2,7 +2,7 @@
 // with its peers, against one redis-server that it starts itself on a free
 // loopback port, and prints one markdown table per part.
 //
-//	cd bench && GOWORK=off go run .
+//	cd bench && go run .
 //
 // The contenders are PING and an EVALSHA of "return 1" (the physical
 // baselines), go-redis/redis_rate v10 (GCRA), ulule/limiter v3 (fixed

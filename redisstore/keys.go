@@ -167,13 +167,6 @@ func (k keys) pause(key string) string {
 
 func (k keys) txPause(key string) string { return k.base + "q:" + key }
 
-func (k keys) replay(id string) string {
-	var sb strings.Builder
-	sb.Grow(len(k.base) + 2 + len(id))
-	k.writeReplay(&sb, id)
-	return sb.String()
-}
-
 // settlement is the key of what reservation id was settled to.
 func (k keys) settlement(id string) string { return k.base + "s:" + id }
 
