@@ -303,32 +303,38 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 	for _, b := range d.Limits {
 		m.expire(bucketID(d.Scope, b), b.Limit, now)
 	}
-	sh := m.shares(d, now)
-	t := m.instant(d, now)
+	sh, seen := m.shares(d, now)
+	t := m.instant(seen, now)
 	maxWait := max(d.MaxWait, 0)
-	if d.Restricted() || slices.ContainsFunc(sh, func(x modelShare) bool { return x.over }) {
+	if d.Restricted() {
 		maxWait = 0 // never a reservation
 	}
-	// Over its share, with other tenants' claims live: refused until they
-	// stop holding it back, or until t if that is later.
-	end, held := heldBack(sh)
-	if held != nil && end >= t {
-		m.held = held
-		return quota.Decision{Delay: time.Duration(end-now) * time.Microsecond, Limit: held[0]}, end, nil
-	}
 	delay := time.Duration(t-now) * time.Microsecond
-	if held != nil && t > now || t > now && delay > maxWait {
-		if held == nil && delay <= max(d.MaxWait, 0) {
-			m.claim(sh, t) // refused only because it may not reserve
+	if end, held := heldBack(sh); held != nil || delay > maxWait {
+		// Refused until t, or until a held headroom may be lent if that
+		// is sooner (not before the pauses end); held back by other
+		// tenants' claims, not before they lapse.
+		until := t
+		if lend := lendAt(sh); lend >= 0 {
+			start := now
+			for _, p := range d.Pauses {
+				start = max(start, m.pauses[d.Scope+"\x00"+p])
+			}
+			until = min(t, max(lend, start))
 		}
-		dec := quota.Decision{Delay: delay, Limit: -1}
-		limits, pauses := m.binding(d, t)
-		if len(limits) > 0 {
+		dec := quota.Decision{Limit: -1}
+		if held != nil && end >= until {
+			until, dec.Limit, m.held = end, held[0], held
+		} else if limits, pauses := m.binding(seen, until); len(limits) > 0 {
 			dec.Limit = limits[0]
 		} else if len(pauses) > 0 {
 			dec.Pause = pauses[0]
 		}
-		return dec, t, nil
+		dec.Delay = time.Duration(until-now) * time.Microsecond
+		if dec.Delay <= d.MaxWait {
+			m.claim(sh, until) // it will come back then
+		}
+		return dec, until, nil
 	}
 	// Concurrency: a slot must be free now; it is taken only when the
 	// demand acts now, else claimed when the reservation comes due.

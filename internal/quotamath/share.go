@@ -49,13 +49,10 @@ func (l Limit) ShareUnit(cost int64) int64 { return l.Emissions(cost).Ceil() }
 // Fair shares).
 func (l Limit) ShareAhead() int64 { return l.ShareUnit(l.Capacity()) }
 
-// OverShare reports whether a tenant whose share clock is clock is over
-// its share at now: clock >= now + C*T.
-func (l Limit) OverShare(clock, now int64) bool { return clock >= now+l.ShareAhead() }
-
-// BackInShare returns the first instant at which a tenant whose share
-// clock is clock is within its share again: clock - C*T + 1.
-func (l Limit) BackInShare(clock int64) int64 { return clock - l.ShareAhead() + 1 }
+// SharePlace returns the place of a demand whose tenant's share clock is
+// clock, at now: max(clock, now). Of the tenants waiting on a counter,
+// the one with the lowest place goes first (quota.Store, Fair shares).
+func SharePlace(clock, now int64) int64 { return max(clock, now) }
 
 // ShareCharge returns a tenant's share clock after a grant of cost at the
 // instant t, n tenants being active: min(max(clock, t), t + C*T) +
@@ -71,3 +68,12 @@ func (l Limit) ShareCharge(clock, t, cost, n int64) int64 {
 // ClaimEnd returns the instant until which a tenant refused until the
 // instant at holds its claim: at + T, rounded up.
 func (l Limit) ClaimEnd(at int64) int64 { return at + l.ShareUnit(1) }
+
+// NoteActive reports whether a class last noted on the counter at the
+// instant at is active at now: at > now - T, T rounded up (quota.Store,
+// Lent headroom).
+func (l Limit) NoteActive(at, now int64) bool { return at > now-l.ShareUnit(1) }
+
+// NoteEnd returns the instant at which a class last noted at the instant
+// at stops being active: at + T, rounded up.
+func (l Limit) NoteEnd(at int64) int64 { return at + l.ShareUnit(1) }
