@@ -212,13 +212,12 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		// Refused until t, or until a held headroom may be lent if that
 		// is sooner (not before the pauses end); and while other
 		// tenants' claims hold it back, not before they lapse.
-		until := t
-		if lend := lendAt(sh); lend >= 0 {
-			until = min(t, max(lend, pauseEnd))
-		}
-		dec := quota.Decision{Limit: binding}
+		until, dec := t, quota.Decision{Limit: binding}
 		if binding < 0 && pause >= 0 {
 			dec.Pause = d.Pauses[pause]
+		}
+		if lend, lender := lendAt(sh); lend >= 0 && max(lend, pauseEnd) < t {
+			until, dec = max(lend, pauseEnd), quota.Decision{Limit: lender}
 		}
 		if limit >= 0 && end >= until {
 			until, dec = end, quota.Decision{Limit: limit}

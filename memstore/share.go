@@ -75,6 +75,9 @@ func (s *Store) shares(d *quota.Demand, now int64, ps []params, out []share) []s
 			st.active[b.Tenant] = now
 			sh.n, sh.clock = int64(len(st.active)), st.clocks[b.Tenant]
 			sh.place = quotamath.SharePlace(sh.clock, now)
+			if c, ok := st.claims[b.Tenant]; ok && c.end > now {
+				sh.place = c.place // a waiting tenant keeps its place
+			}
 			for tenant, c := range st.claims {
 				if tenant != b.Tenant && c.end > now && c.place < sh.place {
 					sh.heldEnd = max(sh.heldEnd, c.end)
@@ -139,15 +142,15 @@ func heldBack(sh []share) (end int64, limit int) {
 }
 
 // lendAt returns the first instant at which a limit holding the demand's
-// headroom may lend it, or -1 if none holds it.
-func lendAt(sh []share) int64 {
-	at := int64(-1)
+// headroom may lend it, and that limit (the first, on ties); or -1, -1.
+func lendAt(sh []share) (at int64, limit int) {
+	at, limit = -1, -1
 	for _, x := range sh {
 		if x.noteEnd > 0 && (at < 0 || x.noteEnd < at) {
-			at = x.noteEnd
+			at, limit = x.noteEnd, x.limit
 		}
 	}
-	return at
+	return at, limit
 }
 
 // claimAll gives the demand's tenants a claim, at their place, until T

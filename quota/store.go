@@ -125,8 +125,9 @@ import (
 //     (now-P, now], granted or not; n is their number, the deciding
 //     demand's tenant included;
 //   - a share clock V per tenant, an instant (0 at first). A demand's
-//     place is max(V, now): the lower, the further its tenant is below
-//     its share;
+//     place is that of its tenant's live claim, if it has one, else
+//     max(V, now): the lower, the further its tenant is below its share,
+//     or the longer it has waited;
 //   - claims: a tenant whose demand is refused with a Delay within
 //     MaxWait (it will ask again) holds a claim on the counter until
 //     now + Delay + T, at the demand's place. Granting a demand of the

@@ -77,6 +77,8 @@ local function sharesBegin(count, firstArg, firstKey)
         redis.call('ZREM', share.ends, unpack(gone))
         redis.call('ZREM', share.claims, unpack(gone))
       end
+      local waiting = redis.call('ZSCORE', share.claims, share.tenant)
+      if waiting then share.place = tonumber(waiting) end -- a waiting tenant keeps its place
       local lower = redis.call('ZRANGE', share.claims, '-inf', fmt('(%d', share.place), 'BYSCORE')
       for _, tenant in ipairs(lower) do
         if tenant ~= share.tenant then
@@ -95,19 +97,19 @@ end
 -- or nil if it is granted: refused while other tenants' claims hold it
 -- back, not before they lapse; else when it may not wait until instant,
 -- until then, or until a held headroom may be lent if sooner (not before
--- pauseEnd). A refusal within MaxWait leaves claims until T after the
+-- pauseEnd; the limit holding it binds). A refusal within MaxWait leaves claims until T after the
 -- instant it is refused until.
 local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause)
-  local held, heldLimit, lend
+  local held, heldLimit, lend, lender
   for _, share in ipairs(shared) do
     if share.held and (not held or share.held > held) then held, heldLimit = share.held, share.limit end
-    if share.lend and (not lend or share.lend < lend) then lend = share.lend end
+    if share.lend and (not lend or share.lend < lend) then lend, lender = share.lend, share.limit end
   end
   if not held and instant - now <= maxWait then return nil end
   local refused = instant
   if lend then
     if lend < pauseEnd then lend = pauseEnd end
-    if lend < refused then refused = lend end
+    if lend < refused then refused, binding, pause = lend, lender - 1, -1 end
   end
   if held and held >= refused then refused, binding, pause = held, heldLimit - 1, -1 end
   if refused - now <= shared[1].wait then

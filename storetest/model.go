@@ -45,9 +45,12 @@ type model struct {
 
 	settled map[string][]int64 // costs each reservation was settled to, by id
 
-	// held is, after a refusal of take that another tenant's claim bound,
-	// the limits that may be reported as binding it.
+	// held is, after a refusal of take that another tenant's claim or a
+	// held headroom bound, the limits that may be reported as binding it.
 	held []int
+	// lent and kept count, after take, its demand's headrooms that the
+	// store lent and kept (share.go).
+	lent, kept int
 }
 
 // lease is one held slot of a Concurrency limit; it is free at and after
@@ -296,7 +299,7 @@ func (m *model) binding(d *quota.Demand, t int64) (limits []int, pauses []string
 // take decides d at now and returns the decision and its instant: for a
 // refusal, the instant a retry may succeed.
 func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) {
-	m.held = nil
+	m.held, m.lent, m.kept = nil, 0, 0
 	if err := check(d); err != nil {
 		return quota.Decision{}, 0, err
 	}
@@ -315,7 +318,8 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		// is sooner (not before the pauses end); held back by other
 		// tenants' claims, not before they lapse.
 		until := t
-		if lend := lendAt(sh); lend >= 0 {
+		lend, lenders := lendAt(sh)
+		if lend >= 0 {
 			start := now
 			for _, p := range d.Pauses {
 				start = max(start, m.pauses[d.Scope+"\x00"+p])
@@ -325,6 +329,8 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		dec := quota.Decision{Limit: -1}
 		if held != nil && end >= until {
 			until, dec.Limit, m.held = end, held[0], held
+		} else if until < t {
+			dec.Limit, m.held = lenders[0], lenders // until the headroom may be lent
 		} else if limits, pauses := m.binding(seen, until); len(limits) > 0 {
 			dec.Limit = limits[0]
 		} else if len(pauses) > 0 {

@@ -84,8 +84,13 @@ func (m *model) shares(d *quota.Demand, now int64) ([]modelShare, *quota.Demand)
 					x.lend = max(x.lend, at+t)
 				}
 			}
-			if x.lend == 0 {
+			switch {
+			case b.Headroom == 0:
+			case x.lend == 0:
 				seen.Limits[i].Headroom = 0
+				m.lent++
+			default:
+				m.kept++
 			}
 			ts.notes[int64(b.Headroom)] = now
 		}
@@ -98,6 +103,9 @@ func (m *model) shares(d *quota.Demand, now int64) ([]modelShare, *quota.Demand)
 				}
 			}
 			x.place = max(x.clock, now)
+			if c, ok := ts.claims[b.Tenant]; ok && c[0] > now {
+				x.place = c[1]
+			}
 			for tenant, c := range ts.claims {
 				if tenant != b.Tenant && c[0] > now && c[1] < x.place {
 					x.held = max(x.held, c[0])
@@ -128,15 +136,20 @@ func heldBack(sh []modelShare) (int64, []int) {
 }
 
 // lendAt returns the first instant at which a limit holding the demand's
-// headroom may lend it, or -1.
-func lendAt(sh []modelShare) int64 {
+// headroom may lend it, and the limits that may then (in order); or -1.
+func lendAt(sh []modelShare) (int64, []int) {
 	at := int64(-1)
+	var lenders []int
 	for _, x := range sh {
-		if x.lend > 0 && (at < 0 || x.lend < at) {
-			at = x.lend
+		switch {
+		case x.lend == 0:
+		case at < 0 || x.lend < at:
+			at, lenders = x.lend, []int{x.limit}
+		case x.lend == at:
+			lenders = append(lenders, x.limit)
 		}
 	}
-	return at
+	return at, lenders
 }
 
 // claim gives the demand's tenants a claim at their place until T after
