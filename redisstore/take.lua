@@ -295,6 +295,7 @@ end
 local reply = {1, instant - now, -1, -1, now, 0}
 local remaining = nil
 local function leaves(left)
+  if left < 0 then left = 0 end -- a lent headroom (share.lua) still counts as left
   if instant == now and (not remaining or left < remaining) then remaining = left end
 end
 for i = 1, limits do
