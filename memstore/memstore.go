@@ -162,11 +162,11 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	s.maybeSweep(now)
 
 	// Lent headrooms and fair shares (share.go): a demand with a
-	// headroom or a tenant is never a reservation.
+	// headroom or a tenant reserves at most T ahead.
 	var shBuf [2]share
 	sh := s.shares(d, now, ps, shBuf[:0])
 	if d.Restricted() {
-		maxWait = 0
+		maxWait = min(maxWait, quotamath.RestrictedWait(d))
 	}
 
 	t, pause := now, -1

@@ -86,11 +86,15 @@ import (
 // limit. A Headroom keeps part of a limit free for demands with a smaller
 // one (throttle's priority classes); a Tenant shares a limit fairly among
 // the tenants of its counter. A demand that has a headroom or a tenant on
-// any limit is restricted: it is never granted as a reservation. If it
-// cannot act now it is refused with nothing charged, and Delay is the
-// time until it could; its caller waits that long and asks again. So a
-// restricted demand never holds quota for a later instant that a demand
-// arriving after it would have to queue behind. [Bucket.Headroom] gives
+// any limit is restricted: it is granted as a reservation only for an
+// instant at most T ahead of now, T the least emission interval Per/Rate
+// of its limits other than Concurrency (rounded up to the µs; 0 if it has
+// none), as if its MaxWait were at most T. If it cannot act by then it is
+// refused with nothing charged, and Delay is the time until it could; its
+// caller waits that long and asks again. So a restricted demand never
+// holds quota further ahead than about the next unit its limits free,
+// which a demand arriving after it would have to queue behind, and it
+// still takes that unit at the instant it frees. [Bucket.Headroom] gives
 // the arithmetic of a headroom.
 //
 // # Lent headroom
@@ -136,10 +140,10 @@ import (
 // A demand is held back on a limit while another tenant holds a live
 // claim at a lower place: it is refused until the last of those claims
 // lapses (or until the limits admit it, if that is later), and Limit
-// names the shared limit. When a demand is granted (at now: it is
-// restricted), its tenant's clock on each shared limit becomes
-// min(max(V, now), now + C*T) + c*n*T, c being its cost on that limit
-// (c*n*T at most 2^50 µs). A refusal charges nothing.
+// names the shared limit. When a demand is granted for the instant t, its
+// tenant's clock on each shared limit becomes min(max(V, t), t + C*T) +
+// c*n*T, c being its cost on that limit (c*n*T at most 2^50 µs). A
+// refusal charges nothing.
 //
 // So the free quota goes to the waiting tenant with the lowest place,
 // the one furthest below its share, as in fair queueing: a tenant that

@@ -303,13 +303,15 @@ func gcraExact(d *quota.Demand) bool {
 	return true
 }
 
-// demandMaxWait returns the MaxWait the scripts take for d, in µs: 0 for
-// a demand with a headroom or a tenant, which is never a reservation.
+// demandMaxWait returns the MaxWait the scripts take for d, in µs: at
+// most T for a demand with a headroom or a tenant, which reserves no
+// further ahead (quotamath.RestrictedWait).
 func demandMaxWait(d *quota.Demand) int64 {
+	wait := max(d.MaxWait, 0).Microseconds()
 	if d.Restricted() {
-		return 0
+		wait = min(wait, quotamath.RestrictedWait(d))
 	}
-	return max(d.MaxWait, 0).Microseconds()
+	return wait
 }
 
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,

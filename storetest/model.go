@@ -310,7 +310,15 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 	t := m.instant(seen, now)
 	maxWait := max(d.MaxWait, 0)
 	if d.Restricted() {
-		maxWait = 0 // never a reservation
+		// A reservation at most T ahead, the least over the limits other
+		// than Concurrency.
+		least := time.Duration(-1)
+		for _, b := range d.Limits {
+			if t := time.Duration(spanUp(b.Limit, 1)) * time.Microsecond; b.Limit.Algorithm != quota.Concurrency && (least < 0 || t < least) {
+				least = t
+			}
+		}
+		maxWait = min(maxWait, max(least, 0))
 	}
 	delay := time.Duration(t-now) * time.Microsecond
 	if end, held := heldBack(sh); held != nil || delay > maxWait {

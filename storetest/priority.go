@@ -32,7 +32,7 @@ func headroomCases() []stepCase {
 	return []stepCase{{
 		// T = 100ms, B = 10, headroom 2: the low class admits while
 		// TAT + T - t <= 8T.
-		name:    "GCRA: the headroom is the top of the burst, and never a reservation",
+		name:    "GCRA: the headroom is the top of the burst, and a reservation at most T ahead",
 		buckets: classes(gcra("g", 10, sec, 0), 2),
 		steps: steps(
 			[]step{{use: low, ok: true, left: &left{7, 100 * ms}}},
@@ -40,7 +40,10 @@ func headroomCases() []stepCase {
 			[]step{
 				{use: low, ok: true, left: &left{0, 800 * ms}},
 				{use: low, delay: 100 * ms},
-				{use: low, maxWait: sec, delay: 100 * ms},
+				// A reservation at most T ahead; cancelled.
+				{use: low, maxWait: sec, ok: true, delay: 100 * ms},
+				{op: opCancel, cancel: 10},
+				{use: low, cost: 2, maxWait: sec, delay: 200 * ms},
 				{use: high, ok: true, left: &left{1, 900 * ms}},
 				{use: high, ok: true, left: &left{0, sec}},
 				{use: high, delay: 100 * ms},
@@ -147,24 +150,23 @@ func headroomCases() []stepCase {
 
 func shareCases() []stepCase {
 	a, b, c := []int{0}, []int{1}, []int{2}
-	g := gcra("g", 10, sec, 0) // T = 100ms, C*T = 1s
+	f := fixed("f", 10, sec) // T = 100ms, C*T = 1s
 	return []stepCase{{
 		// Alone, a's clock keeps pace with the limit: n = 1, a step of T.
-		// Every demand with a tenant is restricted: never a reservation.
+		// Every demand with a tenant is restricted: a reservation at most
+		// T ahead, so the refusals below, until the next window, leave
+		// claims until T after it.
 		name:    "a tenant alone may use the whole limit; one further below its share goes first",
-		buckets: []quota.Bucket{tenant(on(g)[0], "a"), tenant(on(g)[0], "b")},
+		buckets: []quota.Bucket{tenant(on(f)[0], "a"), tenant(on(f)[0], "b")},
 		steps: steps(
 			repeat(10, step{use: a, ok: true}),
 			[]step{
-				{use: a, maxWait: sec, delay: 100 * ms}, // claims at its place, 1s
-				{advance: 100 * ms, use: a, ok: true},   // the claim dropped; clock 1.1s
-				// b claims at its place, 100ms, until 300ms; a, at 1.1s,
-				// waits until it lapses (or b's grant drops it).
-				{use: b, maxWait: sec, delay: 100 * ms},
-				{use: a, maxWait: sec, delay: 200 * ms},
-				{advance: 100 * ms, use: b, ok: true},
-				{use: a, maxWait: sec, delay: 100 * ms},
-				{advance: 100 * ms, use: a, ok: true},
+				{use: a, maxWait: 2 * sec, delay: sec},       // a's claim at its place, 1s, until 1.1s
+				{use: b, maxWait: 2 * sec, delay: sec},       // b's at 0
+				{use: a, maxWait: 2 * sec, delay: 1100 * ms}, // held by b's
+				{advance: sec, use: a, delay: 100 * ms},      // still
+				{use: b, ok: true},                           // the claim dropped
+				{use: a, ok: true},
 			},
 		),
 	}, {
@@ -172,21 +174,23 @@ func shareCases() []stepCase {
 		// claimed first (at 0), goes before c (at 10ms), and both before a
 		// (at 1s). A claim not taken up lapses T after its instant.
 		name:    "claims at a lower place go first, and lapse T after their instant",
-		buckets: []quota.Bucket{tenant(on(g)[0], "a"), tenant(on(g)[0], "b"), tenant(on(g)[0], "c")},
+		buckets: []quota.Bucket{tenant(on(f)[0], "a"), tenant(on(f)[0], "b"), tenant(on(f)[0], "c")},
 		steps: steps(
 			repeat(10, step{use: a, ok: true}),
 			[]step{
-				{use: b, maxWait: sec, delay: 100 * ms},                   // claim until 200ms
-				{advance: 10 * ms, use: c, maxWait: sec, delay: 190 * ms}, // held by b's; claim until 300ms
-				{advance: 90 * ms, use: a, maxWait: sec, delay: 200 * ms}, // held by both
-				{use: c, delay: 100 * ms},                                 // still behind b
-				{use: b, ok: true},                                        // clock 400ms
-				{use: c, maxWait: sec, delay: 100 * ms},                   // its place kept: before a
-				{advance: 100 * ms, use: c, ok: true},                     // at 200ms
-				{use: a, maxWait: sec, delay: 100 * ms},                   // a's claim, place 1s, until 400ms
-				{use: b, maxWait: sec, delay: 100 * ms},                   // b's place 400ms: claim until 400ms
-				{use: a, delay: 200 * ms},                                 // held by b's claim
-				{advance: 200*ms - us, use: a, delay: us},
+				{use: b, maxWait: 2 * sec, delay: sec},                         // claim until 1.1s
+				{advance: 10 * ms, use: c, maxWait: 2 * sec, delay: 1090 * ms}, // held by b's; claim until 1.2s
+				{advance: 90 * ms, use: a, maxWait: 2 * sec, delay: 1100 * ms}, // held by both
+				{advance: 900 * ms, use: c, delay: 100 * ms},                   // still behind b
+				{use: b, ok: true}, // clock 1.3s
+				{use: c, ok: true}, // its place kept: before a
+				{use: a, ok: true},
+			},
+			repeat(7, step{use: a, ok: true}),
+			[]step{
+				{use: b, maxWait: 2 * sec, delay: sec}, // place 1.3s: claim until 2.1s
+				{use: a, delay: 1100 * ms},             // a's clock is further ahead: held
+				{advance: 1100*ms - us, use: a, delay: us},
 				{advance: us, use: a, ok: true}, // b's claim has lapsed
 			},
 		),

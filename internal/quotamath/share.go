@@ -77,3 +77,19 @@ func (l Limit) NoteActive(at, now int64) bool { return at > now-l.ShareUnit(1) }
 // NoteEnd returns the instant at which a class last noted at the instant
 // at stops being active: at + T, rounded up.
 func (l Limit) NoteEnd(at int64) int64 { return at + l.ShareUnit(1) }
+
+// RestrictedWait returns, in µs, how far ahead of now a restricted demand
+// ([quota.Demand.Restricted]) may be granted as a reservation: the least
+// emission interval T of its limits other than Concurrency, rounded up;
+// 0 if it has none (quota.Store, Headroom and fair shares).
+func RestrictedWait(d *quota.Demand) int64 {
+	least := int64(-1)
+	for i := range d.Limits {
+		if l := &d.Limits[i].Limit; l.Algorithm != quota.Concurrency {
+			if t := Of(*l).ShareUnit(1); least < 0 || t < least {
+				least = t
+			}
+		}
+	}
+	return max(least, 0)
+}
