@@ -162,7 +162,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	s.maybeSweep(now)
 
 	// Lent headrooms and fair shares (share.go): a demand with a
-	// headroom or a tenant reserves at most T ahead.
+	// headroom or a tenant reserves at most T/2 ahead.
 	var shBuf [2]share
 	sh := s.shares(d, now, ps, shBuf[:0])
 	if d.Restricted() {

@@ -19,11 +19,12 @@ type shareState struct {
 	active map[string]int64 // tenant -> instant of its last demand
 	oldest int64            // no instant in active is older
 	clocks map[string]int64 // tenant -> share clock; absent when not after now
-	claims map[string]claim // tenant -> its claim; absent when not after now
+	claims map[string]claim // tenant -> its claim; absent when it has lapsed
 }
 
-// A claim is a waiting tenant's: until when, and at which place.
-type claim struct{ end, place int64 }
+// A claim is a waiting tenant's: the instant it was refused until, and
+// its place.
+type claim struct{ at, place int64 }
 
 // share is one limit of a demand being decided that is shared among
 // tenants or has noted classes.
@@ -36,7 +37,7 @@ type share struct {
 	n       int64  // active tenants, this one included
 	clock   int64
 	place   int64
-	heldEnd int64 // the last end of other tenants' live claims at a lower place, or 0
+	heldEnd int64 // when other tenants' live claims at a lower place hold it back: until when, else 0
 	noteEnd int64 // when the headroom is held: when the notes holding it stop, else 0
 }
 
@@ -75,13 +76,17 @@ func (s *Store) shares(d *quota.Demand, now int64, ps []params, out []share) []s
 			st.active[b.Tenant] = now
 			sh.n, sh.clock = int64(len(st.active)), st.clocks[b.Tenant]
 			sh.place = quotamath.SharePlace(sh.clock, now)
-			if c, ok := st.claims[b.Tenant]; ok && c.end > now {
+			if c, ok := st.claims[b.Tenant]; ok && l.ClaimEnd(c.at) > now {
 				sh.place = c.place // a waiting tenant keeps its place
 			}
+			last, held := int64(0), false
 			for tenant, c := range st.claims {
-				if tenant != b.Tenant && c.end > now && c.place < sh.place {
-					sh.heldEnd = max(sh.heldEnd, c.end)
+				if tenant != b.Tenant && l.ClaimEnd(c.at) > now && c.place < sh.place {
+					last, held = max(last, c.at), true
 				}
+			}
+			if held {
+				sh.heldEnd = l.HeldUntil(last, now)
 			}
 		}
 		out = append(out, sh)
@@ -116,7 +121,7 @@ func (st *shareState) prune(now int64) {
 		}
 	}
 	for tenant, c := range st.claims {
-		if c.end <= now {
+		if c.at+max(st.t, quotamath.ClaimGrace) <= now {
 			delete(st.claims, tenant)
 		}
 	}
@@ -153,12 +158,12 @@ func lendAt(sh []share) (at int64, limit int) {
 	return at, limit
 }
 
-// claimAll gives the demand's tenants a claim, at their place, until T
-// after t, the instant it was refused until: it will come back then.
+// claimAll gives the demand's tenants a claim, at their place, for t,
+// the instant it was refused until: it will come back then.
 func claimAll(sh []share, t int64) {
 	for _, x := range sh {
 		if x.tenant != "" {
-			x.st.claims[x.tenant] = claim{end: x.l.ClaimEnd(t), place: x.place}
+			x.st.claims[x.tenant] = claim{at: t, place: x.place}
 		}
 	}
 }

@@ -32,7 +32,7 @@ func (d *Demand) checkShare(i int) error {
 
 // Restricted reports whether the demand has a headroom or a tenant on
 // any limit, and so is granted as a reservation only for an instant at
-// most an emission interval ahead (see [Store]).
+// most half an emission interval ahead (see [Store]).
 func (d *Demand) Restricted() bool {
 	for i := range d.Limits {
 		if d.Limits[i].Headroom > 0 || d.Limits[i].Tenant != "" {

@@ -87,14 +87,14 @@ import (
 // one (throttle's priority classes); a Tenant shares a limit fairly among
 // the tenants of its counter. A demand that has a headroom or a tenant on
 // any limit is restricted: it is granted as a reservation only for an
-// instant at most T ahead of now, T the least emission interval Per/Rate
-// of its limits other than Concurrency (rounded up to the µs; 0 if it has
-// none), as if its MaxWait were at most T. If it cannot act by then it is
-// refused with nothing charged, and Delay is the time until it could; its
-// caller waits that long and asks again. So a restricted demand never
-// holds quota further ahead than about the next unit its limits free,
-// which a demand arriving after it would have to queue behind, and it
-// still takes that unit at the instant it frees. [Bucket.Headroom] gives
+// instant at most T/2 ahead of now, T the least emission interval
+// Per/Rate of its limits other than Concurrency (in µs, rounded up, then
+// halved and rounded up; 0 if it has none), as if its MaxWait were at
+// most T/2. If it cannot act by then it is refused with nothing charged,
+// and Delay is the time until it could; its caller waits that long and
+// asks again. So a restricted demand never holds quota more than half an
+// emission interval ahead, which a demand arriving after it would have to
+// queue behind, and it still takes most freed units at their instant. [Bucket.Headroom] gives
 // the arithmetic of a headroom.
 //
 // # Lent headroom
@@ -133,13 +133,16 @@ import (
 //     max(V, now): the lower, the further its tenant is below its share,
 //     or the longer it has waited;
 //   - claims: a tenant whose demand is refused with a Delay within
-//     MaxWait (it will ask again) holds a claim on the counter until
-//     now + Delay + T, at the demand's place. Granting a demand of the
-//     tenant drops its claim.
+//     MaxWait (it will ask again) holds a claim on the counter, for the
+//     instant now + Delay, at the demand's place. The claim lives until
+//     max(T, 250ms) after its instant, so that its holder may come back
+//     a round trip and a loaded machine's scheduling late. Granting a
+//     demand of the tenant drops its claim.
 //
 // A demand is held back on a limit while another tenant holds a live
-// claim at a lower place: it is refused until the last of those claims
-// lapses (or until the limits admit it, if that is later), and Limit
+// claim at a lower place: it is refused until T after the latest instant
+// of those claims, or T after now if that is later (their holders are
+// late), or until the limits admit it, if that is later still; and Limit
 // names the shared limit. When a demand is granted for the instant t, its
 // tenant's clock on each shared limit becomes min(max(V, t), t + C*T) +
 // c*n*T, c being its cost on that limit (c*n*T at most 2^50 µs). A
@@ -155,8 +158,7 @@ import (
 // a tenant that was idle may run ahead of the others by up to C*T, a
 // burst of C/n units. The share is exact only while n stays the same (a
 // grant counts with the n of its decision); a claim whose holder does not
-// come back within T of its instant lapses; Cancel and Settle do not move
-// a clock.
+// come back lapses; Cancel and Settle do not move a clock.
 //
 // Implementations must be safe for concurrent use. An error from Take means
 // the demand may or may not have been charged; callers treat it as not

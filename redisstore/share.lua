@@ -13,7 +13,8 @@
 --   tenants  zset: tenant -> instant of its last demand; those after
 --            now - Per are the active ones
 --   claims   zset: tenant -> the place of its claim
---   ends     zset: tenant -> the end of its claim
+--   ends     zset: tenant -> the instant of its claim; it lapses
+--            max(T, CLAIM_GRACE) after it
 --   clock    string: the demand's tenant's share clock; it expires when
 --            the clock is no longer after now (it then counts as 0)
 --   notes    zset: headroom -> instant of its latest note
@@ -25,12 +26,13 @@
 --   ahead    C*T (C: Burst for GCRA, Rate otherwise): how far ahead of
 --            now a grant leaves the clock at most, before its step
 --   window   Per: how long a demand keeps its tenant active
---   claim    T: how long a claim outlives its instant, and a note its
---            class
+--   claim    T: how long a note keeps its class active, and a claim
+--            its holder's place after its instant (at least CLAIM_GRACE)
 --   wait     the demand's MaxWait: a refusal within it leaves a claim
 --   note     the demand's headroom, noted on the counter; -1: not noted
 
 local MAX_SHARE_STEP = 1125899906842624 -- 2^50 (quotamath.MaxShareStep)
+local CLAIM_GRACE = 250000 -- µs (quotamath.ClaimGrace)
 
 -- sharesBegin notes the classes and makes the tenant of each of the count
 -- entries active, and reads their state. It returns the entries and, by
@@ -38,7 +40,7 @@ local MAX_SHARE_STEP = 1125899906842624 -- 2^50 (quotamath.MaxShareStep)
 -- headroom in the last T holds it (the entry's lend: when the latest such
 -- note stops holding it), else it is lent. An entry's held is, when other
 -- tenants' live claims at a lower place than the demand's hold it back,
--- the last of their ends.
+-- until when: T after the latest of their instants, or after now.
 local function sharesBegin(count, firstArg, firstKey)
   local shared, lent = {}, {}
   for s = 1, count do
@@ -72,7 +74,9 @@ local function sharesBegin(count, firstArg, firstKey)
       share.clock = tonumber(redis.call('GET', share.clockKey)) or 0
       share.place = share.clock
       if share.place < now then share.place = now end
-      local gone = redis.call('ZRANGE', share.ends, '-inf', fmt('%d', now), 'BYSCORE')
+      local span = share.claim
+      if span < CLAIM_GRACE then span = CLAIM_GRACE end
+      local gone = redis.call('ZRANGE', share.ends, '-inf', fmt('%d', now - span), 'BYSCORE')
       if #gone > 0 then
         redis.call('ZREM', share.ends, unpack(gone))
         redis.call('ZREM', share.claims, unpack(gone))
@@ -80,11 +84,16 @@ local function sharesBegin(count, firstArg, firstKey)
       local waiting = redis.call('ZSCORE', share.claims, share.tenant)
       if waiting then share.place = tonumber(waiting) end -- a waiting tenant keeps its place
       local lower = redis.call('ZRANGE', share.claims, '-inf', fmt('(%d', share.place), 'BYSCORE')
+      local last
       for _, tenant in ipairs(lower) do
         if tenant ~= share.tenant then
-          local ends = tonumber(redis.call('ZSCORE', share.ends, tenant))
-          if not share.held or ends > share.held then share.held = ends end
+          local at = tonumber(redis.call('ZSCORE', share.ends, tenant))
+          if not last or at > last then last = at end
         end
+      end
+      if last then
+        if last < now then last = now end
+        share.held = last + share.claim
       end
     end
     shared[s] = share
@@ -95,10 +104,10 @@ end
 -- sharesRefusal returns take.lua's reply refusing the demand, whose
 -- limits admit it at instant (binding and pause as take.lua found them),
 -- or nil if it is granted: refused while other tenants' claims hold it
--- back, not before they lapse; else when it may not wait until instant,
--- until then, or until a held headroom may be lent if sooner (not before
--- pauseEnd; the limit holding it binds). A refusal within MaxWait leaves claims until T after the
--- instant it is refused until.
+-- back, until their held (or instant, if later); else when it may not
+-- wait until instant, until then, or until a held headroom may be lent if
+-- sooner (not before pauseEnd; the limit holding it binds). A refusal
+-- within MaxWait leaves claims for the instant it is refused until.
 local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause)
   local held, heldLimit, lend, lender
   for _, share in ipairs(shared) do
@@ -115,10 +124,11 @@ local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause)
   if refused - now <= shared[1].wait then
     for _, share in ipairs(shared) do
       if share.tenant ~= '' then
-        local ends = refused + share.claim
+        local span = share.claim
+        if span < CLAIM_GRACE then span = CLAIM_GRACE end
         redis.call('ZADD', share.claims, fmt('%d', share.place), share.tenant)
-        redis.call('ZADD', share.ends, fmt('%d', ends), share.tenant)
-        local ttl = math.ceil((ends - now) / 1000) + slack
+        redis.call('ZADD', share.ends, fmt('%d', refused), share.tenant)
+        local ttl = math.ceil((refused + span - now) / 1000) + slack
         for _, key in ipairs({share.claims, share.ends}) do
           if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
         end

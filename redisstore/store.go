@@ -304,7 +304,7 @@ func gcraExact(d *quota.Demand) bool {
 }
 
 // demandMaxWait returns the MaxWait the scripts take for d, in µs: at
-// most T for a demand with a headroom or a tenant, which reserves no
+// most T/2 for a demand with a headroom or a tenant, which reserves no
 // further ahead (quotamath.RestrictedWait).
 func demandMaxWait(d *quota.Demand) int64 {
 	wait := max(d.MaxWait, 0).Microseconds()

@@ -10,7 +10,7 @@
 --
 -- ARGV[1], ARGV[2]  the clock and the decision id (prologue.lua): unique,
 --          it names sliding-log members and leases
--- ARGV[3]  MaxWait; at most T for a demand with a headroom or a tenant,
+-- ARGV[3]  MaxWait; at most T/2 for a demand with a headroom or a tenant,
 --          which reserves no further ahead (quotamath.RestrictedWait)
 -- ARGV[4]  number of pause keys
 -- ARGV[5]  how long to remember the reply, ms; 0: not at all

@@ -310,11 +310,11 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 	t := m.instant(seen, now)
 	maxWait := max(d.MaxWait, 0)
 	if d.Restricted() {
-		// A reservation at most T ahead, the least over the limits other
-		// than Concurrency.
+		// A reservation at most T/2 ahead (rounded up), the least over
+		// the limits other than Concurrency.
 		least := time.Duration(-1)
 		for _, b := range d.Limits {
-			if t := time.Duration(spanUp(b.Limit, 1)) * time.Microsecond; b.Limit.Algorithm != quota.Concurrency && (least < 0 || t < least) {
+			if t := time.Duration((spanUp(b.Limit, 1)+1)/2) * time.Microsecond; b.Limit.Algorithm != quota.Concurrency && (least < 0 || t < least) {
 				least = t
 			}
 		}

@@ -32,7 +32,7 @@ func headroomCases() []stepCase {
 	return []stepCase{{
 		// T = 100ms, B = 10, headroom 2: the low class admits while
 		// TAT + T - t <= 8T.
-		name:    "GCRA: the headroom is the top of the burst, and a reservation at most T ahead",
+		name:    "GCRA: the headroom is the top of the burst",
 		buckets: classes(gcra("g", 10, sec, 0), 2),
 		steps: steps(
 			[]step{{use: low, ok: true, left: &left{7, 100 * ms}}},
@@ -40,10 +40,7 @@ func headroomCases() []stepCase {
 			[]step{
 				{use: low, ok: true, left: &left{0, 800 * ms}},
 				{use: low, delay: 100 * ms},
-				// A reservation at most T ahead; cancelled.
-				{use: low, maxWait: sec, ok: true, delay: 100 * ms},
-				{op: opCancel, cancel: 10},
-				{use: low, cost: 2, maxWait: sec, delay: 200 * ms},
+				{use: low, maxWait: sec, delay: 100 * ms}, // more than T/2 ahead
 				{use: high, ok: true, left: &left{1, 900 * ms}},
 				{use: high, ok: true, left: &left{0, sec}},
 				{use: high, delay: 100 * ms},
@@ -55,6 +52,19 @@ func headroomCases() []stepCase {
 				{use: high, cost: 10, maxWait: hour, ok: true, delay: 800 * ms},
 			},
 		),
+	}, {
+		// T = 100ms: a demand with a headroom (or a tenant) may reserve
+		// at most T/2 ahead, and is refused beyond.
+		name:    "a restricted demand is a reservation at most T/2 ahead",
+		buckets: classes(gcra("g", 10, sec, 2), 1),
+		steps: []step{
+			{use: low, ok: true},
+			{use: low, maxWait: sec, delay: 100 * ms},
+			{advance: 50*ms - us, use: low, maxWait: sec, delay: 50*ms + us},
+			{advance: us, use: low, maxWait: sec, ok: true, delay: 50 * ms},
+			{use: low, maxWait: sec, delay: 150 * ms},
+			{use: high, maxWait: sec, ok: true, delay: 50 * ms}, // the burst's top
+		},
 	}, {
 		// T = 200ms. The headroom is held for T after the high class asks
 		// (granted or not), lent otherwise; refused while it is held, the
@@ -154,8 +164,8 @@ func shareCases() []stepCase {
 	return []stepCase{{
 		// Alone, a's clock keeps pace with the limit: n = 1, a step of T.
 		// Every demand with a tenant is restricted: a reservation at most
-		// T ahead, so the refusals below, until the next window, leave
-		// claims until T after it.
+		// T/2 ahead, so the refusals below, until the next window, leave
+		// claims for it.
 		name:    "a tenant alone may use the whole limit; one further below its share goes first",
 		buckets: []quota.Bucket{tenant(on(f)[0], "a"), tenant(on(f)[0], "b")},
 		steps: steps(
@@ -172,8 +182,9 @@ func shareCases() []stepCase {
 	}, {
 		// n grows to 3. A waiting tenant keeps its claim's place: b, who
 		// claimed first (at 0), goes before c (at 10ms), and both before a
-		// (at 1s). A claim not taken up lapses T after its instant.
-		name:    "claims at a lower place go first, and lapse T after their instant",
+		// (at 1s). A claim not taken up lapses max(T, 250ms) after its
+		// instant.
+		name:    "claims at a lower place go first, and lapse 250ms after their instant",
 		buckets: []quota.Bucket{tenant(on(f)[0], "a"), tenant(on(f)[0], "b"), tenant(on(f)[0], "c")},
 		steps: steps(
 			repeat(10, step{use: a, ok: true}),
@@ -188,10 +199,10 @@ func shareCases() []stepCase {
 			},
 			repeat(7, step{use: a, ok: true}),
 			[]step{
-				{use: b, maxWait: 2 * sec, delay: sec}, // place 1.3s: claim until 2.1s
-				{use: a, delay: 1100 * ms},             // a's clock is further ahead: held
-				{advance: 1100*ms - us, use: a, delay: us},
-				{advance: us, use: a, ok: true}, // b's claim has lapsed
+				{use: b, maxWait: 2 * sec, delay: sec},           // place 1.3s: a claim for 2s, until 2.25s
+				{use: a, delay: 1100 * ms},                       // a's clock is further ahead: held until T after 2s
+				{advance: 1250*ms - us, use: a, delay: 100 * ms}, // b is late: held until T from now
+				{advance: us, use: a, ok: true},                  // b's claim has lapsed
 			},
 		),
 	}, {

@@ -16,7 +16,7 @@ type tenants struct {
 	notes  map[int64]int64     // headroom -> instant of its latest note
 	active map[string]int64    // tenant -> instant of its last demand
 	clocks map[string]int64    // tenant -> share clock
-	claims map[string][2]int64 // tenant -> end of its claim, and its place
+	claims map[string][2]int64 // tenant -> the instant of its claim, and its place
 }
 
 // modelShare is one limit of a demand being decided that is shared among
@@ -29,7 +29,7 @@ type modelShare struct {
 	n     int64 // active tenants, the demand's included
 	clock int64
 	place int64
-	held  int64 // the last end of other tenants' live claims at a lower place, or 0
+	held  int64 // when other tenants' live claims at a lower place hold it back: until when, else 0
 	lend  int64 // when the headroom is held: when the notes holding it stop, else 0
 }
 
@@ -102,14 +102,22 @@ func (m *model) shares(d *quota.Demand, now int64) ([]modelShare, *quota.Demand)
 					x.n++
 				}
 			}
+			// A claim lives max(T, 250ms) past its instant; it holds back
+			// until T after the latest instant, or after now.
+			t := spanUp(b.Limit, 1)
+			live := func(c [2]int64) bool { return c[0]+max(t, 250_000) > now }
 			x.place = max(x.clock, now)
-			if c, ok := ts.claims[b.Tenant]; ok && c[0] > now {
+			if c, ok := ts.claims[b.Tenant]; ok && live(c) {
 				x.place = c[1]
 			}
+			last := int64(-1)
 			for tenant, c := range ts.claims {
-				if tenant != b.Tenant && c[0] > now && c[1] < x.place {
-					x.held = max(x.held, c[0])
+				if tenant != b.Tenant && live(c) && c[1] < x.place {
+					last = max(last, c[0])
 				}
+			}
+			if last >= 0 {
+				x.held = max(last, now) + t
 			}
 		}
 		out = append(out, x)
@@ -152,12 +160,11 @@ func lendAt(sh []modelShare) (int64, []int) {
 	return at, lenders
 }
 
-// claim gives the demand's tenants a claim at their place until T after
-// t.
+// claim gives the demand's tenants a claim at their place for t.
 func (m *model) claim(sh []modelShare, t int64) {
 	for _, x := range sh {
 		if x.b.Tenant != "" {
-			x.ts.claims[x.b.Tenant] = [2]int64{t + spanUp(x.b.Limit, 1), x.place}
+			x.ts.claims[x.b.Tenant] = [2]int64{t, x.place}
 		}
 	}
 }

@@ -65,9 +65,20 @@ func (l Limit) ShareCharge(clock, t, cost, n int64) int64 {
 	return min(max(clock, t), t+l.ShareAhead()) + step
 }
 
+// ClaimGrace is how long at least a claim outlives its instant, µs: its
+// holder, told to come back then, may come back late by a store round
+// trip and a loaded machine's scheduling.
+const ClaimGrace = 250_000
+
 // ClaimEnd returns the instant until which a tenant refused until the
-// instant at holds its claim: at + T, rounded up.
-func (l Limit) ClaimEnd(at int64) int64 { return at + l.ShareUnit(1) }
+// instant at holds its claim: at + max(T, ClaimGrace), T rounded up.
+func (l Limit) ClaimEnd(at int64) int64 { return at + max(l.ShareUnit(1), ClaimGrace) }
+
+// HeldUntil returns the instant until which a demand that live claims at a
+// lower place hold back is refused, last being the latest of their
+// instants: T after it, or after now if that is later (its holder is
+// late), T rounded up.
+func (l Limit) HeldUntil(last, now int64) int64 { return max(last, now) + l.ShareUnit(1) }
 
 // NoteActive reports whether a class last noted on the counter at the
 // instant at is active at now: at > now - T, T rounded up (quota.Store,
@@ -79,14 +90,15 @@ func (l Limit) NoteActive(at, now int64) bool { return at > now-l.ShareUnit(1) }
 func (l Limit) NoteEnd(at int64) int64 { return at + l.ShareUnit(1) }
 
 // RestrictedWait returns, in µs, how far ahead of now a restricted demand
-// ([quota.Demand.Restricted]) may be granted as a reservation: the least
-// emission interval T of its limits other than Concurrency, rounded up;
-// 0 if it has none (quota.Store, Headroom and fair shares).
+// ([quota.Demand.Restricted]) may be granted as a reservation: half the
+// least emission interval T of its limits other than Concurrency (T
+// rounded up, then its half); 0 if it has none (quota.Store, Headroom and
+// fair shares).
 func RestrictedWait(d *quota.Demand) int64 {
 	least := int64(-1)
 	for i := range d.Limits {
 		if l := &d.Limits[i].Limit; l.Algorithm != quota.Concurrency {
-			if t := Of(*l).ShareUnit(1); least < 0 || t < least {
+			if t := (Of(*l).ShareUnit(1) + 1) / 2; least < 0 || t < least {
 				least = t
 			}
 		}
