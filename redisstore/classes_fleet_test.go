@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -337,17 +338,65 @@ func TestPriorityFleet(t *testing.T) {
 		t.Skip("a 7 s fleet")
 	}
 	t.Parallel()
+	r := runPriorityFleet(t, 0.2)
+	for _, c := range r.calls {
+		if c.who == "interactive" {
+			assert.EqualValues(t, 1, c.takes.Load(), "an interactive request asked the store more than once")
+		}
+	}
+	require.GreaterOrEqual(t, len(r.inter), 40, "interactive requests sent")
+	assert.LessOrEqual(t, percentile(r.inter, 100), 2*fleetT, "an interactive request's decided wait")
+	assert.GreaterOrEqual(t, r.windows, 3)
+	assert.GreaterOrEqual(t, r.used, 0.98, "share of the quota charged")
+	assert.LessOrEqual(t, r.longest, fleetT/2, "the longest reservation granted to a bulk request")
+	assert.Zero(t, r.refused, "the vendor refused requests")
+}
+
+// TestPriorityFleetHeadrooms runs the fleet of TestPriorityFleet with
+// other headrooms, and without classes (0: every request reserves), for
+// docs/policy.md's figures. It runs only when THROTTLE_PRIORITY_COMPARE
+// is set, and asserts only that the vendor refused nothing.
+func TestPriorityFleetHeadrooms(t *testing.T) {
+	if os.Getenv("THROTTLE_PRIORITY_COMPARE") == "" {
+		t.Skip("a measurement for comparison; set THROTTLE_PRIORITY_COMPARE=1 to run it")
+	}
+	for _, h := range []float64{0, 0.01, 0.05, 0.2, 0.5} {
+		t.Run(strconv.FormatFloat(h, 'f', -1, 64), func(t *testing.T) {
+			assert.Zero(t, runPriorityFleet(t, h).refused, "the vendor refused requests")
+		})
+	}
+}
+
+// priorityFleet is what a run of the priority fleet counted.
+type priorityFleet struct {
+	calls   []*call
+	inter   []time.Duration // interactive requests' decided waits
+	used    float64         // share of the quota charged to the steady windows
+	windows int
+	longest time.Duration // the longest reservation of a restricted demand
+	refused int64         // by the vendor
+}
+
+// runPriorityFleet runs the fleet of TestPriorityFleet, bulk with the
+// given headroom; with none, without classes.
+func runPriorityFleet(t *testing.T, headroom float64) priorityFleet {
 	v := newQuotaVendor(t, fleetRate, 150)
 	p := throttle.Policy{
 		Instances: fleetInstances,
-		Classes:   []throttle.Class{{Name: "interactive"}, {Name: "bulk", Headroom: 0.2}},
-		Rules:     []throttle.Rule{{Name: "vendor", Class: "bulk", Wait: waiters.Block(), Limits: []throttle.Limit{fleetLimit()}}},
+		Rules:     []throttle.Rule{{Name: "vendor", Wait: waiters.Block(), Limits: []throttle.Limit{fleetLimit()}}},
+	}
+	if headroom > 0 {
+		p.Classes = []throttle.Class{{Name: "interactive"}, {Name: "bulk", Headroom: headroom}}
+		p.Rules[0].Class = "bulk"
 	}
 	f := newClassFleet(t, fleetInstances, p)
 	ctx, cancel := context.WithCancel(context.Background())
 	counts := windowCounts(ctx, f.prefix)
 	start := time.Now()
-	interCtx := throttle.WithClass(ctx, "interactive")
+	interCtx := ctx
+	if headroom > 0 {
+		interCtx = throttle.WithClass(ctx, "interactive")
+	}
 	for i := range fleetInstances {
 		for range fleetGoroutines - 1 {
 			f.loop(ctx, i, v.URL, "bulk")
@@ -358,27 +407,16 @@ func TestPriorityFleet(t *testing.T) {
 	cancel()
 	f.wg.Wait()
 	end := start.Add(fleetRun)
-	calls := f.finished(t)
 
-	share, windows := used(counts(), start.Add(fleetSteady), end, fleetRate)
-	inter := decidedWaits(calls, "interactive", start)
+	r := priorityFleet{calls: f.finished(t), refused: v.refused.Load()}
+	r.used, r.windows = used(counts(), start.Add(fleetSteady), end, fleetRate)
+	r.inter = decidedWaits(r.calls, "interactive", start)
 	reservations, longest := f.restrictedReservations()
-	bulk := len(calls) - len(inter)
-	t.Logf("bulk: %d sent, reservations granted: %d (longest %v); interactive: %d sent, store-decided wait p50 %v, p99 %v, max %v",
-		bulk, reservations, longest, len(inter), percentile(inter, 50), percentile(inter, 99), percentile(inter, 100))
-	t.Logf("windows from %v on: %d, charged %.1f%% of the quota; vendor refused %d", fleetSteady, windows, 100*share, v.refused.Load())
-
-	for _, c := range calls {
-		if c.who == "interactive" {
-			assert.EqualValues(t, 1, c.takes.Load(), "an interactive request asked the store more than once")
-		}
-	}
-	require.GreaterOrEqual(t, len(inter), 40, "interactive requests sent")
-	assert.LessOrEqual(t, percentile(inter, 100), 2*fleetT, "an interactive request's decided wait")
-	assert.GreaterOrEqual(t, windows, 3)
-	assert.GreaterOrEqual(t, share, 0.98, "share of the quota charged")
-	assert.LessOrEqual(t, longest, fleetT/2, "the longest reservation granted to a bulk request")
-	assert.Zero(t, v.refused.Load(), "the vendor refused requests")
+	r.longest = longest
+	t.Logf("headroom %v: bulk: %d sent, reservations granted: %d (longest %v); interactive: %d sent, store-decided wait p50 %v, p99 %v, max %v",
+		headroom, len(r.calls)-len(r.inter), reservations, longest, len(r.inter), percentile(r.inter, 50), percentile(r.inter, 99), percentile(r.inter, 100))
+	t.Logf("windows from %v on: %d, charged %.1f%% of the quota; vendor refused %d", fleetSteady, r.windows, 100*r.used, r.refused)
+	return r
 }
 
 // TestFairShareFleet is issue 28's tenant mix: one sliding window of 100
