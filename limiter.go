@@ -100,6 +100,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 			}
 		}
 	}
+	lim.notePlacement() // note.go
 	return lim, nil
 }
 

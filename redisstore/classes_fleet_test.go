@@ -514,3 +514,8 @@ func TestFairShareFleet(t *testing.T) {
 	assert.LessOrEqual(t, longest, fleetT/2, "the longest reservation granted to a tenant's request")
 	assert.Zero(t, v.refused.Load(), "the vendor refused requests")
 }
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -108,7 +108,9 @@ end
 -- wait until instant, until then, or until a held headroom may be lent if
 -- sooner (not before pauseEnd; the limit holding it binds). A refusal
 -- within MaxWait leaves claims for the instant it is refused until.
-local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause)
+-- common is take.lua's: the earliest instant, not before its argument,
+-- at which the limits admit the demand.
+local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause, common)
   local held, heldLimit, lend, lender
   for _, share in ipairs(shared) do
     if share.held and (not held or share.held > held) then held, heldLimit = share.held, share.limit end
@@ -120,7 +122,12 @@ local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause)
     if lend < pauseEnd then lend = pauseEnd end
     if lend < refused then refused, binding, pause = lend, lender - 1, -1 end
   end
-  if held and held >= refused then refused, binding, pause = held, heldLimit - 1, -1 end
+  if held and held >= refused then
+    -- and if the limits do not admit it then, until they do after it (a
+    -- sliding log may admit it now and not then).
+    refused, binding, pause = common(held), heldLimit - 1, -1
+    if not refused then return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds') end
+  end
   if refused - now <= shared[1].wait then
     for _, share in ipairs(shared) do
       if share.tenant ~= '' then

@@ -217,7 +217,7 @@ func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		m.log[id] = append(m.log[id], quotamath.LogEntry{At: t, Cost: c})
+		m.log[id] = quotamath.Insert(m.log[id], quotamath.LogEntry{At: t, Cost: c})
 		return t
 	}
 	panic("storetest: unknown algorithm")
@@ -262,10 +262,10 @@ func check(d *quota.Demand) error {
 	return nil
 }
 
-// instant returns the earliest instant, not before now, at which every
+// instant returns the earliest instant, not before from, at which every
 // limit of d admits it and no listed pause is in force.
-func (m *model) instant(d *quota.Demand, now int64) int64 {
-	t := now
+func (m *model) instant(d *quota.Demand, from int64) int64 {
+	t := from
 	for _, p := range d.Pauses {
 		t = max(t, m.pauses[d.Scope+"\x00"+p])
 	}
@@ -336,7 +336,9 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		}
 		dec := quota.Decision{Limit: -1}
 		if held != nil && end >= until {
-			until, dec.Limit, m.held = end, held[0], held
+			// and if the limits do not admit it then, until they do after
+			// it (a sliding log may admit it now and not then).
+			until, dec.Limit, m.held = m.instant(seen, end), held[0], held
 		} else if until < t {
 			dec.Limit, m.held = lenders[0], lenders // until the headroom may be lent
 		} else if limits, pauses := m.binding(seen, until); len(limits) > 0 {
