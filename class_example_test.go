@@ -130,7 +130,7 @@ func ExampleLimit_tenant() {
 				for ; backlog[i] >= 1; backlog[i]-- {
 					p, err := lim.Reserve(ctx, "vendor", 1)
 					if err != nil {
-						break // over its share, and no quota now
+						break // no quota within T/2, or another customer goes first
 					}
 					if now.Add(p.Delay).Before(end) {
 						sent[i]++

@@ -76,7 +76,7 @@ func classPolicy(tenant throttle.KeyFunc) throttle.Policy {
 
 // TestClassHeadroom, on both stores: a class stops at its headroom, the
 // class above it takes the rest, a request of a class with a headroom is
-// never reserved, and hooks name the class.
+// never reserved far ahead, and hooks name the class.
 func TestClassHeadroom(t *testing.T) {
 	for name, stores := range limiterStores(t) {
 		t.Run(name, func(t *testing.T) {

@@ -273,12 +273,13 @@ type Bucket struct {
 	// Headroom is how much of the limit the demand must leave free: it is
 	// admitted only if, after its cost c, at least Headroom units are
 	// still free; on the window and log algorithms only while a demand
-	// with a smaller headroom is active (see [Store], Lent headroom). GCRA admits c at t when max(TAT, t) + c*T - t <=
-	// (B-Headroom)*T; FixedWindow, SlidingWindow and SlidingLog when their
-	// count (estimate, logged cost) plus c is at most Rate-Headroom; a
+	// with a smaller headroom is active (see [Store], Lent headroom).
+	// GCRA admits c at t when max(TAT, t) + c*T - t <= (B-Headroom)*T;
+	// FixedWindow, SlidingWindow and SlidingLog when their count
+	// (estimate, logged cost) plus c is at most Rate-Headroom; a
 	// Concurrency limit when more than Headroom slots are free. A demand
-	// with a headroom on any limit is never granted as a reservation (see
-	// [Store]). Headroom plus the cost may not exceed the limit's capacity
+	// with a headroom on any limit is restricted: a reservation at most
+	// T/2 ahead (see [Store]). Headroom plus the cost may not exceed the limit's capacity
 	// (its Rate slots, for a Concurrency limit): that is [ErrCostTooHigh].
 	// Zero means none.
 	Headroom int

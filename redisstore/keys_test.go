@@ -52,7 +52,7 @@ func exercise(t *testing.T, s quota.Store, scope, key string) {
 		require.NoError(t, st.Settle(c, dec.Reservation, []int{2, 2, 2, 2, 2})) // a settlement key
 	}
 	// Fair shares: the active tenants, a tenant's share clock, and a claim
-	// (of a second tenant, within its share, refused with a headroom).
+	// (of a second tenant, refused with a headroom).
 	share := quota.Bucket{Limit: quota.Limit{Name: "t", Rate: 2, Per: time.Second}, Key: key, Tenant: key}
 	for range 2 {
 		dec, err := s.Take(c, &quota.Demand{Scope: scope, Limits: []quota.Bucket{share}, Cost: 1})

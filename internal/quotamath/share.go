@@ -44,9 +44,9 @@ const MaxShareStep = 1 << 50
 // its tenant's clock by up to n µs more than c*n*T.)
 func (l Limit) ShareUnit(cost int64) int64 { return l.Emissions(cost).Ceil() }
 
-// ShareAhead returns C*T, rounded up: how far a tenant's share clock may
-// run ahead of now while the tenant is within its share (quota.Store,
-// Fair shares).
+// ShareAhead returns C*T, rounded up: how far beyond a grant's instant a
+// tenant's share clock may be before the grant's step (quota.Store, Fair
+// shares).
 func (l Limit) ShareAhead() int64 { return l.ShareUnit(l.Capacity()) }
 
 // SharePlace returns the place of a demand whose tenant's share clock is
