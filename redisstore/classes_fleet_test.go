@@ -337,7 +337,9 @@ func TestPriorityFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 7 s fleet")
 	}
-	t.Parallel()
+	// Not parallel: the fleet runs before the package's parallel tests,
+	// whose CPU would make its retries late (a late retry leaves the
+	// limit's freed units unused meanwhile).
 	r := runPriorityFleet(t, 0.2)
 	for _, c := range r.calls {
 		if c.who == "interactive" {
@@ -444,7 +446,9 @@ func TestFairShareFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 7 s fleet")
 	}
-	t.Parallel()
+	// Not parallel: the fleet runs before the package's parallel tests,
+	// whose CPU would make its retries late (a late retry leaves the
+	// limit's freed units unused meanwhile).
 	v := newQuotaVendor(t, fleetRate, 150)
 	limit := fleetLimit()
 	limit.Tenant = throttle.KeyFromContext("tenant")
