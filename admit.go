@@ -27,6 +27,9 @@ func (lim *Limiter) newDemand(r *rule) *demand {
 // caller's cost and reserve mode.
 func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration, d *demand) (DecisionEvent, *demand) {
 	ev := DecisionEvent{Rule: r.id, Shadow: r.Shadow}
+	g := lim.gauge(r)
+	g.add(1, 0)
+	defer g.add(-1, 0)
 	if r.Shadow {
 		budget = 0 // decided as if it could not wait; never sleeps
 	}

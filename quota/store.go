@@ -142,11 +142,14 @@ import (
 // A demand is held back on a limit while another tenant holds a live
 // claim at a lower place: it is refused until T after the latest instant
 // of those claims, or T after now if that is later (their holders are
-// late), or until the limits admit it, if that is later still; and Limit
-// names the shared limit. When a demand is granted for the instant t, its
-// tenant's clock on each shared limit becomes min(max(V, t), t + C*T) +
-// c*n*T, c being its cost on that limit (c*n*T at most 2^50 µs). A
-// refusal charges nothing.
+// late), or until the limits admit it, if that is later still, or the
+// earliest instant after that at which they do (a sliding log may admit
+// a demand now and not a moment later, when a reservation's window would
+// hold it); and Limit names the shared limit. When a demand is granted
+// for the instant t, its tenant's clock on each shared limit becomes
+// min(max(V, t), t + C*T) + c*n*T, c being its cost on that limit (c*n*T
+// at most 2^50 µs). A refusal charges nothing, but makes its tenant
+// active and may give it a claim.
 //
 // So the free quota goes to the waiting tenant with the lowest place,
 // the one furthest below its share, as in fair queueing: a tenant that

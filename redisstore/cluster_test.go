@@ -33,6 +33,7 @@ func TestCluster(t *testing.T) {
 	}
 	prefix := redistest.Prefix(t)
 
+	t.Run("ReadsBeforeReservedWrites", func(t *testing.T) { readsBeforeReservedWrites(t, newCluster(t)) })
 	t.Run("Inspect", func(t *testing.T) {
 		inspectConcurrency(t, newStoreOn(t, newCluster(t), prefix))
 	})
