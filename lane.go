@@ -127,7 +127,14 @@ func (lim *Limiter) takeInLine(ctx context.Context, r *rule, d *demand, ev *Deci
 			dec.Delay = rest
 			break
 		}
-		if wait := rest - early; wait > 0 {
+		// Early only from further than early: a refusal within it was not
+		// for want of a reservation (a claim or a held headroom), so
+		// asking again before its end would only be refused again.
+		wait := rest
+		if rest > early {
+			wait = rest - early
+		}
+		if wait > 0 {
 			if _, err := lim.sleep(ctx, wait, nil); err != nil {
 				ev.Outcome, ev.Wait = GaveUp, waited+spent()
 				return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
