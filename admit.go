@@ -149,11 +149,26 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 	}
 	waited := ev.Wait
 	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
-	if slept, err := lim.sleep(ctx, dec.Delay, dec.Reservation); err != nil {
+	res, slept, err := lim.sleepOn(ctx, d, dec.Delay, dec.Reservation)
+	if err != nil {
 		ev.Outcome, ev.Wait = GaveUp, waited+slept
 		return &LimitError{Rule: r.id, Err: err}
 	}
+	d.granted = res
 	return nil
+}
+
+// sleepOn waits delay for res, the reservation d was granted, as sleep
+// does, and returns the reservation to act on. A request with a place in
+// its rule's queue (queue.go) waits in its place: the queue may give it
+// an earlier reservation meanwhile, and gives back the one it holds if
+// ctx ends.
+func (lim *Limiter) sleepOn(ctx context.Context, d *demand, delay time.Duration, res *quota.Reservation) (*quota.Reservation, time.Duration, error) {
+	if d.place == nil {
+		slept, err := lim.sleep(ctx, delay, res)
+		return res, slept, err
+	}
+	return d.place.hold(ctx, lim.now)
 }
 
 // sleep waits d on a timer. If ctx ends first, it gives r back to the
@@ -193,6 +208,7 @@ type demand struct {
 	held    *quota.Reservation // the granted reservation whose slots the request holds
 	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
 	delay   time.Duration      // reserve: how long the caller must wait before it acts
+	place   *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
 }
 
 // hasLeases reports whether d has a Concurrency limit.
@@ -336,7 +352,9 @@ func (lim *Limiter) claimDue(ctx context.Context, r *rule, d *demand, dec quota.
 	start, waited := lim.now(), ev.Wait
 	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
 	if dec.Delay > 0 {
-		if slept, err := lim.sleep(ctx, dec.Delay, res); err != nil {
+		var slept time.Duration
+		var err error
+		if res, slept, err = lim.sleepOn(ctx, d, dec.Delay, res); err != nil {
 			ev.Outcome, ev.Wait = GaveUp, waited+slept
 			return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
 		}

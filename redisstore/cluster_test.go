@@ -53,6 +53,10 @@ func TestCluster(t *testing.T) {
 		})
 	})
 
+	t.Run("QueueDropOldest", func(t *testing.T) {
+		queueDropOldest(t, func(t *testing.T) redis.UniversalClient { return newCluster(t) })
+	})
+
 	t.Run("SettleFleet", func(t *testing.T) {
 		// TestSettleFleet's fleet, each instance with a client of its own
 		// of the Cluster.
