@@ -196,9 +196,10 @@ func (r *rule) inFlight() int {
 
 // compiledPolicy is a validated Policy, ready to match requests.
 type compiledPolicy struct {
-	rules   []rule
-	refuse  bool
-	classes map[string]*class
+	rules     []rule
+	refuse    bool
+	classes   map[string]*class
+	unclassed *class // the class of requests that name none (class.go)
 }
 
 // Validate reports every problem with the policy: each is a
@@ -231,6 +232,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		bad("", "Instances", "must not be negative, got %d", p.Instances)
 	}
 	cp.classes = compileClasses(p.Classes, bad) // class.go
+	cp.unclassed = unclassed(cp.classes)
 
 	for i, r := range p.Rules {
 		id := r.Name

@@ -200,7 +200,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
-		d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
+		!d.Limits[0].Noted() && d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
@@ -222,7 +222,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
 		shares := sharedLimits(d) // share.go
-		args, mark = s.scriptArgs(5+5*len(d.Limits)+7*shares+2*len(carried), id, true)
+		args, mark = s.scriptArgs(5+5*len(d.Limits)+8*shares+2*len(carried), id, true)
 		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried), shares)
 		for i := range d.Limits {
 			b, cost := &d.Limits[i], int64(d.CostOf(i))
@@ -299,13 +299,15 @@ func gcraExact(d *quota.Demand) bool {
 	return true
 }
 
-// demandMaxWait returns the MaxWait the scripts take for d, in µs: 0 for
-// a demand with a headroom, which is never a reservation.
+// demandMaxWait returns the MaxWait the scripts take for d, in µs: at
+// most T/2 for a demand with a headroom or a tenant, which reserves no
+// further ahead (quotamath.RestrictedWait).
 func demandMaxWait(d *quota.Demand) int64 {
+	wait := max(d.MaxWait, 0).Microseconds()
 	if d.Restricted() {
-		return 0
+		wait = min(wait, quotamath.RestrictedWait(d))
 	}
-	return max(d.MaxWait, 0).Microseconds()
+	return wait
 }
 
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
