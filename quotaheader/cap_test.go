@@ -107,10 +107,7 @@ func BenchmarkParse(b *testing.B) {
 		"X-Ratelimit-Resource":  {"search"},
 	}
 	big := func(n int) http.Header {
-		s := `"default";r=7;t=30`
-		for len(s) < n {
-			s += `, "p";r=1;t=1`
-		}
+		s := `"default";r=7;t=30` + strings.Repeat(`, "p";r=1;t=1`, n/13)
 		return http.Header{"Ratelimit": {s[:n]}, "Ratelimit-Policy": {`"default";q=10;w=60`}}
 	}
 	for _, c := range []struct {
