@@ -69,9 +69,10 @@ type phase struct {
 
 	// The store: one of its window ends is in [sLo, sHi] (modulo per), as
 	// of asked, the last time this instance asked it.
-	hasStore bool
-	sLo, sHi int64
-	asked    int64
+	hasStore     bool
+	learnedStore bool // the store's windows were moved by an Anchor
+	sLo, sHi     int64
+	asked        int64
 }
 
 // bounds returns where one of the vendor's window ends lies, [lo, hi]
@@ -183,8 +184,11 @@ func (p *phase) zone() (lo, hi int64, ok bool) {
 	}
 	lo, hi, ok = p.bounds()
 	if !ok {
-		// No evidence of our own: the store's windows may have been moved
-		// by another instance, on evidence that left less than half a
+		if !p.learnedStore {
+			return 0, 0, false // the store's windows follow no vendor yet
+		}
+		// No evidence of our own: the store's windows were moved by
+		// another instance, on evidence that left less than half a
 		// window open before their end.
 		return p.sLo - p.per/2, p.sHi, true
 	}
@@ -274,6 +278,7 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 	// The store counted ends from when it got the call, between callSent
 	// and callRecv.
 	lim.learned.keepStore(id, callSent.Add(ends), callRecv.Add(ends), now)
+	lim.learned.storeLearned(id, true)
 	return callSent.Add(ends)
 }
 
@@ -330,6 +335,16 @@ func (l *learner) keepStore(id windowID, lo, hi, now time.Time) {
 	defer l.mu.Unlock()
 	if p := l.windows[id]; p != nil {
 		p.hasStore, p.sLo, p.sHi, p.asked = true, lo.UnixMicro(), hi.UnixMicro(), now.UnixMicro()
+	}
+}
+
+// storeLearned records whether the store's windows for id follow a phase
+// learned from the vendor.
+func (l *learner) storeLearned(id windowID, learned bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.windows[id]; p != nil {
+		p.learnedStore = learned
 	}
 }
 
@@ -408,10 +423,13 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	callSent := lim.now()
-	var ends time.Duration
+	var (
+		ends    time.Duration
+		learned bool
+	)
 	err := lim.guard(sctx, func(ctx context.Context) error {
 		var err error
-		ends, _, err = s.Anchor(ctx, scope, b, 0, 0)
+		ends, learned, err = s.Anchor(ctx, scope, b, 0, 0)
 		return err
 	})
 	if err != nil || ends <= 0 {
@@ -419,6 +437,7 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 		return
 	}
 	lim.learned.keepStore(id, callSent.Add(ends), lim.now().Add(ends), now)
+	lim.learned.storeLearned(id, learned)
 }
 
 // storeStale reports whether this instance last learned where the store's
