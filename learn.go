@@ -67,11 +67,11 @@ type Learning struct {
 	// anchoring. docs/learning.md has the details.
 	Anchor string
 
-	// AnchorTolerance is how far the vendor's window end may be from one
-	// of ours before the windows move: resets given in whole seconds
-	// (and read against a Date header in whole seconds) vary by up to a
-	// second or two from one response to the next. Zero means 1 s, or a
-	// quarter of the limit's Per when that is shorter.
+	// AnchorTolerance is how far after the latest end the vendor's
+	// answers allow one of the store's window ends may be before the
+	// windows move (an end before the earliest always moves them). Zero:
+	// only the evidence's own width (see docs/learning.md, "Evidence, not
+	// trust").
 	AnchorTolerance time.Duration
 
 	// PauseBy names a limit of the rule whose key scopes learned pauses

@@ -75,10 +75,7 @@ type Rule struct {
 	// own is settled to what Settle reports ([quota.Settler]) once the
 	// caller has read the body to its end or closed it. Settle gets a copy
 	// of the response holding what the caller read (its first MiB); ok
-	// false leaves the estimate. A cost of 0 says the vendor charged the
-	// request nothing (it refused it): the whole charge, of every limit,
-	// is given back ([quota.Store].Cancel). The store must be a
-	// [quota.Settler].
+	// false leaves the estimate. The store must be a [quota.Settler].
 	Settle func(*http.Response) (cost int, ok bool)
 
 	// Wait says how long a request may wait for its quota (package

@@ -104,12 +104,7 @@ func (b *settleBody) finish() {
 // settlement to the hooks and returns the error it reports.
 func (lim *Limiter) settle(ctx context.Context, r *rule, d *demand, cost int) error {
 	ev := SettleEvent{Rule: r.id, Charged: d.Cost, Cost: cost}
-	if cost == 0 {
-		// The vendor charged nothing: give the whole charge back.
-		if err := lim.cancel(ctx, d.granted); err != nil {
-			ev.Err = fmt.Errorf("throttle: rule %s: store: settle to 0: %w", r.id, err)
-		}
-	} else if cost < 1 {
+	if cost < 1 {
 		ev.Err = fmt.Errorf("throttle: rule %s: %w: a settled cost must be at least 1, got %d", r.id, ErrInvalidPolicy, cost)
 	} else {
 		costs := make([]int, len(d.Limits))

@@ -580,9 +580,11 @@ func (e errReader) Read([]byte) (int, error) {
 // graphQLReportedCost reads the data.rateLimit.cost of a GraphQL answer.
 var graphQLReportedCost = throttle.SettleFromJSON("data.rateLimit.cost")
 
-// graphQLSettle is the GraphQL rule's Settle: 0 for an answer whose
-// errors say RATE_LIMITED (GitHub ran nothing, and charged nothing), else
-// the data.rateLimit.cost the answer reports.
+// graphQLSettle is the GraphQL rule's Settle: the data.rateLimit.cost
+// the answer reports, or 1 for an answer whose errors say RATE_LIMITED:
+// GitHub ran the query and charged nothing, and 1 is the least a
+// settlement can be (the estimate, up to Options.GraphQLEstimate, would
+// stay otherwise).
 func graphQLSettle(resp *http.Response) (int, bool) {
 	if resp.Body == nil {
 		return 0, false
@@ -597,7 +599,7 @@ func graphQLSettle(resp *http.Response) (int, bool) {
 	if json.Unmarshal(body, &answer) == nil {
 		for _, e := range answer.Errors {
 			if e.Type == "RATE_LIMITED" {
-				return 0, true
+				return 1, true
 			}
 		}
 	}

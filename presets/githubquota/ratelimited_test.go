@@ -22,13 +22,13 @@ import (
 // GraphQL's primary limit answers 200 with errors[].type RATE_LIMITED
 // (and x-ratelimit-remaining 0): the preset reads it as "slow down", so
 // the token's GraphQL pauses until the reset the headers give, for every
-// instance, and settles the refused query to what GitHub charged for it:
-// nothing.
+// instance, and settles the refused query down from its estimate to 1,
+// the least a settlement can be (GitHub charged nothing).
 func TestGraphQLRateLimited(t *testing.T) {
 	const hourly = 3 // the fake's GraphQL points an hour; the preset believes 5,000
 	fake := fakegithub.NewServer(fakegithub.Options{Hourly: hourly})
 	defer fake.Close()
-	policy, err := githubquota.Policy(githubquota.Options{BaseURL: fake.BaseURL(), Wait: waiters.FailFast()})
+	policy, err := githubquota.Policy(githubquota.Options{BaseURL: fake.BaseURL(), Wait: waiters.FailFast(), GraphQLEstimate: 20})
 	require.NoError(t, err)
 	store := memstore.New()
 	var (
@@ -83,7 +83,8 @@ func TestGraphQLRateLimited(t *testing.T) {
 	assert.Equal(t, http.StatusOK, pause.Status)
 	assert.Greater(t, pause.Pause, time.Hour-5*time.Second, "until the reset the headers give")
 	assert.LessOrEqual(t, pause.Pause, time.Hour+2*time.Second)
-	assert.Zero(t, refused.Cost, "the refused query settled to what GitHub charged")
+	assert.Equal(t, 1, refused.Cost, "the refused query settled to the least a settlement can be")
+	assert.Equal(t, 20, refused.Charged, "charged the estimate")
 	assert.NoError(t, refused.Err)
 	// Another instance does not send: the pause is the fleet's.
 	_, _, err = query(b)
