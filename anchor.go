@@ -394,7 +394,8 @@ func (l *learner) vendorEnd(id windowID, recv time.Time) (time.Time, bool) {
 // sent now, may reach the vendor in another window of an Anchor limit
 // than the store charged it to; if so, until is when the instants at
 // which those windows may end are past. Where this instance has not
-// learned, within a window, where the store's windows end, it asks.
+// learned, within a quarter of a window, where the store's windows end,
+// it asks.
 func (lim *Limiter) anchorHold(ctx context.Context, d *demand, decided, now time.Time) (until time.Time, hold bool) {
 	for _, b := range d.Limits {
 		if !b.Limit.Anchored {
@@ -441,7 +442,8 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 }
 
 // storeStale reports whether this instance last learned where the store's
-// windows for id end more than a window (of per) before now, or never.
+// windows for id end more than a quarter of a window (of per) before now,
+// or never.
 func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -456,7 +458,9 @@ func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool
 		p = &phase{per: per.Microseconds()}
 		l.windows[id] = p
 	}
-	return !p.hasStore || now.UnixMicro()-p.asked > p.per
+	// A quarter of a window: another instance's move reaches this one
+	// within that.
+	return !p.hasStore || now.UnixMicro()-p.asked > p.per/4
 }
 
 // crossing is [phase.crossing] for id, for a request decided at decided
