@@ -27,6 +27,9 @@ func (lim *Limiter) newDemand(r *rule) *demand {
 // caller's cost and reserve mode.
 func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration, d *demand) (DecisionEvent, *demand) {
 	ev := DecisionEvent{Rule: r.id, Shadow: r.Shadow}
+	g := lim.gauge(r)
+	g.add(1, 0)
+	defer g.add(-1, 0)
 	if r.Shadow {
 		budget = 0 // decided as if it could not wait; never sleeps
 	}
@@ -187,16 +190,37 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	if dec.Delay > 0 {
 		waited := ev.Wait
 		ev.Outcome, ev.Wait = Waited, waited+dec.Delay
-		if slept, err := lim.sleep(ctx, dec.Delay, dec.Reservation); err != nil {
+		res, slept, err := lim.sleepOn(ctx, d, dec.Delay, dec.Reservation)
+		if err != nil {
 			ev.Outcome, ev.Wait = GaveUp, waited+slept
 			return &LimitError{Rule: r.id, Err: err}
 		}
-		decided = decided.Add(dec.Delay)
+		if d.granted = res; res == dec.Reservation {
+			decided = decided.Add(dec.Delay) // else the queue's, at an instant between
+		}
 	}
-	if until, hold := lim.anchorHold(ctx, d, decided, lim.now()); hold {
-		return anchorHeld{until}
+	// A request with a place in the queue is the queue's to move
+	// (queue.go); the others are held out of the instants where an Anchor
+	// limit's windows may end.
+	if d.place == nil {
+		if until, hold := lim.anchorHold(ctx, d, decided, lim.now()); hold {
+			return anchorHeld{until}
+		}
 	}
 	return nil
+}
+
+// sleepOn waits delay for res, the reservation d was granted, as sleep
+// does, and returns the reservation to act on. A request with a place in
+// its rule's queue (queue.go) waits in its place: the queue may give it
+// an earlier reservation meanwhile, and gives back the one it holds if
+// ctx ends.
+func (lim *Limiter) sleepOn(ctx context.Context, d *demand, delay time.Duration, res *quota.Reservation) (*quota.Reservation, time.Duration, error) {
+	if d.place == nil {
+		slept, err := lim.sleep(ctx, delay, res)
+		return res, slept, err
+	}
+	return d.place.hold(ctx, lim.now)
 }
 
 // sleep waits d on a timer. If ctx ends first, it gives r back to the
@@ -236,6 +260,7 @@ type demand struct {
 	held    *quota.Reservation // the granted reservation whose slots the request holds
 	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
 	delay   time.Duration      // reserve: how long the caller must wait before it acts
+	place   *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
 	sent    time.Time          // when the request was sent (or cleared to be), for learning
 }
 
@@ -380,7 +405,9 @@ func (lim *Limiter) claimDue(ctx context.Context, r *rule, d *demand, dec quota.
 	start, waited := lim.now(), ev.Wait
 	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
 	if dec.Delay > 0 {
-		if slept, err := lim.sleep(ctx, dec.Delay, res); err != nil {
+		var slept time.Duration
+		var err error
+		if res, slept, err = lim.sleepOn(ctx, d, dec.Delay, res); err != nil {
 			ev.Outcome, ev.Wait = GaveUp, waited+slept
 			return quota.Decision{}, &LimitError{Rule: r.id, Err: err}
 		}

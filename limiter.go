@@ -42,6 +42,9 @@ type Limiter struct {
 
 	profileList []quotaheader.Profile // as given to WithProfiles
 	profiles    []profile
+
+	given  Policy               // as given to NewLimiter ([Limiter.Policy])
+	gauges map[*rule]*ruleGauge // what each rule's requests hold now (introspect.go)
 }
 
 // NewLimiter returns a Limiter that applies policy p. It validates p and
@@ -57,8 +60,10 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	lim := &Limiter{policy: cp, byName: map[string]*rule{}, now: time.Now, profileList: quotaheader.DefaultProfiles}
+	lim.given, lim.gauges = p, make(map[*rule]*ruleGauge, len(cp.rules))
 	for i := range cp.rules {
 		lim.byName[cp.rules[i].id] = &cp.rules[i]
+		lim.gauges[&cp.rules[i]] = &ruleGauge{}
 	}
 	for _, o := range opts {
 		o(lim)
@@ -100,6 +105,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 			}
 		}
 	}
+	lim.notePlacement() // note.go
 	return lim, nil
 }
 

@@ -55,10 +55,13 @@ func (lim *Limiter) logSettle(ev SettleEvent) {
 
 // WithLogger makes the limiter log to l: each change of the store's state
 // (Error for [ErrStoreConfig], Warn when failing or down, Info when back),
-// each pause learned (Info), settlements that failed (Warn), and refused
-// requests (Debug). Records never
-// hold a key, header or URL. Without it, store state changes, and only
-// those, go to [slog.Default]; slog.New(slog.DiscardHandler) silences them.
+// each pause learned (Info), settlements that failed (Warn), refused
+// requests (Debug), and at construction notes on a policy that will not
+// do what its author may expect (Info: a GCRA limit that waiting
+// requests share with limits that delay only some of them). Records never
+// hold a key, header or URL. Without it, store state changes and notes,
+// and only those, go to [slog.Default]; slog.New(slog.DiscardHandler)
+// silences them.
 func WithLogger(l *slog.Logger) Option {
 	return func(lim *Limiter) { lim.logger = l }
 }

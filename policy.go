@@ -95,7 +95,11 @@ type Rule struct {
 
 	// MaxQueue caps how many requests of the rule may wait at once in one
 	// Transport; QueueFull ([RefuseNew], the zero value, or [DropOldest])
-	// says what happens beyond it. Zero: no cap.
+	// says what happens beyond it. Zero: no cap. The queue keeps the
+	// reservations its requests wait for: a request that goes without
+	// acting passes its slot to the next waiter of the same demand, so the
+	// rule's reservations reach at most MaxQueue emission intervals ahead
+	// per instance (see [DropOldest]).
 	MaxQueue  int
 	QueueFull QueueFull
 

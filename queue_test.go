@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/queuetest"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/waiters"
 )
 
@@ -147,11 +150,84 @@ func TestQueueDropsOldestFirst(t *testing.T) {
 		}
 		times := rec.times()
 		require.Len(t, times, 3)
-		// Each newcomer dropped the oldest before it took its own
-		// reservation, so the newcomers got hours 3 and 4: a GCRA
-		// reservation that is not the latest cannot be given back without
-		// moving later ones (Store.Cancel), so the dropped hours are spent.
-		assert.Equal(t, []time.Duration{0, 3 * time.Hour, 4 * time.Hour}, times)
+		// Each newcomer took over the dropped waiter's reservation: the
+		// newcomers went in hours 1 and 2, the dropped ones' slots, and no
+		// hour was lost.
+		assert.Equal(t, []time.Duration{0, time.Hour, 2 * time.Hour}, times)
+	})
+}
+
+// TestQueueLineMovesUp: when a waiter gives up, the waiters of the same
+// demand behind it move up a slot, and the latest slot is given back: a
+// GCRA reservation can only be given back while no later one sits on it
+// (quota.Reservation). With a queue of 3 and three waiters at hours 1, 2
+// and 3, the first leaving makes the others go in hours 1 and 2, and a
+// fail-fast caller is told hour 3 is free.
+func TestQueueLineMovesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		tr, err := throttle.NewTransport(rec, queued(3, throttle.RefuseNew))
+		require.NoError(t, err)
+		first := make(chan error, 1)
+		sendAs(context.Background(), tr, "t", first)
+		require.NoError(t, <-first)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		outs := make([]chan error, 3)
+		for i := range outs {
+			outs[i] = make(chan error, 1)
+			c := context.Background()
+			if i == 0 {
+				c = ctx
+			}
+			go sendAs(c, tr, "t", outs[i])
+			synctest.Wait() // in line in turn: hours 1, 2, 3
+		}
+		retryAfter := func() time.Duration {
+			out := make(chan error, 1)
+			sendAs(throttle.WithWaiter(context.Background(), waiters.FailFast()), tr, "t", out)
+			var le *throttle.LimitError
+			require.ErrorAs(t, <-out, &le)
+			return le.RetryAfter
+		}
+		assert.Equal(t, 4*time.Hour, retryAfter(), "three waiting: hour 4 is the next free")
+		cancel()
+		assert.ErrorIs(t, <-outs[0], context.Canceled)
+		assert.Equal(t, 3*time.Hour, retryAfter(), "two waiting: hour 3 is free again")
+		for i := 1; i < 3; i++ {
+			assert.NoError(t, <-outs[i], "waiter %d goes", i)
+		}
+		assert.Equal(t, []time.Duration{0, time.Hour, 2 * time.Hour}, rec.times(), "the two that stayed went in hours 1 and 2")
+	})
+}
+
+// TestQueueDropOtherDemand: a newcomer that drops a waiter of another
+// demand (another tenant's counter) cannot take over its reservation: the
+// dropped waiter's slot goes to the next waiter of its own demand, the
+// latest of those is given back, and then the newcomer is decided.
+func TestQueueDropOtherDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		tr, err := throttle.NewTransport(rec, queued(2, throttle.DropOldest))
+		require.NoError(t, err)
+		for _, tenant := range []string{"a", "b"} {
+			first := make(chan error, 1)
+			sendAs(context.Background(), tr, tenant, first)
+			require.NoError(t, <-first, "tenant %s spends its hour", tenant)
+		}
+		outs := make([]chan error, 3)
+		for i, tenant := range []string{"a", "a", "b"} {
+			outs[i] = make(chan error, 1)
+			go sendAs(context.Background(), tr, tenant, outs[i])
+			synctest.Wait()
+		}
+		assert.ErrorIs(t, <-outs[0], throttle.ErrQueueDropped, "the oldest of tenant a made room for tenant b")
+		for i := 1; i < 3; i++ {
+			assert.NoError(t, <-outs[i], "waiter %d goes", i)
+		}
+		// a's second waiter took the dropped hour 1 (hour 2 was given
+		// back), and b went in its own hour 1.
+		assert.Equal(t, []time.Duration{0, 0, time.Hour, time.Hour}, rec.times())
 	})
 }
 
@@ -178,4 +254,38 @@ func TestQueuePolicyErrors(t *testing.T) {
 			assert.Equal(t, tc.field, pe.Field)
 		})
 	}
+}
+
+// TestQueueDropOldestHorizon is issue 28's first reproduction on the
+// in-process store (queuetest.Horizon), in virtual time: 1,000 callers of
+// a rule at 1 per hour whose queue holds 10 and drops the oldest. The
+// dropped waiters' hours are not lost: while 10 wait, a fail-fast
+// Limiter is told at most 10 hours more than after the first call, and
+// once they have gone, no more than then.
+func TestQueueDropOldestHorizon(t *testing.T) {
+	for _, c := range queuetest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := memstore.New()
+				queuetest.Horizon(t, s, s, c)
+			})
+		})
+	}
+}
+
+// TestQueueDropOldestThroughput is issue 28's second reproduction on the
+// in-process store (queuetest.Throughputs), in virtual time: 10 per
+// second, a queue of 10, 50 per second offered for 5 s. Dropping the
+// oldest sends as many as refusing the newest does: the newcomer goes in
+// the dropped waiter's slot.
+func TestQueueDropOldestThroughput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sent := queuetest.Throughputs(t, func() quota.Store { return memstore.New() })
+		for i, c := range queuetest.Cases {
+			refuse, drop := sent[i][0], sent[i][1]
+			t.Logf("%s: sent within %v: RefuseNew %d, DropOldest %d", c.Name, refuse.Window, refuse.Sent, drop.Sent)
+			assert.GreaterOrEqual(t, refuse.Sent, 45, "%s: RefuseNew uses (about) the whole quota", c.Name)
+			assert.GreaterOrEqual(t, drop.Sent, refuse.Sent, "%s: DropOldest sends as many as RefuseNew", c.Name)
+		}
+	})
 }

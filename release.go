@@ -92,6 +92,7 @@ func (h *hold) release() {
 	h.released, h.stopped = true, true
 	h.timer.Stop()
 	h.mu.Unlock()
+	h.gauge.add(0, -1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
 	err := h.calls.release(ctx)

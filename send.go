@@ -31,6 +31,7 @@ type hold struct {
 	calls leaseCalls
 	rule  string
 	lease time.Duration // the shortest lease of the demand's slots
+	gauge *ruleGauge    // counts the hold until it is released
 
 	busy   sync.Mutex   // held while a renewal runs
 	active atomic.Int64 // t.now() in ns at the last sign of life; 0: before the response
@@ -51,7 +52,8 @@ func (lim *Limiter) hold(r *rule, d *demand) *hold {
 	if !ok {
 		return nil
 	}
-	h := &hold{lim: lim, calls: calls, rule: r.id}
+	h := &hold{lim: lim, calls: calls, rule: r.id, gauge: lim.gauge(r)}
+	h.gauge.add(0, 1)
 	for _, b := range d.Limits {
 		if l := b.Limit; l.Algorithm == Concurrency && (h.lease == 0 || l.Per < h.lease) {
 			h.lease = l.Per

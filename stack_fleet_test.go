@@ -153,10 +153,9 @@ func TestStackedLimitsFleet(t *testing.T) {
 	type op struct{ method, path string }
 	read, write, search := op{http.MethodGet, "/repos/o/r"}, op{http.MethodPost, "/repos/o/r/issues"}, op{http.MethodGet, "/search/code"}
 	// The mixed token spends 2.2 points a request, so the points bind
-	// it (2.7 writes and 0.9 searches a window). Its requests share one
-	// queue on the points' log: a write waits until 5 points are free,
-	// and the reads behind it do not take the points that free before
-	// (a log admits in order), so its floor is 90% (docs/policy.md).
+	// it (2.7 writes and 0.9 searches a window). A write waits until 5
+	// points are free; reads take the points free before its
+	// reservation (docs/policy.md).
 	mixed := []op{read, read, read, read, read, read, write, write, write, search}
 	tokens := []string{"reads", "writes", "search", "mixed"}
 	ctx, cancel := context.WithTimeout(context.Background(), run)

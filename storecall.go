@@ -48,6 +48,19 @@ func (lim *Limiter) inProcess() bool {
 // through the breaker, and applies r's failure mode when the store cannot
 // answer. Errors it returns are ready for the caller.
 func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
+	if d.place != nil {
+		// queue.go: the place may hold a reservation taken over from
+		// another waiter, and records one the store grants for later;
+		// the call is made with the request's context, which a drop
+		// from the queue does not end.
+		p := d.place
+		return p.take(lim.now, func() (quota.Decision, error) { return lim.takeStore(p.ctx, r, d, ev) })
+	}
+	return lim.takeStore(ctx, r, d, ev)
+}
+
+// takeStore is take without the queue.
+func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	ev.Tries++
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()

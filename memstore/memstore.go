@@ -190,27 +190,20 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		}
 	}
 
-	binding := -1
-	for iter := 0; ; iter++ {
-		if iter == maxFixpoint {
-			return quota.Decision{}, fmt.Errorf("throttle: memory store: no common instant for %d limits after %d rounds", len(d.Limits), iter)
-		}
-		next, raiser := t, -1
-		for i, b := range bs {
-			if e := b.earliest(ps[i], t); e > next {
-				next, raiser = e, i
-			}
-		}
-		if raiser < 0 {
-			break
-		}
-		t, binding = next, raiser
+	t, binding, err := common(ps, bs, t)
+	if err != nil {
+		return quota.Decision{}, err
 	}
 
 	if end, limit := heldBack(sh, now); limit >= 0 {
 		// Over its share while other tenants hold claims: refused until
-		// they stop holding it back, or until t if that is later.
+		// they stop holding it back, or until t if that is later; and if
+		// the limits do not admit it at end, until they do after it (a
+		// sliding log may admit it now and not at end).
 		if end >= t {
+			if end, _, err = common(ps, bs, end); err != nil {
+				return quota.Decision{}, err
+			}
 			return quota.Decision{Delay: quotamath.Micros(end - now), Limit: limit}, nil
 		}
 		maxWait = -1
@@ -261,6 +254,29 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
 	left(&dec, ps, bs, now)
 	return dec, nil
+}
+
+// common returns the earliest instant, not before t, at which every
+// limit admits its cost, and the index of the limit that last raised it
+// (-1 if none did): instant' = max over limits of each one's earliest
+// instant not before instant, until no limit raises it.
+func common(ps []params, bs []*memBucket, t int64) (int64, int, error) {
+	binding := -1
+	for iter := 0; ; iter++ {
+		if iter == maxFixpoint {
+			return 0, 0, fmt.Errorf("throttle: memory store: no common instant for %d limits after %d rounds", len(ps), iter)
+		}
+		next, raiser := t, -1
+		for i, b := range bs {
+			if e := b.earliest(ps[i], t); e > next {
+				next, raiser = e, i
+			}
+		}
+		if raiser < 0 {
+			return t, binding, nil
+		}
+		t, binding = next, raiser
+	}
 }
 
 // left sets Remaining and ResetAfter of dec, a decision granted at now
@@ -427,7 +443,7 @@ func (b *memBucket) commit(p params, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		b.log = append(b.log, quotamath.LogEntry{At: t, Cost: p.cost})
+		b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: t, Cost: p.cost}) // before later reservations
 		b.expire = max(b.expire, t+p.Per)
 		return t
 	}

@@ -128,10 +128,12 @@ const (
 	FixedWindow
 
 	// SlidingLog records every admitted demand with its instant and cost.
-	// A demand at t is admitted when the cost recorded in (t-P, t] plus c is
-	// at most R, and t is not before the latest recorded instant (demands
-	// never overtake reservations). Exact: no interval of length P ever
-	// holds more than R. Memory grows with R (one entry per admitted
+	// A demand at t is admitted when every window of length P that would
+	// hold it, (x-P, x] for x in [t, t+P), holds at most R-c before it:
+	// the log is a schedule, and a demand takes the earliest gap in it,
+	// before reservations recorded for later when they leave it room (a
+	// read is not queued behind writes reserved on a limit they share).
+	// Exact: no interval of length P ever holds more than R. Memory grows with R (one entry per admitted
 	// demand, up to R of them), so pick it for small R when exactness
 	// matters; R is at most [MaxSlidingLogRate].
 	SlidingLog

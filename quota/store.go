@@ -113,8 +113,10 @@ import (
 // A demand over its share on a limit is restricted, and is refused while
 // another tenant of that limit holds a claim: Delay is then the time
 // until the last claim lapses or the tenant is within its share again,
-// whichever comes first (or until the limits admit it, if that is
-// later), and Limit names the shared limit. When a demand is granted for
+// whichever comes first, or until the earliest instant after that at
+// which the limits admit it (a sliding log may admit a demand now and
+// not a moment later, when a reservation's window would hold it), and
+// Limit names the shared limit. When a demand is granted for
 // the instant t, its tenant's clock on each shared limit becomes
 // min(max(V, t), t + C*T) + c*n*T, c being its cost on that limit
 // (c*n*T at most 2^50 µs). A refusal charges nothing, but makes its

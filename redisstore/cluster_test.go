@@ -33,6 +33,7 @@ func TestCluster(t *testing.T) {
 	}
 	prefix := redistest.Prefix(t)
 
+	t.Run("ReadsBeforeReservedWrites", func(t *testing.T) { readsBeforeReservedWrites(t, newCluster(t)) })
 	t.Run("Inspect", func(t *testing.T) {
 		inspectConcurrency(t, newStoreOn(t, newCluster(t), prefix))
 	})
@@ -50,6 +51,10 @@ func TestCluster(t *testing.T) {
 				return ss
 			},
 		})
+	})
+
+	t.Run("QueueDropOldest", func(t *testing.T) {
+		queueDropOldest(t, func(t *testing.T) redis.UniversalClient { return newCluster(t) })
 	})
 
 	t.Run("SettleFleet", func(t *testing.T) {

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,3 +113,47 @@ func TestGCRAKeyExpiry(t *testing.T) {
 // isGCRAKey reports whether k is a GCRA limit's key (layout in keys.go):
 // g: when Rate divides Per, else G:.
 func isGCRAKey(k string) bool { return strings.Contains(k, "}:g:") || strings.Contains(k, "}:G:") }
+
+// TestSlidingLogKeyExpiry checks, on Redis's clock, that a sliding log
+// lives until Per after its newest entry when demands are placed before
+// reservations (slidinglog.lua): writes reserve content and points
+// seconds ahead, then reads fill the points free before them. A key that
+// expired early would forget the reservations and over-admit.
+func TestSlidingLogKeyExpiry(t *testing.T) {
+	c := newClient(t, srv.Addr())
+	prefix := redistest.Prefix(t)
+	s := newStoreOn(t, c, prefix)
+	per := 2500 * time.Millisecond
+	points := quota.Limit{Name: "points", Rate: 300, Per: per, Algorithm: quota.SlidingLog}
+	content := quota.Limit{Name: "content", Rate: 27, Per: per, Algorithm: quota.SlidingLog}
+	take := func(cost int, ls ...quota.Bucket) {
+		dec, err := s.Take(t.Context(), &quota.Demand{Scope: "s", Cost: cost, MaxWait: 20 * time.Second, Limits: ls})
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+	}
+	check := func(when string) {
+		keys, err := c.Keys(t.Context(), prefix+"*:l:*").Result()
+		require.NoError(t, err)
+		require.Len(t, keys, 2)
+		for _, k := range keys {
+			ttl, err := c.PTTL(t.Context(), k).Result()
+			require.NoError(t, err)
+			newest, err := c.ZRange(t.Context(), k, -1, -1).Result()
+			require.NoError(t, err)
+			at, err := strconv.ParseInt(strings.Split(newest[0], ":")[0], 10, 64)
+			require.NoError(t, err)
+			clock, err := c.Time(t.Context()).Result()
+			require.NoError(t, err)
+			need := time.Duration(at-clock.UnixMicro())*time.Microsecond + per
+			assert.GreaterOrEqual(t, ttl, need-time.Millisecond, "%s: %s expires before Per after its newest entry", when, k)
+		}
+	}
+	for range 100 { // content for 9 s ahead
+		take(1, quota.Bucket{Limit: points, Cost: 5}, quota.Bucket{Limit: content})
+	}
+	check("after the writes")
+	for range 100 { // reads before the writes' reservations
+		take(1, quota.Bucket{Limit: points})
+	}
+	check("after the reads")
+}

@@ -31,12 +31,13 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua
+//go:embed share.lua slidinglog.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
-// the script's own file. share.lua holds take.lua's fair shares.
-var scriptParts = map[string][]string{"take.lua": {"share.lua"}}
+// the script's own file. share.lua holds take.lua's fair shares,
+// slidinglog.lua its sliding logs with reservations ahead.
+var scriptParts = map[string][]string{"take.lua": {"share.lua", "slidinglog.lua"}}
 
 var (
 	takeScript = newScript("take.lua")

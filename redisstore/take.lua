@@ -132,121 +132,141 @@ for i = 1, limits do
     phases[i] = phase
   end
 end
-local binding, rounds = -1, 0
-while true do
-  local nextInstant, raiser = instant, -1
-  for i = 1, limits do
-    local arg = 3 + 5 * i
-    local algo, param, allowance = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
-    local key = KEYS[pauses + i]
-    local earliest = instant
-    if phases[i] == false then
-      -- An anchored counter with no state admits any cost up to Rate.
-    elseif algo == GCRA then
-      -- The arrival time, "us" or "us:frac", and the allowance, "q" or
-      -- "q:r" (take_gcra.lua): the earliest instant is ceil(TAT -
-      -- allowance).
-      local tat = state[i]
-      if not tat then
-        local raw = redis.call('GET', key)
-        local frac = 0
-        tat = tonumber(raw)
+-- common returns the earliest instant, not before instant, at which
+-- every limit admits its cost, and the 0-based index of the limit that
+-- last raised it (-1: none did); nil after 1000 rounds.
+local function common(instant)
+  local binding, rounds = -1, 0
+  while true do
+    local nextInstant, raiser = instant, -1
+    for i = 1, limits do
+      local arg = 3 + 5 * i
+      local algo, param, allowance = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
+      local key = KEYS[pauses + i]
+      local earliest = instant
+      if phases[i] == false then
+        -- An anchored counter with no state admits any cost up to Rate.
+      elseif algo == GCRA then
+        -- The arrival time, "us" or "us:frac", and the allowance, "q" or
+        -- "q:r" (take_gcra.lua): the earliest instant is ceil(TAT -
+        -- allowance).
+        local tat = state[i]
         if not tat then
-          tat = 0
-          if raw then
-            local us, f = string.match(raw, '^(%d+):(%d+)$')
-            tat, frac = tonumber(us) or 0, tonumber(f) or 0
+          local raw = redis.call('GET', key)
+          local frac = 0
+          tat = tonumber(raw)
+          if not tat then
+            tat = 0
+            if raw then
+              local us, f = string.match(raw, '^(%d+):(%d+)$')
+              tat, frac = tonumber(us) or 0, tonumber(f) or 0
+            end
           end
+          state[i], state[limits + i] = tat, frac
         end
-        state[i], state[limits + i] = tat, frac
-      end
-      local roomFrac = 0
-      if not allowance then
-        local q, r = string.match(ARGV[arg + 2], '^(%d+):(%d+)$')
-        allowance, roomFrac = tonumber(q), tonumber(r)
-      end
-      local first = tat - allowance
-      if state[limits + i] > roomFrac then first = first + 1 end
-      if first > earliest then earliest = first end
-    elseif algo == CONCURRENCY then
-      -- Decided below, for now only.
-    elseif algo == FIXED_WINDOW then
-      -- First window, the current one or later, with room for the cost.
-      local per, phase = param, phases[i]
-      local window = floor((instant - phase) / per)
-      while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > allowance do
-        window = window + 1
-      end
-      if window * per + phase > earliest then earliest = window * per + phase end
-    elseif algo == SLIDING_WINDOW then
-      -- prev*(W-j) <= (Rate-cur-cost)*W, j the steps of the window gone
-      -- (take_window.lua).
-      local per, step, steps, phase = param, 1, param, phases[i]
-      if not per then
-        local p, s, w = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
-        per, step, steps = tonumber(p), tonumber(s), tonumber(w)
-      end
-      local window = floor((instant - phase) / per)
-      while true do
-        local start = window * per + phase
-        local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
-        local room = allowance - (tonumber(counts[2]) or 0)
-        if room >= 0 then
-          local at = instant
-          if at < start then at = start end
-          local prev = tonumber(counts[1]) or 0
-          local need = 0
-          if prev > 0 then need = steps - floor(room * steps / prev) end
-          if need < steps then
-            if start + need * step > at then at = start + need * step end
-            earliest = at
-            break
+        local roomFrac = 0
+        if not allowance then
+          local q, r = string.match(ARGV[arg + 2], '^(%d+):(%d+)$')
+          allowance, roomFrac = tonumber(q), tonumber(r)
+        end
+        local first = tat - allowance
+        if state[limits + i] > roomFrac then first = first + 1 end
+        if first > earliest then earliest = first end
+      elseif algo == CONCURRENCY then
+        -- Decided below, for now only.
+      elseif algo == FIXED_WINDOW then
+        -- First window, the current one or later, with room for the cost.
+        local per, phase = param, phases[i]
+        local window = floor((instant - phase) / per)
+        while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > allowance do
+          window = window + 1
+        end
+        if window * per + phase > earliest then earliest = window * per + phase end
+      elseif algo == SLIDING_WINDOW then
+        -- prev*(W-j) <= (Rate-cur-cost)*W, j the steps of the window gone
+        -- (take_window.lua).
+        local per, step, steps, phase = param, 1, param, phases[i]
+        if not per then
+          local p, s, w = string.match(ARGV[arg + 1], '^(%d+):(%d+):(%d+)$')
+          per, step, steps = tonumber(p), tonumber(s), tonumber(w)
+        end
+        local window = floor((instant - phase) / per)
+        while true do
+          local start = window * per + phase
+          local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
+          local room = allowance - (tonumber(counts[2]) or 0)
+          if room >= 0 then
+            local at = instant
+            if at < start then at = start end
+            local prev = tonumber(counts[1]) or 0
+            local need = 0
+            if prev > 0 then need = steps - floor(room * steps / prev) end
+            if need < steps then
+              if start + need * step > at then at = start + need * step end
+              earliest = at
+              break
+            end
           end
+          window = window + 1
         end
-        window = window + 1
-      end
-    else
-      -- Sliding log: a sorted set of the granted entries, member
-      -- "instant:cost:id", score the running total of the costs up to and
-      -- including the entry. Grants come at non-decreasing instants (never
-      -- before the newest entry, below; sync.lua inserts in order), so the
-      -- order by score is the order by instant, and the cost of the
-      -- entries after one is total - its score. The cost fits at e when
-      -- the entries after e-Per hold at most the allowance, that is when
-      -- the running total up to e-Per reaches need = total-allowance: when
-      -- the first entry whose score reaches need is at or before e-Per, or
-      -- when the total before that entry already does (it is then the
-      -- first entry left, and the total before it counts entries pruned).
-      -- Two O(log n) reads, once per call, give logFloor, the earliest
-      -- instant that allows: the same instant as summing the window.
-      local logFloor = state[i]
-      if not logFloor then
-        logFloor, logTotal[i] = 0, 0
-        local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-        if newest[1] then
-          local total = tonumber(newest[2])
-          local need = total - allowance
-          local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-          local firstAt, cost = string.match(first[1], '^(%d+):(%d+):')
-          logFloor = tonumber(string.match(newest[1], '^%d+'))
-          if tonumber(first[2]) - tonumber(cost) < need then
-            local free = tonumber(firstAt) + param
-            if free > logFloor then logFloor = free end
+      else
+        -- Sliding log: a sorted set of the granted entries, member
+        -- "instant:cost:id", score the running total of the costs up to and
+        -- including the entry, in order of instant (an entry goes after
+        -- those at or before its instant and the later ones move up by its
+        -- cost: slidinglog.lua, sync.lua), so the cost of the entries after
+        -- one is total - its score. When no entry lies after the instant,
+        -- the cost fits at e when the entries after e-Per hold at most the
+        -- allowance, that is when the running total up to e-Per reaches
+        -- need = total-allowance: when the first entry whose score reaches
+        -- need is at or before e-Per, or when the total before that entry
+        -- already does (it is then the first entry left, and the total
+        -- before it counts entries pruned). Two O(log n) reads, once per
+        -- call, give logFloor, the earliest instant that allows: the same
+        -- instant as summing the window. When entries (reservations) lie
+        -- after the instant, a demand may go before them where it leaves
+        -- every window room: slidinglog.lua reads those entries once and
+        -- finds the earliest such instant (state[i] is then what it read).
+        local logFloor = state[i]
+        if not logFloor then
+          logFloor, logTotal[i] = 0, 0
+          local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+          if newest[1] then
+            local total = tonumber(newest[2])
+            logTotal[i] = total
+            logFloor = tonumber(string.match(newest[1], '^%d+'))
+            if logFloor > instant then
+              logFloor = logLoad(key, instant)
+            else
+              local need = total - allowance
+              local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+              local firstAt, cost = string.match(first[1], '^(%d+):(%d+):')
+              if tonumber(first[2]) - tonumber(cost) < need then
+                local free = tonumber(firstAt) + param
+                if free > logFloor then logFloor = free end
+              end
+            end
           end
-          logTotal[i] = total
+          state[i] = logFloor
         end
-        state[i] = logFloor
+        if type(logFloor) == 'table' then
+          earliest = logEarliest(key, logFloor, instant, allowance, param)
+        elseif logFloor > earliest then
+          earliest = logFloor
+        end
       end
-      if logFloor > earliest then earliest = logFloor end
+      if earliest > nextInstant then nextInstant, raiser = earliest, i - 1 end
     end
-    if earliest > nextInstant then nextInstant, raiser = earliest, i - 1 end
+    if raiser < 0 then return instant, binding end
+    instant, binding = nextInstant, raiser
+    rounds = rounds + 1
+    if rounds == 1000 then return nil end
   end
-  if raiser < 0 then break end
-  instant, binding = nextInstant, raiser
-  rounds = rounds + 1
-  if rounds == 1000 then
-    return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds')
-  end
+end
+local binding
+instant, binding = common(instant)
+if not instant then
+  return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds')
 end
 
 if shares > 0 then
@@ -254,7 +274,15 @@ if shares > 0 then
   -- holding it back, or until the instant if that is later.
   local held, heldLimit = sharesHeld(shared)
   if held then
-    if held >= instant then return {0, held - now, heldLimit - 1, -1} end
+    if held >= instant then
+      -- and if the limits do not admit it then, until they do after it
+      -- (a sliding log may admit it now and not then).
+      held = common(held)
+      if not held then
+        return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds')
+      end
+      return {0, held - now, heldLimit - 1, -1}
+    end
     maxWait = -1
   end
 end
@@ -303,6 +331,7 @@ end
 local reply = {1, instant - now, -1, -1, now, 0}
 local remaining = nil
 local function leaves(left)
+  if left < 0 then left = 0 end -- a log holding reservations for later
   if instant == now and (not remaining or left < remaining) then remaining = left end
 end
 for i = 1, limits do
@@ -361,11 +390,17 @@ for i = 1, limits do
       leaves(tonumber(ARGV[arg + 2]) - redis.call('ZCOUNT', key, fmt('(%d', now), '+inf'))
     end
   elseif algo == SLIDING_LOG then
-    -- The entry's score is the running total with its cost (the instant
-    -- is not before the newest entry, so it goes last).
+    -- The entry's score is the running total with its cost: it goes last
+    -- when the instant is not before the newest entry, else in order
+    -- (slidinglog.lua).
     local per = param
     local total = logTotal[i] + tonumber(cost)
-    redis.call('ZADD', key, fmt('%d', total), fmt('%d:%s:%s', instant, cost, callID))
+    local member = fmt('%d:%s:%s', instant, cost, callID)
+    if type(state[i]) == 'table' then
+      total = logInsert(key, state[i], instant, tonumber(cost), member)
+    else
+      redis.call('ZADD', key, fmt('%d', total), member)
+    end
     if logTotal[i] > 0 then
       -- Entries at or before now-Per can matter no more; they are a
       -- prefix. Read from the head in batches that double, so k of them
@@ -392,7 +427,15 @@ for i = 1, limits do
         end
       end
     end
-    redis.call('PEXPIRE', key, math.ceil((instant + per - now) / 1000) + slack)
+    -- The log lives until Per after its newest entry. An entry placed in
+    -- a loaded log (which had entries, and so a TTL) may be before them:
+    -- GT never shortens it.
+    local ttl = math.ceil((instant + per - now) / 1000) + slack
+    if type(state[i]) == 'table' then
+      redis.call('PEXPIRE', key, ttl, 'GT')
+    else
+      redis.call('PEXPIRE', key, ttl)
+    end
     reply[6 + i] = instant
     if instant == now then
       -- After the pruning above, the first entry is the first after

@@ -484,20 +484,24 @@ func cancelCases() []stepCase {
 			{maxWait: sec, delay: 2 * sec},
 		},
 	}, {
+		// At 0.5s the window ending at the reservation (1s) would hold 2:
+		// the earliest is when the reservation's window has moved past
+		// 0.5s... until the reservation is cancelled.
 		name:    "sliding log forgets a cancelled reservation's instant",
 		buckets: on(slidingLog("s", 1, sec)),
 		steps: []step{
 			{ok: true},
 			{maxWait: 2 * sec, ok: true, delay: sec},
 			{op: opCancel, cancel: 1},
-			{delay: 2 * sec},
+			{advance: 500 * ms, delay: 1500 * ms},
 			{op: opCancel, cancel: 2},
 			{ok: true},
 		},
 	}, {
-		// With both entries of a full window cancelled, the window at
-		// now is empty, but a demand may not go before the reservation.
-		name:    "a demand never overtakes a sliding log reservation",
+		// With both entries at 0 cancelled, a demand at 0.5s goes before
+		// the reservation at 1s: every window holding it holds at most 2.
+		// The next would make (0, 1s] hold 3: it goes when 0.5s leaves.
+		name:    "a demand goes before a sliding log reservation that leaves it room",
 		buckets: on(slidingLog("s", 2, sec)),
 		steps: []step{
 			{ok: true},
@@ -505,9 +509,10 @@ func cancelCases() []stepCase {
 			{maxWait: 2 * sec, ok: true, delay: sec},
 			{op: opCancel, cancel: 1},
 			{op: opCancel, cancel: 2},
+			{advance: 500 * ms, ok: true},
 			{delay: sec},
 			{maxWait: sec, ok: true, delay: sec},
-			{delay: 2 * sec},
+			{delay: 1500 * ms},
 		},
 	}, {
 		name:    "sliding window refunds in full, also from the previous window",

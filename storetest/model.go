@@ -214,7 +214,7 @@ func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		m.log[id] = append(m.log[id], quotamath.LogEntry{At: t, Cost: c})
+		m.log[id] = quotamath.Insert(m.log[id], quotamath.LogEntry{At: t, Cost: c})
 		return t
 	}
 	panic("storetest: unknown algorithm")
@@ -259,10 +259,10 @@ func check(d *quota.Demand) error {
 	return nil
 }
 
-// instant returns the earliest instant, not before now, at which every
+// instant returns the earliest instant, not before from, at which every
 // limit of d admits it and no listed pause is in force.
-func (m *model) instant(d *quota.Demand, now int64) int64 {
-	t := now
+func (m *model) instant(d *quota.Demand, from int64) int64 {
+	t := from
 	for _, p := range d.Pauses {
 		t = max(t, m.pauses[d.Scope+"\x00"+p])
 	}
@@ -310,10 +310,13 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 		maxWait = 0 // never a reservation
 	}
 	// Over its share, with other tenants' claims live: refused until they
-	// stop holding it back, or until t if that is later.
+	// stop holding it back, or if the limits do not admit it then, until
+	// the earliest instant after that at which they do (a sliding log may
+	// admit it now and not then: a reservation lies within Per of end).
 	end, held := heldBack(sh)
 	if held != nil && end >= t {
 		m.held = held
+		end = m.instant(d, end)
 		return quota.Decision{Delay: time.Duration(end-now) * time.Microsecond, Limit: held[0]}, end, nil
 	}
 	delay := time.Duration(t-now) * time.Microsecond

@@ -51,6 +51,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("LimitCosts", func(t *testing.T) { s.runCases(t, limitCostCases()) })
 	t.Run("Left", func(t *testing.T) { s.runCases(t, leftCases()) })
 	t.Run("Reservations", func(t *testing.T) { s.runCases(t, reservationCases()) })
+	t.Run("Placement", func(t *testing.T) { s.runCases(t, placementCases()) })
 	t.Run("Cancel", func(t *testing.T) { s.runCases(t, cancelCases()) })
 	t.Run("Pauses", func(t *testing.T) { s.runCases(t, pauseCases()) })
 	t.Run("Errors", func(t *testing.T) { s.runCases(t, append(errorCases(), phaseErrorCases()...)) })

@@ -107,11 +107,14 @@
 // # SlidingLog
 //
 // The log holds every admitted demand's instant and cost, in order of
-// instant. A demand at t is admitted when t is not before the latest
-// entry and the cost recorded in (t-P, t] plus c is at most R
-// ([LogCost]). The earliest instant drops the oldest entries of the last
-// P one by one, each leaving the window at its instant plus P, until c
-// fits. Inspection reports the cost recorded after now-P. A settlement
+// instant. A demand at t is admitted when every window of length P that
+// would hold it, (x-P, x] for x in [t, t+P), holds at most R-c: the
+// window ending at t ([LogCost]), and the windows ending at the entries
+// (reservations) after t and before t+P. The earliest instant is t or an
+// instant at which an entry leaves the window (its instant plus P), and
+// comes after every entry whose window is too full; it is found in one
+// pass over the entries after t-P, and the entry goes in order, before
+// later reservations. Inspection reports the cost recorded after now-P. A settlement
 // gives the charge's entry its new cost, until it leaves the log.
 //
 // # Concurrency

@@ -560,7 +560,9 @@ func TestCounters(t *testing.T) {
 		{"log: entries leave at their instant plus P", log, entries(LogEntry{100, 1}, LogEntry{200, 2}), 500, 1, 1100, quota.LimitState{Used: 3, Remaining: 0, Reset: 700 * us}},
 		{"log: cost == rate waits for all", log, entries(LogEntry{100, 1}, LogEntry{200, 1}), 500, 3, 1200, quota.LimitState{Used: 2, Remaining: 1, Reset: 700 * us}},
 		{"log: an entry at t-P has left", log, entries(LogEntry{100, 3}), 1100, 3, 1100, quota.LimitState{Remaining: 3}},
-		{"log: never before a reservation", log, entries(LogEntry{100, 1}, LogEntry{900, 1}), 500, 1, 900, quota.LimitState{Used: 2, Remaining: 1, Reset: 1400 * us}},
+		{"log: in the gap before a reservation", log, entries(LogEntry{100, 1}, LogEntry{900, 1}), 500, 1, 500, quota.LimitState{Used: 2, Remaining: 1, Reset: 1400 * us}},
+		{"log: not within P before a reservation whose window is full", log, entries(LogEntry{100, 1}, LogEntry{900, 2}), 500, 1, 1100, quota.LimitState{Used: 3, Remaining: 0, Reset: 1400 * us}},
+		{"log: a gap that a later window cannot hold", log, entries(LogEntry{100, 1}, LogEntry{600, 1}, LogEntry{900, 1}), 500, 1, 1100, quota.LimitState{Used: 3, Remaining: 0, Reset: 1400 * us}},
 		{"log: before the epoch", log, entries(LogEntry{-900, 3}), -500, 1, 100, quota.LimitState{Used: 3, Remaining: 0, Reset: 600 * us}},
 	}
 	for _, tt := range tests {

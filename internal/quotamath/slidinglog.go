@@ -42,34 +42,73 @@ func LogCost(log []LogEntry, from, to int64) int64 {
 	return sum
 }
 
-// slidingLogAdmits reports whether a sliding log admits cost at t: t is
-// not before the latest entry (demands never overtake reservations), and
-// the cost recorded in (t-P, t] plus cost is at most R.
+// slidingLogAdmits reports whether a sliding log admits cost at t: every
+// window of length P that holds t, (x-P, x] for x in [t, t+P), holds at
+// most R with it ([Limit.slidingLogEarliest] returns t).
 func (l Limit) slidingLogAdmits(log []LogEntry, t, cost int64) bool {
-	if len(log) > 0 && t < log[len(log)-1].At {
-		return false
-	}
-	return LogCost(log, t-l.Per, t)+cost <= l.Rate
+	return l.slidingLogEarliest(log, t, cost) == t
 }
 
-// slidingLogEarliest returns the earliest instant, not before t, at which
-// a sliding log admits cost (at most R): from the latest entry on, each
-// of the oldest entries of the last P leaves at its instant plus P, until
-// cost fits.
+// slidingLogEarliest returns the earliest instant x, not before t, at
+// which a sliding log admits cost (at most R): an entry at x lies in the
+// windows (y-P, y] for y in [x, x+P), so each must hold at most R-cost
+// before it. Over those windows the cost recorded is largest at y = x or
+// at an entry's instant (it rises only there), so x is admitted when
+//
+//   - the window ending at x holds at most R-cost, and
+//   - no entry after x and before x+P (a reservation) ends a window that
+//     holds more than R-cost.
+//
+// A demand therefore goes before a reservation it does not crowd out:
+// the log is a schedule, and a demand takes the earliest gap in it. The
+// first condition can turn true only where an entry leaves a window, at
+// its instant plus P, so the candidates are t and those instants; an
+// entry that fails the second rules out every candidate up to its own
+// instant. One pass over the entries after t-P: O(n).
 func (l Limit) slidingLogEarliest(log []LogEntry, t, cost int64) int64 {
-	if len(log) > 0 {
-		t = max(t, log[len(log)-1].At)
+	room := l.Rate - cost
+	log = log[after(log, t-l.Per):]
+	var at, ahead logWindow // the windows ending at candidates, and at later entries
+	next, j := 0, 0         // the entry whose exit is the next candidate; the next entry to check ahead
+	x := t
+	for {
+		fits := true
+		for ; j < len(log) && log[j].At < x+l.Per; j++ {
+			if e := log[j].At; e > x && ahead.cost(log, l.Per, e) > room {
+				fits, x = false, e // no candidate up to e fits
+				break
+			}
+		}
+		if fits && at.cost(log, l.Per, x) <= room {
+			return x
+		}
+		for next < len(log) && log[next].At+l.Per <= x {
+			next++
+		}
+		if next == len(log) {
+			return x // not reached: the log is empty after x, and cost <= R
+		}
+		x = log[next].At + l.Per
 	}
-	i := after(log, t-l.Per)
-	var sum int64
-	for _, e := range log[i:] {
-		sum += e.Cost
+}
+
+// A logWindow sums the cost of a log's entries in a window (y-P, y] that
+// only moves forward: entries [lo, hi) are in it.
+type logWindow struct {
+	lo, hi int
+	sum    int64
+}
+
+// cost returns the cost recorded in (y-P, y]; y must not decrease
+// between calls.
+func (w *logWindow) cost(log []LogEntry, per, y int64) int64 {
+	for ; w.hi < len(log) && log[w.hi].At <= y; w.hi++ {
+		w.sum += log[w.hi].Cost
 	}
-	for ; sum+cost > l.Rate; i++ {
-		t = max(t, log[i].At+l.Per)
-		sum -= log[i].Cost
+	for ; w.lo < w.hi && log[w.lo].At <= y-per; w.lo++ {
+		w.sum -= log[w.lo].Cost
 	}
-	return t
+	return w.sum
 }
 
 // slidingLogState returns Used, Remaining and Reset of a sliding log at

@@ -1,0 +1,141 @@
+-- slidinglog.lua: take.lua's sliding logs with entries (reservations)
+-- after the instant being decided (a part of take.lua, see scriptParts in
+-- scripts.go).
+--
+-- A log is a sorted set: member "instant:cost:id", score the running
+-- total of the costs up to and including the entry, in order of instant
+-- (take.lua). While no entry lies after the instant decided, take.lua
+-- finds the earliest instant from two reads of the set. When entries lie
+-- after it, a demand may still go before them where it leaves every
+-- window room: an entry at x lies in the windows (y-Per, y] for y in
+-- [x, x+Per), and the fullest of them ends at x or at an entry. So x is
+-- admitted when
+--
+--   (1) the window ending at x holds at most the allowance (Rate -
+--       headroom - cost): total(<= x-Per) >= total(<= x) - allowance, and
+--   (2) no entry e in (x, x+Per) ends a window holding more: for each
+--       such e, total(<= e-Per) >= total(<= e) - allowance.
+--
+-- total(<= y) is the running total of the last entry at or before y. The
+-- entries after the instant, f of them, are read once from the tail;
+-- between two of them total(<= x) is constant, and (1) holds from the
+-- instant at which the running total up to x-Per reaches its need, which
+-- one ZRANGE BYSCORE finds (as take.lua does with no entry after). So the
+-- earliest x costs O(f log n) for a log of n entries, whatever n is. It
+-- is quotamath's slidingLogEarliest, which the differential tests check
+-- it against. The new entry then goes in order, and the f entries after it
+-- move up by its cost.
+
+-- logReach returns the earliest instant y at which the running total of
+-- key up to y reaches need: the instant of the first entry whose score
+-- reaches it, or false when the total before the log's first entry
+-- already does (entries pruned counted it) or need is not positive.
+local function logReach(key, need)
+  if need <= 0 then return false end
+  local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  local at, cost = string.match(first[1], '^(%d+):(%d+):')
+  if tonumber(first[2]) - tonumber(cost) >= need then return false end
+  return tonumber(at)
+end
+
+-- logLoad reads the entries of key after instant, in order (from the
+-- tail, in batches that double), with their members and running totals,
+-- and before, the running total up to instant.
+local function logLoad(key, instant)
+  local size = 4
+  while true do
+    local tail = redis.call('ZRANGE', key, -size, -1, 'WITHSCORES')
+    local lg = {at = {}, cost = {}, member = {}, score = {}}
+    local x = #tail - 1
+    while x >= 1 do
+      local at, cost = string.match(tail[x], '^(%d+):(%d+):')
+      at = tonumber(at)
+      if at <= instant then
+        lg.before = tonumber(tail[x + 1])
+        break
+      end
+      table.insert(lg.at, 1, at)
+      table.insert(lg.cost, 1, tonumber(cost))
+      table.insert(lg.member, 1, tail[x])
+      table.insert(lg.score, 1, tonumber(tail[x + 1]))
+      x = x - 2
+    end
+    if lg.before then return lg end
+    if #tail < 2 * size then -- the whole log is after instant
+      lg.before = 0
+      if #lg.at > 0 then lg.before = lg.score[1] - lg.cost[1] end
+      return lg
+    end
+    size = 2 * size
+  end
+end
+
+-- logEarliest returns the earliest instant, not before t, at which the
+-- log of key admits a demand leaving room (the allowance) in every window
+-- of length per that holds it; lg is what logLoad read for an instant at
+-- or before t.
+local function logEarliest(key, lg, t, room, per)
+  local at, score = lg.at, lg.score
+  local n = #at
+  -- ends(j): the running total at the last entry of at[j]'s instant.
+  local function ends(j)
+    while j < n and at[j + 1] == at[j] do j = j + 1 end
+    return score[j]
+  end
+  lg.blocked = lg.blocked or {}
+  local x, k = t, 0 -- k: the entries read that are at or before x
+  while true do
+    while k < n and at[k + 1] <= x do k = k + 1 end
+    local total = lg.before
+    if k > 0 then total = score[k] end
+    -- (1): from the instant the total up to x-Per reaches total - room.
+    local reach = logReach(key, total - room)
+    local fits = true
+    if reach and reach + per > x then
+      fits, x = false, reach + per
+      if k < n and x > at[k + 1] then x = at[k + 1] end -- the total rises there: ask again
+    end
+    if fits then
+      -- (2): the entries in (x, x+Per) whose window is too full.
+      for j = k + 1, n do
+        if at[j] >= x + per then break end
+        local b = lg.blocked[j]
+        if b == nil then
+          local r = logReach(key, ends(j) - room)
+          b = r ~= false and r > at[j] - per
+          lg.blocked[j] = b
+        end
+        if b then
+          fits, x = false, at[j] -- no instant up to it fits
+          break
+        end
+      end
+      if fits then return x end
+    end
+  end
+end
+
+-- logInsert adds the entry member of cost at instant to the log of key,
+-- lg as logLoad read it for an instant at or before this one: its score
+-- is the total up to the entries at or before instant plus cost, and
+-- every later entry moves up by cost. Returns the new total of the log.
+local function logInsert(key, lg, instant, cost, member)
+  local before, k = lg.before, 0
+  while k < #lg.at and lg.at[k + 1] <= instant do
+    k = k + 1
+    before = lg.score[k]
+  end
+  -- One ZADD per 500 entries (unpack's limit is a few thousand).
+  local zargs = {fmt('%d', before + cost), member}
+  for x = k + 1, #lg.at do
+    zargs[#zargs + 1] = fmt('%d', lg.score[x] + cost)
+    zargs[#zargs + 1] = lg.member[x]
+    if #zargs >= 1000 then
+      redis.call('ZADD', key, unpack(zargs))
+      zargs = {}
+    end
+  end
+  if #zargs > 0 then redis.call('ZADD', key, unpack(zargs)) end
+  if #lg.at == 0 then return before + cost end
+  return lg.score[#lg.at] + cost
+end

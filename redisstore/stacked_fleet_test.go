@@ -1,0 +1,340 @@
+package redisstore_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/waiters"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The stacked fleet: GitHub's secondary limits on one token, scaled from
+// a minute to seconds. Points (a read costs 1, a write 5) and content
+// creation (writes only) are counted by the vendor in sliding windows of
+// its own clock, and 100 requests may be in flight. 8 instances with
+// their own Redis client, store and Transport each send from 16
+// goroutines: 6 write, 10 read, all with waiters.Block(). Writes are
+// bound by content, which leaves the rest of the points to the reads.
+const (
+	stackedPer      = 2 * time.Second        // the vendor's window
+	stackedMargin   = 500 * time.Millisecond // the policy's longer window: the send's jitter the vendor tolerates
+	stackedPoints   = 300                    // per window; 900 a minute at GitHub
+	stackedContent  = 27                     // writes per window; 80 a minute at GitHub
+	stackedInFlight = 100
+)
+
+// stackedVendor enforces the stacked limits on the instants requests
+// reach it: sliding windows of stackedPer, answering 403 beyond them.
+type stackedVendor struct {
+	*httptest.Server
+	mu               sync.Mutex
+	points, content  []time.Time // one entry per unit, in order of arrival
+	reads, writes    int
+	refused          int
+	inFlight, busies int64
+}
+
+func newStackedVendor(t *testing.T) *stackedVendor {
+	v := &stackedVendor{}
+	v.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := atomic.AddInt64(&v.inFlight, 1); n > stackedInFlight {
+			atomic.AddInt64(&v.busies, 1)
+		}
+		defer atomic.AddInt64(&v.inFlight, -1)
+		write := r.Method != http.MethodGet
+		cost := 1
+		if write {
+			cost = 5
+		}
+		v.mu.Lock()
+		now := time.Now()
+		since := now.Add(-stackedPer)
+		v.points = dropBefore(v.points, since)
+		v.content = dropBefore(v.content, since)
+		ok := len(v.points)+cost <= stackedPoints && (!write || len(v.content)+1 <= stackedContent)
+		if ok {
+			for range cost {
+				v.points = append(v.points, now)
+			}
+			if write {
+				v.content = append(v.content, now)
+				v.writes++
+			} else {
+				v.reads++
+			}
+		} else {
+			v.refused++
+		}
+		v.mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"message":"You have exceeded a secondary rate limit."}`)
+			return
+		}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(v.Close)
+	return v
+}
+
+// dropBefore drops the instants at or before since, a prefix.
+func dropBefore(ts []time.Time, since time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && !ts[i].After(since) {
+		i++
+	}
+	return ts[i:]
+}
+
+// ledger is a store that records what it charged: for every grant not
+// cancelled, by reservation id, the instant (the sliding logs' marks, µs
+// of Redis's clock) and what it cost the points and content limits.
+type ledger struct {
+	*redisstore.Store
+	mu     sync.Mutex
+	grants map[string]charge
+	taken  atomic.Int64
+}
+
+type charge struct {
+	at      int64 // µs of the store's clock
+	delay   time.Duration
+	points  int
+	content int
+}
+
+func (l *ledger) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	dec, err := l.Store.Take(ctx, d)
+	if err != nil || !dec.OK {
+		return dec, err
+	}
+	l.taken.Add(1)
+	c := charge{at: -1, delay: dec.Delay}
+	for i, b := range d.Limits {
+		switch b.Limit.Name {
+		case "points":
+			c.points, c.at = d.CostOf(i), dec.Reservation.Marks[i]
+		case "content":
+			c.content = d.CostOf(i)
+		}
+	}
+	l.mu.Lock()
+	l.grants[dec.Reservation.ID] = c
+	l.mu.Unlock()
+	return dec, nil
+}
+
+func (l *ledger) Cancel(ctx context.Context, r *quota.Reservation) error {
+	err := l.Store.Cancel(ctx, r)
+	if err == nil {
+		l.mu.Lock()
+		delete(l.grants, r.ID)
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// stackedPolicy is GitHub's stacked rule (the githubquota preset's shape)
+// on the scaled limits, points counted by pointsAlg.
+func stackedPolicy(host string, pointsAlg throttle.Algorithm) throttle.Policy {
+	writes := func(r *http.Request) bool { return r.Method != http.MethodGet && r.Method != http.MethodHead }
+	token := throttle.KeyFromHeader("Authorization")
+	per := stackedPer + stackedMargin
+	return throttle.Policy{Rules: []throttle.Rule{{
+		Name: "github", Host: host,
+		Limits: []throttle.Limit{
+			{Name: "points", Rate: stackedPoints, Per: per, Algorithm: pointsAlg, Key: token,
+				Cost: throttle.CostByMethod(5, map[string]int{"GET": 1, "HEAD": 1})},
+			{Name: "content", Rate: stackedContent, Per: per, Algorithm: throttle.SlidingLog, Key: token, Match: writes},
+			{Name: "in-flight", Rate: stackedInFlight, Per: time.Minute, Algorithm: throttle.Concurrency, Key: token},
+		},
+		Wait: waiters.Block(),
+	}}}
+}
+
+// stackedRun is what one run of the fleet got.
+type stackedRun struct {
+	sent                  int64 // handed to the base transports
+	grants                []charge
+	reads, writes         int // the vendor's admissions
+	refused               int
+	pointsUsed, readsUsed float64 // shares over whole windows of the policy's limit
+	writesUsed            float64 // content's share
+
+	// What the vendor admitted over the run, as shares of what the
+	// policy's limits allow in the run's length (any algorithm).
+	vendorPoints, vendorReads float64
+}
+
+func runStackedFleet(t *testing.T, pointsAlg throttle.Algorithm, run time.Duration) stackedRun {
+	const instances, goroutines, writers = 8, 16, 6
+	v := newStackedVendor(t)
+	u, err := url.Parse(v.URL)
+	require.NoError(t, err)
+	prefix := redistest.Prefix(t)
+	var sent atomic.Int64
+	var ledgers []*ledger
+	var clients []*http.Client
+	for range instances {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32})
+		t.Cleanup(func() { _ = rdb.Close() })
+		lg := &ledger{Store: newStoreOn(t, rdb, prefix), grants: map[string]charge{}}
+		ledgers = append(ledgers, lg)
+		base := &http.Transport{MaxIdleConnsPerHost: 64}
+		t.Cleanup(base.CloseIdleConnections)
+		counted := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sent.Add(1)
+			return base.RoundTrip(r)
+		})
+		tr, err := throttle.NewTransport(counted, stackedPolicy(u.Host, pointsAlg), throttle.WithStore(lg),
+			// A slow store call on a loaded machine must not fall back to a
+			// local share, which would admit more than the fleet's quota.
+			throttle.WithBreaker(throttle.Breaker{CallTimeout: 10 * time.Second}))
+		require.NoError(t, err)
+		clients = append(clients, &http.Client{Transport: tr})
+	}
+
+	// Every goroutine sends until the deadline; a request whose slot
+	// would come after it is refused at once, with nothing charged.
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range instances {
+		for g := range goroutines {
+			method := http.MethodGet
+			if g < writers {
+				method = http.MethodPost
+			}
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					req, err := http.NewRequestWithContext(ctx, method, v.URL+"/repos/o/r/issues", nil)
+					if err != nil {
+						return
+					}
+					req.Header.Set("Authorization", "token fleet")
+					resp, err := clients[i].Do(req)
+					if err != nil {
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, c := range clients {
+		c.CloseIdleConnections()
+	}
+
+	var r stackedRun
+	r.sent = sent.Load()
+	for _, lg := range ledgers {
+		lg.mu.Lock()
+		for _, c := range lg.grants {
+			r.grants = append(r.grants, c)
+		}
+		lg.mu.Unlock()
+	}
+	v.mu.Lock()
+	r.reads, r.writes, r.refused = v.reads, v.writes, v.refused
+	v.mu.Unlock()
+	perRun := float64(run) / float64(stackedPer+stackedMargin)
+	r.vendorPoints = float64(r.reads+5*r.writes) / (perRun * stackedPoints)
+	r.vendorReads = float64(r.reads) / (perRun*stackedPoints - float64(5*r.writes))
+
+	// Shares over whole windows of the policy's limit, from the second
+	// window of the run to the last whole one: what the store decided.
+	slices.SortFunc(r.grants, func(a, b charge) int { return int(a.at - b.at) })
+	if len(r.grants) == 0 {
+		return r
+	}
+	per := (stackedPer + stackedMargin).Microseconds()
+	from := r.grants[0].at + per/2
+	windows := (r.grants[len(r.grants)-1].at - from) / per
+	if windows < 1 {
+		return r
+	}
+	var points, reads, content int
+	for _, c := range r.grants {
+		if c.at > from && c.at <= from+windows*per {
+			points += c.points
+			content += c.content
+			if c.content == 0 {
+				reads += c.points
+			}
+		}
+	}
+	r.pointsUsed = float64(points) / float64(windows*stackedPoints)
+	r.writesUsed = float64(content) / float64(windows*stackedContent)
+	r.readsUsed = float64(reads) / float64(windows*stackedPoints-int64(5*content))
+	return r
+}
+
+// assertWithinLog checks that no window (x-per, x] of the charges holds
+// more than rate, units given by unit.
+func assertWithinLog(t *testing.T, name string, grants []charge, unit func(charge) int, per time.Duration, rate int) {
+	t.Helper()
+	p := per.Microseconds()
+	lo, sum, worst := 0, 0, 0
+	for hi := range grants {
+		sum += unit(grants[hi])
+		for grants[lo].at <= grants[hi].at-p {
+			sum -= unit(grants[lo])
+			lo++
+		}
+		if hi+1 < len(grants) && grants[hi+1].at == grants[hi].at {
+			continue // the window ends after every charge of the instant
+		}
+		worst = max(worst, sum)
+	}
+	assert.LessOrEqual(t, worst, rate, "%s: a window of %v held %d, more than %d", name, per, worst, rate)
+}
+
+// TestStackedFleet is issue 28's GitHub mix: reads are not queued behind
+// writes reserved on the points they share, and writes are not starved:
+// the store decides the points limit full (at least 95% of it over whole
+// windows), writes take at least 90% of their content limit and reads at
+// least 90% of the points writes leave, with no window of either limit
+// holding more than its rate, every request sent exactly as the store
+// charged it, and no answer from the vendor a refusal.
+func TestStackedFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fleet of 8 instances for 9 s")
+	}
+	r := runStackedFleet(t, throttle.SlidingLog, 9*time.Second)
+	t.Logf("sliding log: points %.1f%%, writes %.1f%% of content, reads %.1f%% of what writes leave; vendor: %d reads, %d writes, %d refused",
+		100*r.pointsUsed, 100*r.writesUsed, 100*r.readsUsed, r.reads, r.writes, r.refused)
+	per := stackedPer + stackedMargin
+	assertWithinLog(t, "points", r.grants, func(c charge) int { return c.points }, per, stackedPoints)
+	assertWithinLog(t, "content", r.grants, func(c charge) int { return c.content }, per, stackedContent)
+	assert.Equal(t, int64(len(r.grants)), r.sent, "every request charged was sent, and none other")
+	assert.Zero(t, r.refused, "the vendor refused requests")
+	assert.GreaterOrEqual(t, r.pointsUsed, 0.95, "share of the points limit")
+	assert.GreaterOrEqual(t, r.writesUsed, 0.90, "writes' share of the content limit")
+	assert.GreaterOrEqual(t, r.readsUsed, 0.90, "reads' share of the points writes leave")
+
+	// THROTTLE_FLEET_GCRA=1 runs the same fleet with GCRA points, for the
+	// figure GCRA's doc gives (one arrival time: reads wait behind writes'
+	// reservations).
+	if os.Getenv("THROTTLE_FLEET_GCRA") != "" {
+		g := runStackedFleet(t, throttle.GCRA, 9*time.Second)
+		t.Logf("GCRA: the vendor admitted %.1f%% of the points the run allows, reads %.1f%% of what writes leave (sliding log: %.1f%%, %.1f%%); %d reads, %d writes, %d refused",
+			100*g.vendorPoints, 100*g.vendorReads, 100*r.vendorPoints, 100*r.vendorReads, g.reads, g.writes, g.refused)
+	}
+}
