@@ -24,9 +24,9 @@ func BenchmarkLearn(b *testing.B) {
 			now := time.Now()
 			h := http.Header{}
 			h.Set("Date", now.UTC().Format(http.TimeFormat))
-			h.Set("X-RateLimit-Limit", "1000000000")
-			h.Set("X-RateLimit-Remaining", "999999999")
-			h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(30*time.Second).Unix(), 10))
+			h.Set("X-RateLimit-Limit", "5000")
+			h.Set("X-RateLimit-Remaining", "4999")
+			h.Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(30*time.Minute).Unix(), 10))
 			h.Set("X-RateLimit-Resource", "search")
 			if extra != "" {
 				h.Set("RateLimit", extra)
@@ -48,7 +48,7 @@ func BenchmarkLearn(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			policy := throttle.Policy{Rules: []throttle.Rule{{
 				Name: "search", Host: "api.github.com",
-				Limits: []throttle.Limit{{Name: "search", Rate: 1 << 30, Per: time.Minute, Algorithm: throttle.FixedWindow}},
+				Limits: []throttle.Limit{{Name: "search", Rate: 1 << 30, Per: time.Hour, Algorithm: throttle.FixedWindow}},
 				Learn:  c.learn,
 			}}}
 			tr, err := throttle.NewTransport(answer(c.extra), policy, throttle.WithStore(memstore.New()),
