@@ -34,7 +34,7 @@ func (lim *Limiter) admitDemand(r *rule, req *http.Request, budget time.Duration
 		budget = 0 // decided as if it could not wait; never sleeps
 	}
 	if err := lim.decide(r, req, budget, d, &ev); err != nil {
-		ev.Err = err
+		ev.Err = onePrefix(err)
 		if ev.Outcome == Allowed || ev.Outcome == Waited {
 			ev.Outcome = Failed
 		}
@@ -171,6 +171,9 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	}
 	if !dec.OK {
 		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
+		if ev.Fallback != FailDefault {
+			le.Fallback, le.StoreErr = ev.Fallback, ev.StoreErr
+		}
 		if dec.Limit >= 0 && dec.Limit < len(d.Limits) {
 			le.Limit = d.Limits[dec.Limit].Limit.Name
 		}

@@ -96,14 +96,14 @@ func (lim *Limiter) reportStore(ev StoreEvent) {
 	case ev.State == StoreFailing:
 		l.Warn("throttle: store call failed; requests get their rules' failure modes", append(attrs, "err", ev.Err)...)
 	default:
-		l.Warn("throttle: store calls suspended after repeated failures; failure modes apply at once", append(attrs, "err", ev.Err)...)
+		l.Warn("throttle: store calls suspended (breaker open) after Breaker.Failures failures in a row; failure modes apply at once", append(attrs, "err", ev.Err)...)
 	}
 }
 
 // errCircuitOpen is the cause of a failure mode applied without calling
 // the store, or without waiting longer for a call, because the breaker is
 // open.
-var errCircuitOpen = errors.New("throttle: store calls suspended after repeated failures")
+var errCircuitOpen = errors.New("store calls suspended while the breaker is open")
 
 // errCallTimeout is the cause of a failure mode applied because the store
 // did not answer in time (see [Breaker].CallTimeout). It is reported

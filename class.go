@@ -12,8 +12,13 @@ import (
 // with a Headroom is admitted by a limit only while that part of it stays
 // free after its cost, and never holds quota ahead of time: it waits in
 // its instance, in line, for the instant the store names and asks again.
-// So a class above it finds the headroom free at once, however long the
-// backlog. docs/policy.md gives the details.
+// So a class above it (a smaller Headroom, or a request of no class)
+// never queues behind its backlog. On window and log limits the headroom
+// is kept only while a class above has asked within the last emission
+// interval (Per/Rate), and lent otherwise, so the whole quota is used; a
+// class above that returns waits for the next unit the limit frees,
+// about one emission interval. docs/policy.md gives the details and
+// figures.
 type Class struct {
 	Name string // used by Rule.Class, WithClass and hooks; letters, digits and ._- only
 
@@ -36,6 +41,14 @@ func WithClass(ctx context.Context, name string) context.Context {
 type class struct {
 	name     string
 	headroom float64
+}
+
+// bucket returns the bucket of limit l for a request of class c, without
+// its key and tenant: the headroom (units), and Classed when the request
+// has a class, so that the store holds the headroom of the classes below
+// it while it asks (quota.Store, Lent headroom).
+func (c *class) bucket(l quota.Limit) quota.Bucket {
+	return quota.Bucket{Limit: l, Headroom: c.units(l), Classed: c != nil}
 }
 
 // units returns the headroom of class c on limit l, in units of its
@@ -72,16 +85,32 @@ func compileClasses(cs []Class, bad func(rule, field, format string, args ...any
 	return byName
 }
 
+// unclassed returns the class of requests that name none, in a policy of
+// classes cs: a class without a headroom, above every other, if any class
+// has a headroom; else nil.
+func unclassed(cs map[string]*class) *class {
+	for _, c := range cs {
+		if c.headroom > 0 {
+			return &class{}
+		}
+	}
+	return nil
+}
+
 // classOf returns the class of a request of rule r whose context is ctx:
-// the one named by [WithClass], or the rule's; nil for none.
+// the one named by [WithClass], or the rule's; for none, the policy's
+// unclassed.
 func (cp *compiledPolicy) classOf(ctx context.Context, r *rule) (*class, error) {
 	name, ok := ctx.Value(classKey{}).(string)
-	if !ok {
-		return r.class, nil
+	c := r.class
+	if ok {
+		c = cp.classes[name]
+		if c == nil && name != "" {
+			return nil, fmt.Errorf("throttle: rule %s: %w: no class %q in the policy", r.id, ErrInvalidPolicy, name)
+		}
 	}
-	c := cp.classes[name]
-	if c == nil && name != "" {
-		return nil, fmt.Errorf("throttle: rule %s: %w: no class %q in the policy", r.id, ErrInvalidPolicy, name)
+	if c == nil {
+		return cp.unclassed, nil
 	}
 	return c, nil
 }

@@ -102,10 +102,10 @@ func ExampleClass() {
 //
 // The minute runs on a clock of its own. Each customer asks in turn
 // every 100 ms (the limit's emission interval) for what has come in, and
-// a request waits for its quota: Reserve grants it a later instant, or
-// refuses a customer over its share when there is no quota now (it asks
-// again at the next step). A request counts as sent if its instant is
-// within the minute.
+// a request waits for its quota: Reserve grants it an instant at most
+// half an emission interval ahead, or refuses it (it asks again at the
+// next step), the free quota going to the customer furthest below its
+// share. A request counts as sent if its instant is within the minute.
 func ExampleLimit_tenant() {
 	wants := []float64{2.5, 0.5, 0.125, 0.025} // requests every 100 ms: a share is 0.25
 	minute := func(shared bool) []int {
@@ -130,7 +130,7 @@ func ExampleLimit_tenant() {
 				for ; backlog[i] >= 1; backlog[i]-- {
 					p, err := lim.Reserve(ctx, "vendor", 1)
 					if err != nil {
-						break // over its share, and no quota now
+						break // no quota within T/2, or another customer goes first
 					}
 					if now.Add(p.Delay).Before(end) {
 						sent[i]++
@@ -148,8 +148,8 @@ func ExampleLimit_tenant() {
 	}
 	// Output:
 	// customer  wants  shared  not shared
-	// A          1500     364         485
-	// B           300     157          96
+	// A          1500     265         485
+	// B           300     256          96
 	// C            75      74          24
 	// D            15      14           4
 }

@@ -76,7 +76,7 @@ func classPolicy(tenant throttle.KeyFunc) throttle.Policy {
 
 // TestClassHeadroom, on both stores: a class stops at its headroom, the
 // class above it takes the rest, a request of a class with a headroom is
-// never reserved, and hooks name the class.
+// never reserved far ahead, and hooks name the class.
 func TestClassHeadroom(t *testing.T) {
 	for name, stores := range limiterStores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -227,9 +227,9 @@ func TestLineAsksOncePerGrant(t *testing.T) {
 }
 
 // TestTenantShares, on both stores: with two tenants active, a tenant
-// may use what the other leaves; then, over its share, it may not
-// reserve, while the other, within its share, may; and hooks name the
-// tenant. (n = 2: a's share clock is 1 h ahead, a burst's time, after 5 of
+// may use what the other leaves; then the limit's next unit goes to the
+// tenant below its share, whose refusal holds the other back; and hooks
+// name the tenant. (n = 2: a's share clock is 1 h ahead, a burst's time, after 5 of
 // its 9 units, and 12 min beyond that, one grant's step, after the 9th.)
 func TestTenantShares(t *testing.T) {
 	for name, stores := range limiterStores(t) {
@@ -255,11 +255,16 @@ func TestTenantShares(t *testing.T) {
 			_, err = lim.Allow(b, "r")
 			require.ErrorIs(t, err, throttle.ErrLimited, "the limit is used up")
 			block := func(ctx context.Context) context.Context { return throttle.WithWaiter(ctx, waiters.Block()) }
-			p1, err := lim.Reserve(block(b), "r", 1)
-			require.NoError(t, err, "b, within its share, reserves")
-			assert.InDelta(t, 6*time.Minute, p1.Delay, float64(time.Second))
+			// A tenant's request reserves at most T/2 (3 min) ahead: b is
+			// refused until the next unit, 6 min on, and claims it; a, over
+			// its share, waits T behind b's claim.
+			_, err = lim.Reserve(block(b), "r", 1)
+			var le *throttle.LimitError
+			require.ErrorAs(t, err, &le, "b")
+			assert.InDelta(t, 6*time.Minute, le.RetryAfter, float64(time.Second))
 			_, err = lim.Reserve(block(a), "r", 1)
-			require.ErrorIs(t, err, throttle.ErrLimited, "a, over its share, may not reserve")
+			require.ErrorAs(t, err, &le, "a")
+			assert.InDelta(t, 12*time.Minute, le.RetryAfter, float64(time.Second), "a waits behind b's claim")
 			_, err = lim.Allow(t.Context(), "r")
 			require.ErrorIs(t, err, throttle.ErrMissingKey, "no tenant")
 

@@ -46,6 +46,17 @@ type LimitError struct {
 	Pause      string
 	RetryAfter time.Duration // the earliest it could succeed; zero after giving up
 	Err        error         // the context's error when it gave up waiting
+
+	// Fallback is [FailLocal] when the shared store could not decide and
+	// this instance's local share ([LocalShare]) refused the request: the
+	// limit may well have quota left fleet-wide. It is the zero
+	// FailDefault when the store decided. A fallback refusal also matches
+	// [ErrStoreUnavailable] with [errors.Is].
+	Fallback FailureMode
+	// StoreErr is the store's error that made the fallback decide (a
+	// go-redis error, a timeout, [ErrStoreConfig] for a wrong password);
+	// nil when the store decided. [errors.Is] sees it.
+	StoreErr error
 }
 
 // Error describes the refusal.
@@ -68,14 +79,30 @@ func (e *LimitError) Error() string {
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
+	if e.Fallback != FailDefault {
+		msg += fmt.Sprintf(" (decided by failure mode %q: store unavailable: %v)", e.Fallback, e.StoreErr)
+	}
 	return msg
 }
 
-// Unwrap returns the underlying cause, such as the context's error.
-func (e *LimitError) Unwrap() error { return e.Err }
+// Unwrap returns the underlying causes: the context's error when it gave
+// up waiting, and the store's error when a fallback decided.
+func (e *LimitError) Unwrap() []error {
+	var errs []error
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.StoreErr != nil {
+		errs = append(errs, e.StoreErr)
+	}
+	return errs
+}
 
-// Is reports whether target is [ErrLimited].
-func (e *LimitError) Is(target error) bool { return target == ErrLimited }
+// Is reports whether target is [ErrLimited], or [ErrStoreUnavailable] when
+// a fallback decided (Fallback is set).
+func (e *LimitError) Is(target error) bool {
+	return target == ErrLimited || (target == ErrStoreUnavailable && e.Fallback != FailDefault)
+}
 
 // A PolicyError reports one problem with a [Policy]: which rule, which
 // field, and what is wrong. It matches [ErrInvalidPolicy].
@@ -102,6 +129,32 @@ func (e *PolicyError) Unwrap() error { return e.Err }
 
 // Is reports whether target is [ErrInvalidPolicy].
 func (e *PolicyError) Is(target error) bool { return target == ErrInvalidPolicy }
+
+// onePrefix returns err with a message that says "throttle: " once, at
+// its start: the sentinels it wraps (ErrStoreUnavailable, ErrMissingKey,
+// ErrInvalidPolicy...) keep their own prefix for when they stand alone.
+// A *LimitError is returned as it is, for callers that assert its type.
+func onePrefix(err error) error {
+	if _, ok := err.(*LimitError); ok {
+		return err
+	}
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, "throttle: ")
+	if !ok || !strings.Contains(rest, "throttle: ") {
+		return err
+	}
+	return &prefixError{msg: "throttle: " + strings.ReplaceAll(rest, "throttle: ", ""), err: err}
+}
+
+// A prefixError is an error whose message says its package prefix once;
+// it unwraps to the error it rewords.
+type prefixError struct {
+	msg string
+	err error
+}
+
+func (e *prefixError) Error() string { return e.msg }
+func (e *prefixError) Unwrap() error { return e.err }
 
 // policyError places a store's refusal of a limit or demand in rule id, its
 // field under prefix (such as "Limits[1].").

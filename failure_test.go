@@ -236,13 +236,23 @@ func TestBreakerConfigErrorIsLoud(t *testing.T) {
 		throttle.WithHooks(throttle.Hooks{OnStoreState: func(ev throttle.StoreEvent) { states = append(states, ev.State) }}))
 	require.NoError(t, err)
 	c := &http.Client{Transport: tr}
+	var last error
 	for range 8 {
 		resp, err := c.Get(v.URL)
 		if err == nil {
 			_ = resp.Body.Close()
 		}
+		last = err
 	}
 	assert.Equal(t, []throttle.StoreState{throttle.StoreDown}, states, "down after one call, reported once")
+	// The local share (5 of 10) refused the last: it names the fallback and
+	// the cause, and does not claim repeated failures after one.
+	assert.ErrorIs(t, last, throttle.ErrStoreUnavailable)
+	assert.ErrorIs(t, last, throttle.ErrStoreConfig)
+	if assert.Error(t, last) {
+		assert.Contains(t, last.Error(), "WRONGPASS")
+		assert.NotContains(t, last.Error(), "repeated")
+	}
 	out := buf.String()
 	assert.Equal(t, 1, strings.Count(out, "level=ERROR"), out)
 	assert.Contains(t, out, "store misconfigured")
@@ -302,4 +312,96 @@ func TestPolicyFailureModes(t *testing.T) {
 	assert.True(t, errors.Is(err, throttle.ErrInvalidPolicy))
 	assert.Equal(t, throttle.Limit{Name: "l", Rate: 3, Per: time.Minute, Burst: 3},
 		throttle.LocalShare(throttle.Limit{Name: "l", Rate: 10, Per: time.Minute}, 3))
+}
+
+// A refusal by this instance's local share, while the store is down, says
+// so: Fallback is set, it matches ErrStoreUnavailable and the store's own
+// error, so a caller can tell it from a real limit. So does a Limiter's
+// grant and refusal.
+func TestFallbackRefusalSaysSo(t *testing.T) {
+	storeErr := errors.New("dial tcp 127.0.0.1:1: connection refused")
+	p := throttle.Policy{Instances: 2, Rules: []throttle.Rule{{
+		Name: "r", Host: "127.0.0.1", Wait: waiters.FailFast(),
+		Limits: []throttle.Limit{{Name: "l", Rate: 2, Per: time.Hour}},
+	}}}
+
+	t.Run("transport", func(t *testing.T) {
+		v := newVendor(t)
+		tr, err := throttle.NewTransport(nil, p, throttle.WithStore(failingStore{err: storeErr}), throttle.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		c := &http.Client{Transport: tr}
+		resp, err := c.Get(v.URL)
+		require.NoError(t, err, "the local share (1 of 2) admits the first")
+		_ = resp.Body.Close()
+		_, err = c.Get(v.URL)
+		var le *throttle.LimitError
+		require.ErrorAs(t, err, &le)
+		assert.Equal(t, throttle.FailLocal, le.Fallback)
+		assert.Equal(t, "l", le.Limit)
+		assert.ErrorIs(t, err, throttle.ErrLimited)
+		assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+		assert.ErrorIs(t, err, storeErr)
+		assert.Contains(t, err.Error(), "connection refused")
+		tr.CloseIdleConnections()
+	})
+
+	t.Run("limiter", func(t *testing.T) {
+		lim, err := throttle.NewLimiter(p, throttle.WithStore(failingStore{err: storeErr}), throttle.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		permit, err := lim.Allow(t.Context(), "r")
+		require.NoError(t, err)
+		assert.Equal(t, throttle.FailLocal, permit.Fallback)
+		assert.ErrorIs(t, permit.StoreErr, storeErr)
+		permit.Done()
+		_, err = lim.Allow(t.Context(), "r")
+		assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+		assert.ErrorIs(t, err, storeErr)
+	})
+
+	t.Run("a real limit is not a fallback", func(t *testing.T) {
+		lim, err := throttle.NewLimiter(p, throttle.WithStore(memstore.New()))
+		require.NoError(t, err)
+		for range 2 {
+			permit, err := lim.Allow(t.Context(), "r")
+			require.NoError(t, err)
+			assert.Equal(t, throttle.FailDefault, permit.Fallback)
+			permit.Done()
+		}
+		_, err = lim.Allow(t.Context(), "r")
+		var le *throttle.LimitError
+		require.ErrorAs(t, err, &le)
+		assert.Equal(t, throttle.FailDefault, le.Fallback)
+		assert.NotErrorIs(t, err, throttle.ErrStoreUnavailable)
+	})
+}
+
+// Policy.Instances left at zero while a rule falls back to its local
+// share on a shared store is said once, at construction, with the cause;
+// not for the in-process store, nor once Instances is set.
+func TestInstancesUnsetIsLoud(t *testing.T) {
+	rule := throttle.Rule{Name: "r", Limits: []throttle.Limit{{Name: "l", Rate: 10, Per: time.Hour}}}
+	for _, tc := range []struct {
+		name  string
+		p     throttle.Policy
+		store quota.Store
+		warns bool
+	}{
+		{"shared store, unset", throttle.Policy{Rules: []throttle.Rule{rule}}, failingStore{err: errors.New("down")}, true},
+		{"shared store, set", throttle.Policy{Instances: 1, Rules: []throttle.Rule{rule}}, failingStore{err: errors.New("down")}, false},
+		{"shared store, fails closed", throttle.Policy{OnStoreFailure: throttle.FailClosed, Rules: []throttle.Rule{rule}}, failingStore{err: errors.New("down")}, false},
+		{"in-process store", throttle.Policy{Rules: []throttle.Rule{rule}}, memstore.New(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf syncBuffer
+			_, err := throttle.NewLimiter(tc.p, throttle.WithStore(tc.store), throttle.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+			require.NoError(t, err)
+			if !tc.warns {
+				assert.Empty(t, buf.String())
+				return
+			}
+			assert.Equal(t, 1, strings.Count(buf.String(), "level=WARN"), buf.String())
+			assert.Contains(t, buf.String(), "Policy.Instances is not set")
+			assert.Contains(t, buf.String(), "rule=r")
+		})
+	}
 }

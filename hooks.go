@@ -35,6 +35,8 @@ type Hooks struct {
 
 // A PauseEvent describes a pause learned from a response.
 type PauseEvent struct {
+	Context context.Context // the request's whose answer asked for it, for tracing and logs
+
 	Rule   string        // the rule whose scope is paused
 	Status int           // the response's HTTP status; 0 outside HTTP
 	Pause  time.Duration // how long, jitter included
@@ -61,6 +63,8 @@ type AnchorEvent struct {
 // A SettleEvent describes a request's charge corrected to the cost its
 // answer reported ([Rule].Settle, [Permit.Settle]).
 type SettleEvent struct {
+	Context context.Context // the request's, for tracing and logs
+
 	Rule    string
 	Charged int   // what the request was charged when it was decided: its estimate
 	Cost    int   // what the answer reported; 0 when it reported none, and the estimate stands

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -86,7 +87,8 @@ func laneKey(r *rule, d *demand) string {
 // takeInLine decides d, which inLine, as [Limiter.takeSlot] does. While
 // the store refuses it within its budget (d.MaxWait), it waits for its
 // turn in its line, then until the instant the store named, and asks
-// again. A grant's Delay is 0, and ev says how long it waited.
+// again, up to half an emission interval early. A grant's Delay is then at
+// most that (a reservation), and ev says how long it waited.
 func (lim *Limiter) takeInLine(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	dec, err := lim.takeSlot(ctx, r, d, ev)
 	if err != nil || !retries(d, dec) {
@@ -113,12 +115,24 @@ func (lim *Limiter) takeInLine(ctx context.Context, r *rule, d *demand, ev *Deci
 		ev.Outcome, ev.Wait = GaveUp, waited+spent()
 		return quota.Decision{}, &LimitError{Rule: r.id, Err: ctx.Err()}
 	}
+	// The store grants a restricted demand as a reservation up to early
+	// ahead (quota.Store, Headroom and fair shares): asking that much
+	// before the instant it named takes the unit at its instant, however
+	// late a loaded machine wakes and the call arrives, within early.
+	early := time.Duration(quotamath.RestrictedWait(&d.Demand)) * time.Microsecond
 	for {
 		// The rest of dec's delay: none if the turn came after it.
-		wait := dec.Delay - lim.now().Sub(asked)
-		if wait > budget-spent() {
-			dec.Delay = wait
+		rest := dec.Delay - lim.now().Sub(asked)
+		if rest > budget-spent() {
+			dec.Delay = rest
 			break
+		}
+		// Early only from further than early: a refusal within it was not
+		// for want of a reservation (a claim or a held headroom), so
+		// asking again before its end would only be refused again.
+		wait := rest
+		if rest > early {
+			wait = rest - early
 		}
 		if wait > 0 {
 			if _, err := lim.sleep(ctx, wait, nil); err != nil {
@@ -128,8 +142,8 @@ func (lim *Limiter) takeInLine(ctx context.Context, r *rule, d *demand, ev *Deci
 		}
 		d.MaxWait = max(budget-spent(), 0)
 		dec, err = lim.takeSlot(ctx, r, d, ev)
-		// Counted from the answer, the delay never ends before the
-		// instant the store named, whatever the call's latency.
+		// Counted from the answer, the delay never ends more than early
+		// before the instant the store named, whatever the call's latency.
 		asked = lim.now()
 		if err != nil || !retries(d, dec) {
 			break

@@ -269,7 +269,7 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 	// not end before the shared pause does.
 	lim.learned.keep(r.pauseID(pk), lim.now().Add(p))
 	if lim.hooks.OnPause != nil || lim.logger != nil {
-		ev := PauseEvent{Rule: r.id, Status: status, Pause: p, Capped: fb.Capped, Err: err}
+		ev := PauseEvent{Context: ctx, Rule: r.id, Status: status, Pause: p, Capped: fb.Capped, Err: err}
 		if lim.hooks.OnPause != nil {
 			lim.hooks.OnPause(ev)
 		}

@@ -53,7 +53,9 @@ type Limiter struct {
 // (a [Concurrency] limit on a store that is not a [quota.LeaseStore], a
 // store that is a [quota.LimitChecker] and refuses the rule, Learn.Sync on
 // a store that cannot sync, Learn.Anchor on one that cannot anchor,
-// Settle on one that cannot settle).
+// Settle on one that cannot settle). It logs a warning when
+// [Policy].Instances is not set while a rule falls back to [FailLocal] on
+// a shared store.
 func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	cp, err := p.compile()
 	if err != nil {
@@ -106,6 +108,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	lim.notePlacement() // note.go
+	lim.noteInstances(p.Instances)
 	return lim, nil
 }
 
@@ -174,6 +177,9 @@ func (lim *Limiter) call(ctx context.Context, name string, n int, budget time.Du
 		return nil, ev.Err
 	}
 	p := &Permit{Rule: r.id, Delay: d.delay, Waited: ev.Wait, Remaining: ev.Remaining, ResetAfter: ev.ResetAfter, lim: lim, r: r, d: d}
+	if ev.Fallback != FailDefault {
+		p.Fallback, p.StoreErr = ev.Fallback, ev.StoreErr
+	}
 	if reserve {
 		p.Waited = 0
 	}
@@ -203,6 +209,12 @@ type Permit struct {
 	Waited     time.Duration // how long Wait waited for the quota
 	Remaining  int64         // what the rule's limits admit now after the grant ([quota.Decision])
 	ResetAfter time.Duration // until the grant's charge stops counting ([quota.Decision])
+
+	// Fallback is the failure mode that granted the call when the shared
+	// store could not decide ([FailLocal]: this instance's share;
+	// [FailOpen]: no decision); the zero FailDefault when the store did.
+	Fallback FailureMode
+	StoreErr error // the store's error when Fallback is set
 
 	lim     *Limiter
 	r       *rule

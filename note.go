@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 
@@ -67,6 +68,27 @@ func (lim *Limiter) notePlacement() {
 					"throttle: a GCRA limit keeps one arrival time: requests that other limits do not delay wait behind the reservations of those they do; SlidingLog or FixedWindow let them go in the gaps",
 					slog.String("rule", r.id), slog.String("limit", g.Name), slog.String("because", why))
 			}
+		}
+	}
+}
+
+// noteInstances logs, at Warn, once at construction, when a rule falls
+// back to its local share ([FailLocal]) on a shared store while
+// instances, [Policy].Instances, is not set: each instance would then take
+// the whole quota during an outage.
+func (lim *Limiter) noteInstances(instances int) {
+	if instances > 0 || lim.inProcess() {
+		return
+	}
+	for _, r := range lim.policy.rules {
+		if r.failMode == FailLocal && len(r.Limits) > 0 {
+			l := lim.logger
+			if l == nil {
+				l = slog.Default()
+			}
+			l.Warn("throttle: Policy.Instances is not set: while the shared store is down every instance takes a rule's whole quota (FailLocal); set it to the number of instances sharing the store (1 for one), or set OnStoreFailure",
+				"rule", r.id, "store", fmt.Sprintf("%T", lim.store))
+			return
 		}
 	}
 }

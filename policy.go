@@ -31,7 +31,12 @@ type Policy struct {
 	OnStoreFailure FailureMode
 
 	// Instances is how many instances share the store, for [FailLocal]'s
-	// shares ([LocalShare]). Zero means 1; a fleet should set it.
+	// shares ([LocalShare]). Zero counts as 1: while a shared store is
+	// down, every instance takes each FailLocal rule's whole quota, and
+	// the fleet admits Instances times the quota. A fleet must set it;
+	// [NewTransport] and [NewLimiter] log a warning when it is zero and a
+	// rule falls back to FailLocal on a store other than the in-process
+	// default.
 	Instances int
 
 	Classes []Class // the priority classes rules and requests may name
@@ -50,7 +55,7 @@ type Rule struct {
 	// for subdomains; with a port ("localhost:8080") only that port.
 	Host string
 
-	Method string // matches the request method exactly, e.g. "POST"
+	Method string // matches the request method exactly, in upper case, e.g. "POST"
 
 	// Path matches the URL path in the [net/http.ServeMux] pattern syntax
 	// ("/repos/{owner}/{repo}/issues", "/files/{path...}"); wildcards feed
@@ -191,9 +196,10 @@ func (r *rule) inFlight() int {
 
 // compiledPolicy is a validated Policy, ready to match requests.
 type compiledPolicy struct {
-	rules   []rule
-	refuse  bool
-	classes map[string]*class
+	rules     []rule
+	refuse    bool
+	classes   map[string]*class
+	unclassed *class // the class of requests that name none (class.go)
 }
 
 // Validate reports every problem with the policy: each is a
@@ -226,6 +232,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		bad("", "Instances", "must not be negative, got %d", p.Instances)
 	}
 	cp.classes = compileClasses(p.Classes, bad) // class.go
+	cp.unclassed = unclassed(cp.classes)
 
 	for i, r := range p.Rules {
 		id := r.Name
@@ -298,8 +305,13 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		if !r.OnStoreFailure.valid() {
 			bad(id, "OnStoreFailure", "unknown failure mode %v", r.OnStoreFailure)
 		}
-		if r.Method != "" && !validMethod(r.Method) {
+		switch {
+		case r.Method != "" && !validMethod(r.Method):
 			bad(id, "Method", "%q is not an HTTP method token", r.Method)
+		case r.Method != strings.ToUpper(r.Method):
+			// Methods are case-sensitive (RFC 9110) and net/http sends
+			// them as given: "post" would never match a POST.
+			bad(id, "Method", "%q is not upper case; methods are case-sensitive, so it would never match %q", r.Method, strings.ToUpper(r.Method))
 		}
 		if r.Class != "" {
 			if cr.class = cp.classes[r.Class]; cr.class == nil {

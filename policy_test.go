@@ -46,6 +46,8 @@ func TestPolicyValidate(t *testing.T) {
 		{name: "limit without name", policy: one(throttle.Limit{Rate: 1, Per: time.Second}), want: []string{"r Limits[0].Name"}},
 		{name: "duplicate limit in rule", policy: one(ok, ok), want: []string{"r Limits[1].Name"}},
 		{name: "bad method", policy: throttle.Policy{Rules: []throttle.Rule{{Name: "r", Method: "GET /x"}}}, want: []string{"r Method"}},
+		{name: "lower-case method", policy: throttle.Policy{Rules: []throttle.Rule{{Name: "r", Method: "post"}}}, want: []string{"r Method"}},
+		{name: "mixed-case method", policy: throttle.Policy{Rules: []throttle.Rule{{Name: "r", Method: "Post"}}}, want: []string{"r Method"}},
 		{name: "bad path", policy: throttle.Policy{Rules: []throttle.Rule{{Name: "r", Path: "api/{x"}}}, want: []string{"r Path"}},
 		{name: "bad host", policy: throttle.Policy{Rules: []throttle.Rule{{Name: "r", Host: "https://x.com"}}}, want: []string{"r Host"}},
 		{name: "bad scope", policy: throttle.Policy{Rules: []throttle.Rule{{Name: "r", Scope: "{tag}"}}}, want: []string{"r Scope"}},
@@ -64,6 +66,8 @@ func TestPolicyValidate(t *testing.T) {
 			{Name: "b", Host: "a*.com"},
 		}}, want: []string{"a Path", "a Limits[0].Rate", "b Host"}},
 	}
+	err := throttle.Policy{Rules: []throttle.Rule{{Name: "r", Method: "post"}}}.Validate()
+	assert.ErrorContains(t, err, `"post" is not upper case; methods are case-sensitive, so it would never match "POST"`)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.policy.Validate()

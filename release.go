@@ -101,6 +101,7 @@ func (h *hold) release() {
 		h.event(LeaseReleaseFailed, err)
 	}
 	h.busy.Lock() // wait out a renewal in progress
+	//lint:ignore SA2001 the empty section is the wait
 	h.busy.Unlock()
 }
 

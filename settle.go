@@ -32,7 +32,7 @@ func (t *Transport) settleOnEnd(ctx context.Context, r *rule, d *demand, resp *h
 		answer.Body = io.NopCloser(bytes.NewReader(head))
 		cost, ok := r.Settle(&answer)
 		if !ok {
-			t.lim.settleEvent(SettleEvent{Rule: r.id, Charged: d.Cost})
+			t.lim.settleEvent(SettleEvent{Context: ctx, Rule: r.id, Charged: d.Cost})
 			return
 		}
 		// The caller may end its context once it has the body.
@@ -103,7 +103,7 @@ func (b *settleBody) finish() {
 // (see [quota.Settler]), in the store that granted it. It reports the
 // settlement to the hooks and returns the error it reports.
 func (lim *Limiter) settle(ctx context.Context, r *rule, d *demand, cost int) error {
-	ev := SettleEvent{Rule: r.id, Charged: d.Cost, Cost: cost}
+	ev := SettleEvent{Context: ctx, Rule: r.id, Charged: d.Cost, Cost: cost}
 	if cost < 1 {
 		ev.Err = fmt.Errorf("throttle: rule %s: %w: a settled cost must be at least 1, got %d", r.id, ErrInvalidPolicy, cost)
 	} else {

@@ -66,6 +66,8 @@ func newSettleSetup(t *testing.T, settle func(*http.Response) (int, bool)) *sett
 		Wait:   waiters.FailFast(),
 	}}}, throttle.WithStore(s.store), throttle.WithClock(func() time.Time { return at }),
 		throttle.WithHooks(throttle.Hooks{OnSettle: func(ev throttle.SettleEvent) {
+			assert.NotNil(t, ev.Context, "the request's context")
+			ev.Context = nil // compared as values below
 			s.mu.Lock()
 			s.events = append(s.events, ev)
 			s.mu.Unlock()
@@ -218,7 +220,7 @@ func TestPermitSettle(t *testing.T) {
 	var events []throttle.SettleEvent
 	lim, err := throttle.NewLimiter(throttle.Policy{Rules: []throttle.Rule{{Name: "llm", Limits: []throttle.Limit{limit}}}},
 		throttle.WithStore(store), throttle.WithClock(func() time.Time { return at }),
-		throttle.WithHooks(throttle.Hooks{OnSettle: func(ev throttle.SettleEvent) { events = append(events, ev) }}))
+		throttle.WithHooks(throttle.Hooks{OnSettle: func(ev throttle.SettleEvent) { ev.Context = nil; events = append(events, ev) }}))
 	require.NoError(t, err)
 	used := func() int64 {
 		states, err := store.Inspect(t.Context(), "llm", []quota.Limit{limit.Quota()})

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-
-	"github.com/quotakit/throttle/quota"
 )
 
 // buckets fills in d's limits for req: every limit of r that applies to
@@ -33,7 +31,7 @@ func (r *rule) buckets(req *http.Request, d *demand) error {
 			}
 			continue
 		}
-		b := quota.Bucket{Limit: r.limits[j], Headroom: d.class.units(r.limits[j])} // class.go
+		b := d.class.bucket(r.limits[j]) // class.go
 		if l.Key != nil {
 			k, err := l.Key(req)
 			if err != nil {

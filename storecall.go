@@ -62,6 +62,7 @@ func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 // takeStore is take without the queue.
 func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	ev.Tries++
+	ev.Fallback = FailDefault // this decision's, not an earlier try's
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
@@ -111,7 +112,8 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	ld.Limits = make([]quota.Bucket, len(d.Limits))
 	for i, b := range d.Limits {
 		l := r.local[d.ruleLimit(i)]
-		ld.Limits[i] = quota.Bucket{Limit: l, Key: b.Key, Cost: b.Cost, Headroom: d.class.units(l), Tenant: b.Tenant}
+		ld.Limits[i] = d.class.bucket(l)
+		ld.Limits[i].Key, ld.Limits[i].Cost, ld.Limits[i].Tenant = b.Key, b.Cost, b.Tenant
 	}
 	// Not dec: an abandoned store call may still write it.
 	ldec, lerr := f.local.Take(ctx, &ld)

@@ -92,13 +92,14 @@ func (s *sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // serverStats is what Redis reports it did, cumulatively.
 type serverStats struct {
-	cmds int64         // commands executed, those scripts ran included; INFO excluded
-	cpu  time.Duration // used_cpu_user + used_cpu_sys of redis-server
+	cmds    int64         // commands executed, those scripts ran included; INFO excluded
+	cpu     time.Duration // used_cpu_user + used_cpu_sys of redis-server
+	scripts time.Duration // time spent running EVALSHA and EVAL (INFO commandstats usec): no I/O
 }
 
 // sub returns s - o.
 func (s serverStats) sub(o serverStats) serverStats {
-	return serverStats{cmds: s.cmds - o.cmds, cpu: s.cpu - o.cpu}
+	return serverStats{cmds: s.cmds - o.cmds, cpu: s.cpu - o.cpu, scripts: s.scripts - o.scripts}
 }
 
 // stats reads INFO commandstats and cpu.
@@ -118,10 +119,14 @@ func (e *env) stats(ctx context.Context) (serverStats, error) {
 			f, _ := strconv.ParseFloat(value, 64)
 			s.cpu += time.Duration(f * 1e9)
 		case strings.HasPrefix(name, "cmdstat_") && !strings.HasPrefix(name, "cmdstat_info"):
+			script := name == "cmdstat_evalsha" || name == "cmdstat_eval"
 			for _, f := range strings.Split(value, ",") {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					s.cmds += n
+				} else if v, ok := strings.CutPrefix(f, "usec="); ok && script {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					s.scripts += time.Duration(n) * time.Microsecond
 				}
 			}
 		}

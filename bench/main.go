@@ -2,7 +2,7 @@
 // with its peers, against one redis-server that it starts itself on a free
 // loopback port, and prints one markdown table per part.
 //
-//	cd bench && GOWORK=off go run .
+//	cd bench && go run .
 //
 // The contenders are PING and an EVALSHA of "return 1" (the physical
 // baselines), go-redis/redis_rate v10 (GCRA), ulule/limiter v3 (fixed
@@ -27,6 +27,10 @@
 //     second and killed; what the fleet admitted against the limit and
 //     against the FailLocal bound, the failure modes applied, and the
 //     decision latency as a multiple of the healthy state's.
+//
+// With -guard it runs only the guard (guard.go), the short check CI
+// runs: a few of our throughput rows against their yardsticks, compared
+// with the ratios recorded in guard.txt.
 //
 // It lives in its own module so that the library does not depend on its
 // peers.
@@ -57,6 +61,8 @@ type config struct {
 	warm     time.Duration // overload: warm-up before the steady window
 	steady   time.Duration // overload: the steady window
 	fbSpan   time.Duration // fallback: the measured span of each state
+	guard    bool          // run the guard (guard.go) instead of the parts
+	gcfg     guardConfig
 }
 
 // allParts are the parts in the order they run and print.
@@ -74,7 +80,13 @@ func main() {
 	flag.DurationVar(&cfg.warm, "warm", 1500*time.Millisecond, "overload: warm-up before the steady window (a whole number of periods and a half, so the window's edges fall between fixed-window bursts)")
 	flag.DurationVar(&cfg.steady, "steady", 4*time.Second, "overload: the steady window measured")
 	flag.DurationVar(&cfg.fbSpan, "fb-d", 4*time.Second, "fallback: the measured span of each store state (faults come 1.5 s into it; at least 3 s)")
+	flag.BoolVar(&cfg.guard, "guard", false, "run only the guard (guard.go): our tracked rows against their yardsticks, checked against -guard-file; exits 1 when a row is slower than recorded")
+	flag.StringVar(&cfg.gcfg.file, "guard-file", "guard.txt", "guard: the recorded ratios and tolerance")
+	flag.BoolVar(&cfg.gcfg.write, "guard-write", false, "guard: record the measured ratios in -guard-file instead of checking them")
+	flag.IntVar(&cfg.gcfg.rounds, "guard-rounds", 25, "guard: rounds per concurrency")
+	flag.DurationVar(&cfg.gcfg.slice, "guard-d", 200*time.Millisecond, "guard: each contender's time in a round")
 	flag.Parse()
+	cfg.gcfg.rounds = max(cfg.gcfg.rounds, 1)
 	cfg.rounds = max(cfg.rounds, 1)
 	cfg.fbSpan = max(cfg.fbSpan, fbFaultAt+fbStopFor+500*time.Millisecond)
 	var err error
@@ -125,6 +137,11 @@ func run(cfg config) error {
 	ctx := context.Background()
 	start := time.Now()
 	fmt.Printf("Redis %s, %d CPUs, %s/%s, %s; flags: %s\n\n", e.redisVersion(ctx), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), flagLine())
+	if cfg.guard {
+		err := guard(ctx, e, cfg.gcfg)
+		fmt.Printf("The guard took %.0f s.\n", time.Since(start).Seconds())
+		return err
+	}
 	for _, p := range allParts {
 		if !cfg.parts[p] {
 			continue

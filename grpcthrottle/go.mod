@@ -3,7 +3,7 @@ module github.com/quotakit/throttle/grpcthrottle
 go 1.26.0
 
 require (
-	github.com/quotakit/throttle v0.0.0
+	github.com/quotakit/throttle v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
@@ -21,5 +21,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
-
-replace github.com/quotakit/throttle => ../

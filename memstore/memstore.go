@@ -161,12 +161,12 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	now := s.now().UnixMicro()
 	s.maybeSweep(now)
 
-	// Fair shares (share.go): a demand over its share, or with a
-	// headroom, is never a reservation.
+	// Lent headrooms and fair shares (share.go): a demand with a
+	// headroom or a tenant reserves at most T/2 ahead.
 	var shBuf [2]share
-	sh := s.shares(d, now, shBuf[:0])
-	if d.Restricted() || overShare(sh) {
-		maxWait = 0
+	sh := s.shares(d, now, ps, shBuf[:0])
+	if d.Restricted() {
+		maxWait = min(maxWait, quotamath.RestrictedWait(d))
 	}
 
 	t, pause := now, -1
@@ -175,6 +175,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 			t, pause = until, i
 		}
 	}
+	pauseEnd := t
 	var bsBuf [4]*memBucket
 	bs := bsBuf[:0]
 	if len(d.Limits) > len(bsBuf) {
@@ -195,26 +196,28 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		return quota.Decision{}, err
 	}
 
-	if end, limit := heldBack(sh, now); limit >= 0 {
-		// Over its share while other tenants hold claims: refused until
-		// they stop holding it back, or until t if that is later; and if
-		// the limits do not admit it at end, until they do after it (a
-		// sliding log may admit it now and not at end).
-		if end >= t {
+	if end, limit := heldBack(sh); limit >= 0 || t-now > maxWait {
+		// Refused until t, or until a held headroom may be lent if that
+		// is sooner (not before the pauses end); and while other
+		// tenants' claims hold it back, not before they lapse.
+		until, dec := t, quota.Decision{Limit: binding}
+		if binding < 0 && pause >= 0 {
+			dec.Pause = d.Pauses[pause]
+		}
+		if lend, lender := lendAt(sh); lend >= 0 && max(lend, pauseEnd) < t {
+			until, dec = max(lend, pauseEnd), quota.Decision{Limit: lender}
+		}
+		if limit >= 0 && end >= until {
+			// and if the limits do not admit it then, until they do
+			// after it (a sliding log may admit it now and not then).
 			if end, _, err = common(ps, bs, end); err != nil {
 				return quota.Decision{}, err
 			}
-			return quota.Decision{Delay: quotamath.Micros(end - now), Limit: limit}, nil
+			until, dec = end, quota.Decision{Limit: limit}
 		}
-		maxWait = -1
-	}
-	if t-now > maxWait {
-		if t-now <= d.MaxWait.Microseconds() && maxWait >= 0 {
-			claim(sh, t) // refused only because it may not reserve
-		}
-		dec := quota.Decision{Delay: quotamath.Micros(t - now), Limit: binding}
-		if binding < 0 && pause >= 0 {
-			dec.Pause = d.Pauses[pause]
+		dec.Delay = quotamath.Micros(until - now)
+		if dec.Delay <= d.MaxWait {
+			claimAll(sh, until) // it will come back then
 		}
 		return dec, nil
 	}
@@ -252,7 +255,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	charged(sh, t)
 	s.ops++
 	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
-	left(&dec, ps, bs, now)
+	left(&dec, d, ps, bs, now)
 	return dec, nil
 }
 
@@ -281,7 +284,7 @@ func common(ps []params, bs []*memBucket, t int64) (int64, int, error) {
 
 // left sets Remaining and ResetAfter of dec, a decision granted at now
 // whose charges bs hold (quota.Decision defines them).
-func left(dec *quota.Decision, ps []params, bs []*memBucket, now int64) {
+func left(dec *quota.Decision, d *quota.Demand, ps []params, bs []*memBucket, now int64) {
 	end := now
 	for i := range ps {
 		end = max(end, ps[i].ChargeEnd(dec.Reservation.Marks[i]))
@@ -292,7 +295,11 @@ func left(dec *quota.Decision, ps []params, bs []*memBucket, now int64) {
 	}
 	dec.Remaining = math.MaxInt64
 	for i, b := range bs {
-		dec.Remaining = min(dec.Remaining, ps[i].State(b.counter(), now).Remaining)
+		rem := ps[i].State(b.counter(), now).Remaining
+		if h := int64(d.Limits[i].Headroom); h > 0 && ps[i].Limit.Algorithm != quota.GCRA && ps[i].Rate == int64(d.Limits[i].Limit.Rate) {
+			rem = max(rem-h, 0) // a lent headroom still counts as the demand's to leave
+		}
+		dec.Remaining = min(dec.Remaining, rem)
 	}
 }
 

@@ -20,6 +20,7 @@ const (
 	waitKey       = attribute.Key("throttle.wait")            // seconds, span events only
 	classKey      = attribute.Key("throttle.class")           // the request's class, when it has one
 	tenantKey     = attribute.Key("throttle.tenant")          // the request's tenant: throttle.tenant.decisions only
+	storeStateKey = attribute.Key("throttle.store.state")     // up, failing, down: throttle.store.status only
 	statusKey     = attribute.Key("http.response.status_code")
 )
 

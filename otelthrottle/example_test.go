@@ -101,7 +101,7 @@ func ExampleSpanHooks() {
 					fmt.Printf(" %s=%.0fs", kv.Key, kv.Value.AsFloat64())
 					continue
 				}
-				fmt.Printf(" %s=%s", kv.Key, kv.Value.Emit())
+				fmt.Printf(" %s=%s", kv.Key, kv.Value.String())
 			}
 			fmt.Println()
 		}

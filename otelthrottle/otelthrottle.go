@@ -20,14 +20,14 @@
 //   - throttle.tenant.decisions (counter, {request}): every decision on a
 //     request of a tenant (throttle.Limit's Tenant), by throttle.rule,
 //     throttle.tenant and throttle.outcome: one series per tenant;
-//   - throttle.wait (histogram, s): how long requests waited, by
+//   - throttle.wait.duration (histogram, s): how long requests waited, by
 //     throttle.rule and throttle.outcome (waited, gave_up), and
 //     throttle.class for a request of a class;
 //   - throttle.store.duration (histogram, s): the store's decision call,
 //     by throttle.rule;
 //   - throttle.store.errors (counter, {error}): decisions and pauses the
 //     store could not make, by throttle.rule and throttle.store.operation;
-//   - throttle.fallback (counter, {request}): decisions made by a rule's
+//   - throttle.fallbacks (counter, {request}): decisions made by a rule's
 //     failure mode because the store could not decide, by throttle.rule
 //     and throttle.fallback;
 //   - throttle.vendor.limited (counter, {response}): "slow down" answers
@@ -38,8 +38,14 @@
 //     throttle.rule and throttle.settlement;
 //   - throttle.pauses.active (gauge, {pause}): rules whose learned pause
 //     has not ended yet;
-//   - throttle.store.state (gauge, {state}): 0 up, 1 failing (fallback
-//     active), 2 down (breaker open), as last reported.
+//   - throttle.store.status (updowncounter, {state}): the store's state as last
+//     reported, one series per throttle.store.state (up, failing: fallback
+//     active, down: breaker open), 1 for the current state and 0 for the
+//     others, as OpenTelemetry's conventions write a state.
+//
+// The meter is named [ScopeName] and carries the library's version (from
+// the build information; "(devel)" when built in its own repository).
+// Records use the request's context, so exemplars link to its trace.
 //
 // # Span events
 //
@@ -54,8 +60,8 @@
 // # Attributes
 //
 //   - throttle.rule: the name of the matched rule;
-//   - throttle.limit: the name of the limit that refused the request
-//     (empty in metrics, absent from events, when none did);
+//   - throttle.limit: the name of the limit that refused the request;
+//     absent when none did (a grant, or a refusal by a pause);
 //   - throttle.outcome: allowed, waited, refused, gave_up or failed;
 //   - throttle.class: the request's priority class (throttle.Class), only
 //     when it has one (events too);
@@ -68,6 +74,7 @@
 //     could not: local, open or closed;
 //   - throttle.store.operation: the failed store call, take, pause or
 //     settle;
+//   - throttle.store.state: up, failing or down, on throttle.store.status;
 //   - throttle.settlement: refund (the answer reported less than the
 //     estimate charged), extra (more), exact, unreported (the answer said
 //     nothing: the estimate stands) or failed (the store could not
@@ -86,9 +93,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/quotakit/throttle"
@@ -124,7 +133,7 @@ func Hooks(mp metric.MeterProvider, next throttle.Hooks) (throttle.Hooks, error)
 }
 
 func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (throttle.Hooks, error) {
-	m := mp.Meter(ScopeName)
+	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(version()))
 	r := &recorder{now: now, pauses: make(map[string]time.Time)}
 	var err error
 	counter := func(name, unit, desc string) metric.Int64Counter {
@@ -144,20 +153,20 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		"Decisions on requests of a tenant, by rule, tenant and outcome.")
 	r.storeErrors = counter("throttle.store.errors", "{error}",
 		"Store calls that failed, by rule and operation.")
-	r.fallbacks = counter("throttle.fallback", "{request}",
+	r.fallbacks = counter("throttle.fallbacks", "{request}",
 		"Decisions made by a rule's failure mode because the store could not decide, by rule and mode.")
 	r.vendorLimited = counter("throttle.vendor.limited", "{response}",
 		"Vendor answers that said slow down and paused a rule, by rule and HTTP status.")
 	r.settlements = counter("throttle.settlements", "{request}",
 		"Charges corrected to the cost the vendor's answer reported, by rule and settlement.")
-	r.wait = hist("throttle.wait", "Time requests waited for their quota, by rule and outcome.", waitBounds)
+	r.wait = hist("throttle.wait.duration", "Time requests waited for their quota, by rule and outcome.", waitBounds)
 	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call, by rule.", storeBounds)
 	_, e := m.Int64ObservableGauge("throttle.pauses.active", metric.WithUnit("{pause}"),
 		metric.WithDescription("Rules whose learned pause has not ended."),
 		metric.WithInt64Callback(r.observePauses))
 	err = firstErr(err, e)
-	_, e = m.Int64ObservableGauge("throttle.store.state", metric.WithUnit("{state}"),
-		metric.WithDescription("The store's state: 0 up, 1 failing (fallback active), 2 down (breaker open)."),
+	_, e = m.Int64ObservableUpDownCounter("throttle.store.status", metric.WithUnit("{state}"),
+		metric.WithDescription("The store's state as last reported: 1 for the current throttle.store.state (up, failing, down), 0 for the others."),
 		metric.WithInt64Callback(r.observeState))
 	err = firstErr(err, e)
 	if err != nil {
@@ -202,16 +211,18 @@ func firstErr(a, b error) error {
 }
 
 func (r *recorder) decision(ev throttle.DecisionEvent) {
-	ctx := context.Background()
+	ctx := eventContext(ev.Context)
 	rule := ruleKey.String(ev.Rule)
 	outcome := outcomeKey.String(outcomeName(ev.Outcome))
-	if ev.Class == "" {
-		r.decisions.Add(ctx, 1, metric.WithAttributes(rule, limitKey.String(ev.Limit), outcome,
-			shadowKey.Bool(ev.Shadow)))
-	} else {
-		r.decisions.Add(ctx, 1, metric.WithAttributes(rule, limitKey.String(ev.Limit), outcome,
-			shadowKey.Bool(ev.Shadow), classKey.String(ev.Class)))
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, rule, outcome, shadowKey.Bool(ev.Shadow))
+	if ev.Limit != "" {
+		attrs = append(attrs, limitKey.String(ev.Limit))
 	}
+	if ev.Class != "" {
+		attrs = append(attrs, classKey.String(ev.Class))
+	}
+	r.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
 	if ev.Tenant != "" {
 		r.tenantDecisions.Add(ctx, 1, metric.WithAttributes(rule, tenantKey.String(ev.Tenant), outcome))
 	}
@@ -234,7 +245,7 @@ func (r *recorder) decision(ev throttle.DecisionEvent) {
 }
 
 func (r *recorder) pause(ev throttle.PauseEvent) {
-	ctx := context.Background()
+	ctx := eventContext(ev.Context)
 	rule := ruleKey.String(ev.Rule)
 	r.vendorLimited.Add(ctx, 1, metric.WithAttributes(rule, statusKey.Int(ev.Status)))
 	if ev.Err != nil {
@@ -249,7 +260,7 @@ func (r *recorder) pause(ev throttle.PauseEvent) {
 }
 
 func (r *recorder) settle(ev throttle.SettleEvent) {
-	ctx := context.Background()
+	ctx := eventContext(ev.Context)
 	rule := ruleKey.String(ev.Rule)
 	kind := "exact"
 	switch {
@@ -286,14 +297,46 @@ func (r *recorder) observePauses(_ context.Context, o metric.Int64Observer) erro
 
 func (r *recorder) observeState(_ context.Context, o metric.Int64Observer) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	var v int64
-	switch r.state {
-	case throttle.StoreFailing:
-		v = 1
-	case throttle.StoreDown:
-		v = 2
+	state := r.state
+	r.mu.Unlock()
+	for _, s := range []throttle.StoreState{throttle.StoreUp, throttle.StoreFailing, throttle.StoreDown} {
+		var v int64
+		if s == state {
+			v = 1
+		}
+		o.Observe(v, metric.WithAttributes(storeStateKey.String(s.String())))
 	}
-	o.Observe(v)
 	return nil
 }
+
+// eventContext is an event's context for a record: the request's, or
+// Background.
+func eventContext(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
+
+// version is the library's module version as the build records it.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	if bi.Main.Path == module {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == module {
+			if d.Replace != nil && d.Replace.Version != "" {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "(devel)"
+}
+
+// module is the path of the library's module.
+const module = "github.com/quotakit/throttle"

@@ -77,7 +77,7 @@ func attrs(s attribute.Set) string {
 		if out != "" {
 			out += ","
 		}
-		out += string(kv.Key) + "=" + kv.Value.Emit()
+		out += string(kv.Key) + "=" + kv.Value.String()
 	}
 	return out
 }
@@ -138,20 +138,21 @@ func TestMetricsOfAScriptedSequence(t *testing.T) {
 
 	got := collect(t, reader)
 	assert.Equal(t, map[string]int64{
-		"throttle.limit=,throttle.outcome=allowed,throttle.rule=api,throttle.shadow=false":           2,
+		"throttle.outcome=allowed,throttle.rule=api,throttle.shadow=false":                           2,
 		"throttle.limit=per-minute,throttle.outcome=refused,throttle.rule=api,throttle.shadow=false": 1,
-		"throttle.limit=,throttle.outcome=allowed,throttle.rule=slow,throttle.shadow=false":          1,
-		"throttle.limit=,throttle.outcome=waited,throttle.rule=slow,throttle.shadow=false":           1,
-		"throttle.limit=,throttle.outcome=allowed,throttle.rule=busy,throttle.shadow=false":          1,
-		"throttle.limit=,throttle.outcome=refused,throttle.rule=busy,throttle.shadow=false":          1,
-		"throttle.limit=,throttle.outcome=allowed,throttle.rule=new,throttle.shadow=true":            1,
+		"throttle.outcome=allowed,throttle.rule=slow,throttle.shadow=false":                          1,
+		"throttle.outcome=waited,throttle.rule=slow,throttle.shadow=false":                           1,
+		"throttle.outcome=allowed,throttle.rule=busy,throttle.shadow=false":                          1,
+		"throttle.outcome=refused,throttle.rule=busy,throttle.shadow=false":                          1, // by the pause: no limit
+		"throttle.outcome=allowed,throttle.rule=new,throttle.shadow=true":                            1,
 		"throttle.limit=tight,throttle.outcome=refused,throttle.rule=new,throttle.shadow=true":       1,
 	}, sums(t, got["throttle.decisions"]))
 	assert.Equal(t, map[string]int64{"http.response.status_code=429,throttle.rule=busy": 1}, sums(t, got["throttle.vendor.limited"]))
 	assert.Equal(t, int64(1), gauge(t, got["throttle.pauses.active"]), "busy is paused")
-	assert.Equal(t, int64(0), gauge(t, got["throttle.store.state"]))
+	assert.Equal(t, map[string]int64{"throttle.store.state=up": 1, "throttle.store.state=failing": 0, "throttle.store.state=down": 0},
+		sums(t, got["throttle.store.status"]))
 
-	wait, ok := got["throttle.wait"].(metricdata.Histogram[float64])
+	wait, ok := got["throttle.wait.duration"].(metricdata.Histogram[float64])
 	require.True(t, ok)
 	require.Len(t, wait.DataPoints, 1)
 	assert.Equal(t, uint64(1), wait.DataPoints[0].Count, "one request waited")
@@ -193,11 +194,12 @@ func TestMetricsOfAStoreOutage(t *testing.T) {
 		resp.Body.Close()
 	}
 	got := collect(t, reader)
-	fallbacks := sums(t, got["throttle.fallback"])
+	fallbacks := sums(t, got["throttle.fallbacks"])
 	assert.Equal(t, int64(3), fallbacks["throttle.fallback=local,throttle.rule=api"])
 	errs := sums(t, got["throttle.store.errors"])
 	assert.Positive(t, errs["throttle.rule=api,throttle.store.operation=take"])
-	assert.Equal(t, int64(2), gauge(t, got["throttle.store.state"]), "after 3 failures the breaker is open")
+	assert.Equal(t, map[string]int64{"throttle.store.state=up": 0, "throttle.store.state=failing": 0, "throttle.store.state=down": 1},
+		sums(t, got["throttle.store.status"]), "after 3 failures the breaker is open")
 }
 
 func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
@@ -215,6 +217,14 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	require.Len(t, rm.ScopeMetrics, 1)
+	assert.NotEmpty(t, rm.ScopeMetrics[0].Scope.Version, "the meter carries the library's version")
+	// No name is both an instrument's and an attribute's.
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		for _, key := range []string{"throttle.rule", "throttle.limit", "throttle.outcome", "throttle.shadow", "throttle.fallback",
+			"throttle.store.operation", "throttle.settlement", "throttle.wait", "throttle.class", "throttle.tenant", "throttle.store.state"} {
+			assert.NotEqual(t, key, m.Name)
+		}
+	}
 	units := map[string]string{}
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		units[m.Name] = m.Unit
@@ -223,14 +233,14 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"throttle.decisions":        "{request}",
 		"throttle.tenant.decisions": "{request}",
-		"throttle.wait":             "s",
+		"throttle.wait.duration":    "s",
 		"throttle.store.duration":   "s",
 		"throttle.store.errors":     "{error}",
-		"throttle.fallback":         "{request}",
+		"throttle.fallbacks":        "{request}",
 		"throttle.vendor.limited":   "{response}",
 		"throttle.settlements":      "{request}",
 		"throttle.pauses.active":    "{pause}",
-		"throttle.store.state":      "{state}",
+		"throttle.store.status":     "{state}",
 	}, units)
 }
 
@@ -290,9 +300,9 @@ func TestMetricsByClassAndTenant(t *testing.T) {
 
 	m := collect(t, reader)
 	assert.Equal(t, map[string]int64{
-		"throttle.class=bulk,throttle.limit=,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false":        8,
-		"throttle.class=bulk,throttle.limit=calls,throttle.outcome=refused,throttle.rule=sync,throttle.shadow=false":   1,
-		"throttle.class=interactive,throttle.limit=,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false": 1,
+		"throttle.class=bulk,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false":                      8,
+		"throttle.class=bulk,throttle.limit=calls,throttle.outcome=refused,throttle.rule=sync,throttle.shadow=false": 1,
+		"throttle.class=interactive,throttle.outcome=allowed,throttle.rule=sync,throttle.shadow=false":               1,
 	}, sums(t, m["throttle.decisions"]))
 	assert.Equal(t, map[string]int64{
 		"throttle.outcome=allowed,throttle.rule=sync,throttle.tenant=acme": 9,

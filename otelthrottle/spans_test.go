@@ -78,7 +78,7 @@ func eventAttrs(t *testing.T, kvs []attribute.KeyValue) map[string]string {
 			}
 			continue
 		}
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }

@@ -41,6 +41,16 @@ type builder struct {
 	lines  lineIndex
 	failed map[int][]string // fields with a problem, by rule
 	ids    []string         // the file's rules' names or "#N", by index
+
+	pathKeys []pathKey // the path keys of the rule being read
+}
+
+// A pathKey is a "path:NAME" key of a limit, checked against its rule's
+// path once the rule is read.
+type pathKey struct {
+	w    at
+	line int
+	name string
 }
 
 func newBuilder(name string) *builder {
@@ -340,6 +350,7 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 	b.lines.set(w, n.line)
 	var r throttle.Rule
 	var c costFields
+	b.pathKeys = b.pathKeys[:0]
 	b.mapping(n, w, []field{
 		{"name", into(&r.Name, b.str)},
 		{"host", into(&r.Host, b.str)},
@@ -371,7 +382,35 @@ func (b *builder) rule(i int, n *node) throttle.Rule {
 		{"class", into(&r.Class, b.str)},
 	})
 	r.Cost = b.costFunc(c)
+	b.checkPathKeys(r.Path)
 	return r
+}
+
+// checkPathKeys reports each path key of the rule just read whose
+// wildcard its path (the rule's path) does not have: every request would
+// fail with throttle.ErrMissingKey.
+func (b *builder) checkPathKeys(path string) {
+	var names []string
+	if p, err := pattern.ParsePath(path); err == nil {
+		names = p.Wildcards()
+	}
+	for _, k := range b.pathKeys {
+		if !slices.Contains(names, k.name) {
+			if path == "" {
+				b.bad(k.w, k.line, "path:%s names a wildcard of the rule's path, but the rule has no path; give it one with {%s}", k.name, k.name)
+			} else {
+				b.bad(k.w, k.line, "path:%s names no wildcard of the rule's path %q (it has %s)", k.name, path, wildcardList(names))
+			}
+		}
+	}
+}
+
+// wildcardList names wildcards for a message.
+func wildcardList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return "{" + strings.Join(names, "}, {") + "}"
 }
 
 // costFields holds the cost fields of a rule or a limit, read by
@@ -609,6 +648,13 @@ func (b *builder) key(n *node, w at) throttle.KeyFunc {
 	k, err := keyFunc(s)
 	if err != nil {
 		b.bad(w, n.line, "%v", err)
+	} else {
+		inner := s
+		for ok := true; ok; inner, ok = strings.CutPrefix(inner, "hash:") {
+		}
+		if name, ok := strings.CutPrefix(inner, "path:"); ok {
+			b.pathKeys = append(b.pathKeys, pathKey{w: w, line: n.line, name: name})
+		}
 	}
 	return k
 }

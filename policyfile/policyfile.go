@@ -95,7 +95,8 @@ func LoadFile(path string) (throttle.Policy, error) {
 }
 
 // Load parses data, the policy file called name, and returns the policy,
-// validated. A name ending in .json is read as JSON, strictly (no
+// validated. A file with no rules and no presets is an error: it would
+// limit nothing. A name ending in .json is read as JSON, strictly (no
 // trailing commas, no comments, each field once); any other name as YAML.
 // All problems found are returned at once, joined ([errors.Join]) in the
 // order of their lines; each is an [*Error].
@@ -114,6 +115,11 @@ func load(name string, data []byte) (throttle.Policy, *builder, error) {
 	}
 	p := b.policy(root)
 	b.validated(p.Validate())
+	if len(p.Rules) == 0 && len(b.errs) == 0 {
+		// Not an error of a Policy built in code, which may be filled
+		// later; a file is the whole policy.
+		b.bad(at{rule: -1, field: "rules"}, root.line, "the file has no rules and no presets, so it would limit nothing: give at least one")
+	}
 	if err := b.err(); err != nil {
 		return throttle.Policy{}, b, err
 	}

@@ -268,7 +268,7 @@ func TestJSONIsStrict(t *testing.T) {
 
 	// The same trailing comma is YAML's flow syntax in a .yaml or .yml file.
 	for _, name := range []string{"policy.yaml", "policy.yml"} {
-		_, err := policyfile.Load(name, []byte(`{"instances": 2,}`))
+		_, err := policyfile.Load(name, []byte(`{"instances": 2, "presets": [slack],}`))
 		assert.NoError(t, err, name)
 	}
 	_, err := policyfile.Load("POLICY.JSON", []byte(`{"instances": 2,}`))
@@ -541,4 +541,53 @@ func TestSettleFromJSON(t *testing.T) {
 	}
 	// Charged 50 until the answer says 7: 7*8 + 50 > 100.
 	assert.Equal(t, 8, sent)
+}
+
+// Mistakes that would load and then limit nothing, or fail every request,
+// are refused at load with the file's line: an empty file, a method in
+// lower case, a path key whose wildcard the rule's path lacks.
+func TestMisconfigurationIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, doc string
+		line            int
+		rule, field     string
+		inErr           string
+	}{
+		{"empty YAML", "p.yaml", "", 0, "", "", "empty file"},
+		{"comment only", "p.yaml", "# nothing yet\n", 0, "", "", "empty file"},
+		{"no rules", "p.yaml", "instances: 2\nrules: []\n", 1, "", "rules", "no rules and no presets"},
+		{"empty JSON", "p.json", "{}", 1, "", "rules", "no rules and no presets"},
+		{"lower-case method", "p.yaml", "rules:\n  - name: a\n    method: post\n    limits: [{name: l, rate: 1, per: 1h}]\n", 3, "a", "method",
+			`"post" is not upper case; methods are case-sensitive, so it would never match "POST"`},
+		{"path key without wildcard", "p.yaml", "rules:\n  - name: a\n    path: /repos/{owner}\n    limits:\n      - {name: l, rate: 1, per: 1h, key: \"path:repo\"}\n", 5, "a", "limits[0].key",
+			`path:repo names no wildcard of the rule's path "/repos/{owner}" (it has {owner})`},
+		{"hashed path key without wildcard", "p.yaml", "rules:\n  - name: a\n    path: /x\n    limits:\n      - {name: l, rate: 1, per: 1h, key: \"hash:path:repo\"}\n", 5, "a", "limits[0].key",
+			`path:repo names no wildcard of the rule's path "/x" (it has none)`},
+		{"path key on a rule without path", "p.yaml", "rules:\n  - name: a\n    limits:\n      - {name: l, rate: 1, per: 1h, tenant: \"path:team\"}\n", 4, "a", "limits[0].tenant",
+			"the rule has no path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policyfile.Load(tc.file, []byte(tc.doc))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+			var fe *policyfile.Error
+			require.ErrorAs(t, err, &fe)
+			if tc.line > 0 {
+				assert.Equal(t, tc.line, fe.Line, "line: %v", err)
+			}
+			assert.Equal(t, tc.rule, fe.Rule, "rule: %v", err)
+			assert.Equal(t, tc.field, fe.Field, "field: %v", err)
+			assert.ErrorContains(t, err, tc.inErr)
+		})
+	}
+
+	// The same rules written right load.
+	for _, doc := range []string{
+		"rules:\n  - name: a\n    method: POST\n    limits: [{name: l, rate: 1, per: 1h}]\n",
+		"rules:\n  - name: a\n    path: /repos/{owner}/{rest...}\n    limits:\n      - {name: l, rate: 1, per: 1h, key: \"hash:path:rest\"}\n",
+		"presets: [slack]\n",
+	} {
+		_, err := policyfile.Load("p.yaml", []byte(doc))
+		assert.NoError(t, err, doc)
+	}
 }

@@ -30,13 +30,34 @@ func (d *Demand) checkShare(i int) error {
 	return nil
 }
 
-// Restricted reports whether the demand has a headroom on any limit, and
-// so is never granted as a reservation (see [Store]). A store also
-// restricts a demand that is over its fair share on a limit, which only
-// the store knows.
+// Restricted reports whether the demand has a headroom or a tenant on
+// any limit, and so is granted as a reservation only for an instant at
+// most half an emission interval ahead (see [Store]).
 func (d *Demand) Restricted() bool {
 	for i := range d.Limits {
-		if d.Limits[i].Headroom > 0 {
+		if d.Limits[i].Headroom > 0 || d.Limits[i].Tenant != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Noted reports whether a store notes the demand's class on b's counter
+// and may lend b's headroom (see [Store], Lent headroom): b is a
+// FixedWindow, SlidingWindow or SlidingLog limit with a Headroom or
+// Classed.
+func (b *Bucket) Noted() bool {
+	switch b.Limit.Algorithm {
+	case FixedWindow, SlidingWindow, SlidingLog:
+		return b.Headroom > 0 || b.Classed
+	}
+	return false
+}
+
+// Noted reports whether any limit of the demand is noted ([Bucket.Noted]).
+func (d *Demand) Noted() bool {
+	for i := range d.Limits {
+		if d.Limits[i].Noted() {
 			return true
 		}
 	}

@@ -83,15 +83,40 @@ import (
 // # Headroom and fair shares
 //
 // Two fields of a [Bucket] let traffic of different importance share a
-// limit. A Headroom keeps part of a limit free for demands without one
-// (throttle's priority classes); a Tenant shares a limit fairly among the
-// tenants of its counter. A demand that has a headroom on any limit, or
-// is over its fair share on any, is restricted: it is never granted as a
-// reservation. If it cannot act now it is refused with nothing charged,
+// limit. A Headroom keeps part of a limit free for demands with a smaller
+// one (throttle's priority classes); a Tenant shares a limit fairly among
+// the tenants of its counter. A demand that has a headroom or a tenant on
+// any limit is restricted: it is granted as a reservation only for an
+// instant at most T/2 ahead of now, T the least emission interval
+// Per/Rate of its limits other than Concurrency (in µs, rounded up, then
+// halved and rounded up; 0 if it has none), as if its MaxWait were at
+// most T/2. If it cannot act by then it is refused with nothing charged,
 // and Delay is the time until it could; its caller waits that long and
-// asks again. So a restricted demand never holds quota for a later
-// instant that a demand arriving after it would have to queue behind.
-// [Bucket.Headroom] gives the arithmetic of a headroom.
+// asks again. So a restricted demand never holds quota more than half an
+// emission interval ahead, which a demand arriving after it would have to
+// queue behind, and it still takes most freed units at their instant. [Bucket.Headroom] gives
+// the arithmetic of a headroom.
+//
+// # Lent headroom
+//
+// On a FixedWindow, SlidingWindow or SlidingLog limit a headroom is held
+// only while a higher class uses the counter, and lent otherwise: a store
+// keeps, for each such counter, the instant at which it last decided a
+// demand of each headroom, noted for the demands with a Headroom or
+// marked [Bucket.Classed], granted or not. With T = Per/Rate (rounded up
+// to the µs), a demand with headroom h > 0 sees the limit less h when a
+// demand with a smaller headroom was noted in (now-T, now], and the whole
+// limit otherwise. Refused while its headroom is held, its Delay is the
+// time until the limits admit it with the headroom, or, if sooner, until
+// the first instant (not before its pauses end) at which the latest such
+// note on a limit holding it is T old: the headroom may then be lent (a
+// later note holds it again). A higher class that returns after T finds the
+// headroom lent: it is not refused for it, it reserves the first instant
+// the limit frees (a demand without a headroom may be a reservation), and
+// the lower classes, which never hold a reservation, see the headroom
+// held from its note on. GCRA and Concurrency limits hold a headroom
+// always: on GCRA it is the top of the burst and costs no rate, and a
+// slot lent could not be taken back before its release.
 //
 // # Fair shares
 //
@@ -103,33 +128,40 @@ import (
 //   - its active tenants: those named by a demand on it decided in
 //     (now-P, now], granted or not; n is their number, the deciding
 //     demand's tenant included;
-//   - a share clock V per tenant, an instant (0 at first). A tenant is
-//     within its share while V < now + C*T, over it otherwise;
-//   - claims: a tenant within its share whose demand is refused only
-//     because it is restricted (Delay is within MaxWait: it will ask
-//     again) holds a claim on the counter until now + Delay + T. Granting
-//     a demand of the tenant drops its claim.
+//   - a share clock V per tenant, an instant (0 at first). A demand's
+//     place is that of its tenant's live claim, if it has one, else
+//     max(V, now): the lower, the further its tenant is below its share,
+//     or the longer it has waited;
+//   - claims: a tenant whose demand is refused with a Delay within
+//     MaxWait (it will ask again) holds a claim on the counter, for the
+//     instant now + Delay, at the demand's place. The claim lives until
+//     max(T, 250ms) after its instant, so that its holder may come back
+//     a round trip and a loaded machine's scheduling late. Granting a
+//     demand of the tenant drops its claim.
 //
-// A demand over its share on a limit is restricted, and is refused while
-// another tenant of that limit holds a claim: Delay is then the time
-// until the last claim lapses or the tenant is within its share again,
-// whichever comes first, or until the earliest instant after that at
-// which the limits admit it (a sliding log may admit a demand now and
-// not a moment later, when a reservation's window would hold it), and
-// Limit names the shared limit. When a demand is granted for
-// the instant t, its tenant's clock on each shared limit becomes
-// min(max(V, t), t + C*T) + c*n*T, c being its cost on that limit
-// (c*n*T at most 2^50 µs). A refusal charges nothing, but makes its
-// tenant active and may give it a claim.
+// A demand is held back on a limit while another tenant holds a live
+// claim at a lower place: it is refused until T after the latest instant
+// of those claims, or T after now if that is later (their holders are
+// late), or until the limits admit it, if that is later still, or the
+// earliest instant after that at which they do (a sliding log may admit
+// a demand now and not a moment later, when a reservation's window would
+// hold it); and Limit names the shared limit. When a demand is granted
+// for the instant t, its tenant's clock on each shared limit becomes
+// min(max(V, t), t + C*T) + c*n*T, c being its cost on that limit (c*n*T
+// at most 2^50 µs). A refusal charges nothing, but makes its tenant
+// active and may give it a claim.
 //
-// So a tenant that keeps asking is within its share again c*n*T after
-// each grant, and is then served ahead of the tenants over their share:
-// it gets at least its fair share, Rate/n, and they take what the others
-// leave. A tenant alone (n = 1) may use the whole limit. Within its share
-// a tenant may run ahead of its clock by up to C*T, a burst of C/n units.
-// The share is exact only while n stays the same (a grant counts with
-// the n of its decision); a claim whose holder does not come back within
-// T of its instant lapses; Cancel and Settle do not move a clock.
+// So the free quota goes to the waiting tenant with the lowest place,
+// the one furthest below its share, as in fair queueing: a tenant that
+// asks for less than its share, Rate/n, is served when the limit next
+// frees, behind the other such tenants that asked before it (a wait of
+// about one emission interval per tenant ahead of it, plus a round
+// trip), and the tenants that ask for more share what the others leave
+// in turns of c*n*T. A tenant alone (n = 1) may use the whole limit, and
+// a tenant that was idle may run ahead of the others by up to C*T, a
+// burst of C/n units. The share is exact only while n stays the same (a
+// grant counts with the n of its decision); a claim whose holder does not
+// come back lapses; Cancel and Settle do not move a clock.
 //
 // Implementations must be safe for concurrent use. An error from Take means
 // the demand may or may not have been charged; callers treat it as not
@@ -243,15 +275,23 @@ type Bucket struct {
 
 	// Headroom is how much of the limit the demand must leave free: it is
 	// admitted only if, after its cost c, at least Headroom units are
-	// still free. GCRA admits c at t when max(TAT, t) + c*T - t <=
-	// (B-Headroom)*T; FixedWindow, SlidingWindow and SlidingLog when their
-	// count (estimate, logged cost) plus c is at most Rate-Headroom; a
+	// still free; on the window and log algorithms only while a demand
+	// with a smaller headroom is active (see [Store], Lent headroom).
+	// GCRA admits c at t when max(TAT, t) + c*T - t <= (B-Headroom)*T;
+	// FixedWindow, SlidingWindow and SlidingLog when their count
+	// (estimate, logged cost) plus c is at most Rate-Headroom; a
 	// Concurrency limit when more than Headroom slots are free. A demand
-	// with a headroom on any limit is never granted as a reservation (see
-	// [Store]). Headroom plus the cost may not exceed the limit's capacity
+	// with a headroom on any limit is restricted: a reservation at most
+	// T/2 ahead (see [Store]). Headroom plus the cost may not exceed the limit's capacity
 	// (its Rate slots, for a Concurrency limit): that is [ErrCostTooHigh].
 	// Zero means none.
 	Headroom int
+
+	// Classed marks a demand of a priority class without a Headroom (the
+	// top class): a store notes it on the counter, so that the headroom
+	// of the lower classes is held for it (see [Store], Lent headroom). A
+	// demand with a Headroom is noted whether or not it is Classed.
+	Classed bool
 
 	// Tenant, if not empty, is who the demand is for: the counter is
 	// shared fairly among the tenants that use it (see [Store]), so that

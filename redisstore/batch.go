@@ -52,6 +52,7 @@ var ErrNotSent = errors.New("redisstore: not sent")
 type batcher struct {
 	mu     sync.Mutex
 	queues map[string]*batchQueue
+	spare  *batchQueue // the last queue dropped idle, for the next scope: no allocation per call
 }
 
 // A batchQueue is one scope's calls in flight and demands waiting for
@@ -88,7 +89,11 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand) (quota.Decisio
 		if b.queues == nil {
 			b.queues = map[string]*batchQueue{}
 		}
-		q = &batchQueue{}
+		if q = b.spare; q != nil {
+			b.spare = nil
+		} else {
+			q = &batchQueue{}
+		}
 		b.queues[d.Scope] = q
 	}
 	if q.inflight < s.batchInFlight {
@@ -136,6 +141,7 @@ func (s *Store) next(scope string, q *batchQueue) {
 func (s *Store) leave(scope string, q *batchQueue) {
 	if q.inflight--; q.inflight == 0 && len(q.pending) == 0 {
 		delete(s.batch.queues, scope)
+		s.batch.spare = q
 	}
 }
 
@@ -207,8 +213,14 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		args = appendGCRAPairs(args, d)
 	}
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
-	if err == nil && len(res) != len(calls) {
-		err = fmt.Errorf("malformed reply: %d results for %d demands", len(res), len(calls))
+	var now int64
+	if err == nil && len(res) != 1+len(calls) {
+		err = fmt.Errorf("malformed reply: %d results for %d demands", len(res)-1, len(calls))
+	} else if err == nil {
+		var ok bool
+		if now, ok = res[0].(int64); !ok {
+			err = fmt.Errorf("malformed reply: clock %v", res[0])
+		}
 	}
 	if err != nil {
 		s.reload.note(err)
@@ -219,6 +231,22 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		return
 	}
 	for i, c := range calls {
-		c.dec, c.err = s.identify(parseTakeFast(res[i], c.d, ""))
+		c.dec, c.err = s.identify(parseBatchReply(res[1+i], now, c.d))
 	}
+}
+
+// parseBatchReply reads one demand's entry of take_batch.lua's reply:
+// the TAT of a demand of one limit granted at now, or take_gcra.lua's
+// string.
+func parseBatchReply(res any, now int64, d *quota.Demand) (quota.Decision, error) {
+	tat, ok := res.(int64)
+	if !ok {
+		return parseTakeFast(res, d, "")
+	}
+	if len(d.Limits) != 1 {
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %d for %d limits", tat, len(d.Limits))
+	}
+	var fr [7]int64
+	n := [7]int64{1, 0, -1, -1, now, -1, tat}
+	return decide(n[:], fr[:], d, "", tat)
 }

@@ -28,57 +28,79 @@ import (
 // through take_gcra.lua on another prefix at the same instant of one
 // clock: the decisions, and the keys afterwards (values and TTLs), must be
 // the same.
+//
+// With exactLimits only (every emission interval whole microseconds),
+// a batch answers a 1-limit demand granted at the clock with its TAT
+// alone (take_batch.lua), which these runs cover.
 func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			rng := rand.New(rand.NewPCG(seed, 11))
-			clock := storetest.NewClock(storetest.Start)
-			c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:")
-			seen := map[string]int{}
-			spans := writeSpans{}
-			var charged []*quota.Demand
-			for step := range 120 {
-				if rng.IntN(6) == 0 {
-					key, d := randomPause(rng)
-					require.NoError(t, batched.Pause(ctx(t), "s", key, d))
-					require.NoError(t, single.Pause(ctx(t), "s", key, d))
-				}
-				ds := make([]*quota.Demand, 2+rng.IntN(7))
-				for i := range ds {
-					ds[i] = randomGCRADemand(rng)
-				}
-				stepStart := time.Now()
-				got, errs := redisstore.TakeBatch(batched, ds)
-				for i, d := range ds {
-					where := fmt.Sprintf("step %d, demand %d of %d: %+v", step, i, len(ds), d)
-					want, err := single.Take(ctx(t), d)
-					require.NoError(t, err, where)
-					require.NoError(t, errs[i], where)
-					seen[outcome(want)]++
-					sameDecision(t, want, got[i], where)
-					if want.OK {
-						charged = append(charged, d)
-					}
-				}
-				for _, d := range charged {
-					for _, b := range d.Limits {
-						spans.charged(b.Limit.Name+":"+b.Key, stepStart)
-					}
-				}
-				charged = charged[:0]
-				for _, l := range gcraLimits {
-					for _, key := range []string{"x", "y"} {
-						k := l.Name + ":" + key
-						sameGCRAKey(t, c, onePrefix, batchPrefix, quota.Bucket{Limit: l, Key: key}, spans[k], fmt.Sprintf("step %d", step))
-					}
-				}
-				clock.Advance(time.Duration(rng.IntN(5000)) * time.Microsecond)
-			}
-			t.Logf("outcomes: %v", seen)
-			assert.Len(t, seen, 4, "every kind of outcome occurs: %v", seen)
-		})
+	for _, limits := range []struct {
+		name string
+		ls   []quota.Limit
+	}{{"fractions", gcraLimits}, {"exact", exactLimits}} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%s/seed=%d", limits.name, seed), func(t *testing.T) {
+				t.Parallel()
+				compareBatches(t, limits.ls, seed)
+			})
+		}
 	}
+}
+
+// exactLimits are GCRA limits whose emission interval T is whole
+// microseconds.
+var exactLimits = []quota.Limit{
+	{Name: "b", Rate: 5, Per: 7 * time.Millisecond, Burst: 2}, // T = 1400 µs
+	{Name: "f", Rate: 4, Per: 10 * time.Millisecond},          // T = 2500 µs
+	{Name: "g", Rate: 1000, Per: time.Second, Burst: 3},       // T = 1000 µs
+}
+
+// compareBatches is TestTakeBatchMatchesTakeGCRA on demands of limits.
+func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	clock := storetest.NewClock(storetest.Start)
+	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:")
+	seen := map[string]int{}
+	spans := writeSpans{}
+	var charged []*quota.Demand
+	for step := range 120 {
+		if rng.IntN(6) == 0 {
+			key, d := randomPause(rng)
+			require.NoError(t, batched.Pause(ctx(t), "s", key, d))
+			require.NoError(t, single.Pause(ctx(t), "s", key, d))
+		}
+		ds := make([]*quota.Demand, 2+rng.IntN(7))
+		for i := range ds {
+			ds[i] = randomDemandOf(rng, limits)
+		}
+		stepStart := time.Now()
+		got, errs := redisstore.TakeBatch(batched, ds)
+		for i, d := range ds {
+			where := fmt.Sprintf("step %d, demand %d of %d: %+v", step, i, len(ds), d)
+			want, err := single.Take(ctx(t), d)
+			require.NoError(t, err, where)
+			require.NoError(t, errs[i], where)
+			seen[outcome(want)]++
+			sameDecision(t, want, got[i], where)
+			if want.OK {
+				charged = append(charged, d)
+			}
+		}
+		for _, d := range charged {
+			for _, b := range d.Limits {
+				spans.charged(b.Limit.Name+":"+b.Key, stepStart)
+			}
+		}
+		charged = charged[:0]
+		for _, l := range limits {
+			for _, key := range []string{"x", "y"} {
+				k := l.Name + ":" + key
+				sameGCRAKey(t, c, onePrefix, batchPrefix, quota.Bucket{Limit: l, Key: key}, spans[k], fmt.Sprintf("step %d", step))
+			}
+		}
+		clock.Advance(time.Duration(rng.IntN(5000)) * time.Microsecond)
+	}
+	t.Logf("outcomes: %v", seen)
+	assert.Len(t, seen, 4, "every kind of outcome occurs: %v", seen)
 }
 
 // TestTakeBatchResent: a batch sent again by go-redis (its reply lost) is

@@ -158,6 +158,32 @@ func TestCheckMisconfigured(t *testing.T) {
 			for _, w := range tc.says {
 				assert.Contains(t, err.Error(), w)
 			}
+			if !tc.config {
+				return
+			}
+			// The same set-up is a configuration error at run time too,
+			// on a store nobody checked: a decision, and a pause.
+			// A read-only replica is left out: a plain client retries its
+			// READONLY reply, which the resend mark cannot hear, so the call
+			// ends as ErrResent, an outage; after a Sentinel failover
+			// READONLY is one, for a moment.
+			if tc.name == "ReadOnlyReplica" {
+				return
+			}
+			rs := newStoreOn(t, tc.client(t), redistest.Prefix(t), redisstore.WithBatching(0))
+			for _, n := range []int{1, 4} { // 4 limits: more arguments than Redis reads from a client that has not authenticated
+				d := &quota.Demand{Scope: "vendor", Cost: 1}
+				for i := range n {
+					d.Limits = append(d.Limits, quota.Bucket{Limit: quota.Limit{Name: "l" + strconv.Itoa(i), Rate: 10, Per: time.Second}, Key: "k"})
+				}
+				_, err = rs.Take(c, d)
+				require.Error(t, err)
+				t.Logf("Take (%d limits): %v", n, err)
+				assert.ErrorIs(t, err, quota.ErrStoreConfig, "Take (%d limits)", n)
+				assert.Contains(t, err.Error(), tc.says[0])
+			}
+			err = rs.Pause(c, "vendor", "", time.Second)
+			assert.ErrorIs(t, err, quota.ErrStoreConfig, "Pause")
 		})
 	}
 

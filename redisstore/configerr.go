@@ -45,7 +45,9 @@ func (s *Store) configErr(err error) error {
 }
 
 // configCause names the configuration mistake behind the Redis error
-// reply msg on client, or returns "" for a reply that is not one. Script
+// reply msg on client, or returns "" for a reply that is not one: every
+// reply that waiting does not mend, so that a store call classifies it as
+// Check does. Script
 // errors carry the reply of the command that failed inside the script
 // (Redis 7: "READONLY ... script: ...", "ERR The user executing the
 // script can't ...", "ERR Unknown Redis command called from script ...").
@@ -53,7 +55,10 @@ func configCause(msg string, client redis.UniversalClient) string {
 	m := strings.TrimPrefix(msg, "ERR ")
 	has := func(s string) bool { return strings.Contains(m, s) }
 	switch {
-	case strings.HasPrefix(m, "NOAUTH"):
+	case strings.HasPrefix(m, "NOAUTH"), has("Protocol error: unauthenticated"):
+		// Redis answers a long command from a client that has not
+		// authenticated with "Protocol error: unauthenticated multibulk
+		// length" (or "bulk length") instead of NOAUTH, and hangs up.
 		return "authentication: the server requires a password and the client sent none (set the client's Password, and Username for an ACL user)"
 	case strings.HasPrefix(m, "WRONGPASS"), has("invalid password"):
 		return "authentication: the server refused the client's username or password, or the user is disabled"

@@ -81,10 +81,11 @@
 // most); the old g: key expires within 2 s of its arrival time. Window,
 // log and concurrency keys are unchanged.
 //
-// A demand with a [quota.Bucket] Tenant runs take.lua, whose fair shares
-// are in share.lua. A headroom (Bucket.Headroom) costs nothing: it lowers
-// the allowance every script already takes, and such a demand is sent
-// with MaxWait 0, since it is never reserved.
+// A demand with a [quota.Bucket] Tenant, or a class noted on a window or
+// log limit ([quota.Bucket.Noted]), runs take.lua, whose lent headrooms
+// and fair shares are in share.lua. A headroom on GCRA costs nothing: it
+// lowers the allowance every script already takes. A restricted demand
+// is sent with MaxWait at most T/2, the furthest it may be reserved.
 //
 // # Concurrency limits and leases
 //

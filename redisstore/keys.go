@@ -29,7 +29,9 @@ const schema = "v1"
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
 //	P v1:{S}:s:ID         the costs a reservation was settled to (string)
 //	P v1:{S}:tA:NAME:KEY  fair shares: active tenants, member tenant, score its last demand µs (zset)
-//	P v1:{S}:hA:NAME:KEY  fair shares: claims, member tenant, score the claim's end µs (zset)
+//	P v1:{S}:kA:NAME:KEY  fair shares: claims, member tenant, score the claim's place µs (zset)
+//	P v1:{S}:eA:NAME:KEY  fair shares: claims, member tenant, score the claim's instant µs (zset)
+//	P v1:{S}:oA:NAME:KEY  lent headroom: class notes, member the headroom, score its latest note µs (zset)
 //	P v1:{S}:vA:NAME:N:KEY:TENANT  fair shares: a tenant's share clock, µs (string); N = len(KEY)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
 //	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
@@ -166,13 +168,6 @@ func (k keys) pause(key string) string {
 }
 
 func (k keys) txPause(key string) string { return k.base + "q:" + key }
-
-func (k keys) replay(id string) string {
-	var sb strings.Builder
-	sb.Grow(len(k.base) + 2 + len(id))
-	k.writeReplay(&sb, id)
-	return sb.String()
-}
 
 // settlement is the key of what reservation id was settled to.
 func (k keys) settlement(id string) string { return k.base + "s:" + id }

@@ -52,7 +52,7 @@ func exercise(t *testing.T, s quota.Store, scope, key string) {
 		require.NoError(t, st.Settle(c, dec.Reservation, []int{2, 2, 2, 2, 2})) // a settlement key
 	}
 	// Fair shares: the active tenants, a tenant's share clock, and a claim
-	// (of a second tenant, within its share, refused with a headroom).
+	// (of a second tenant, refused with a headroom).
 	share := quota.Bucket{Limit: quota.Limit{Name: "t", Rate: 2, Per: time.Second}, Key: key, Tenant: key}
 	for range 2 {
 		dec, err := s.Take(c, &quota.Demand{Scope: scope, Limits: []quota.Bucket{share}, Cost: 1})
@@ -63,6 +63,10 @@ func exercise(t *testing.T, s quota.Store, scope, key string) {
 	dec, err = s.Take(c, &quota.Demand{Scope: scope, Limits: []quota.Bucket{share}, Cost: 1, MaxWait: 5 * time.Second})
 	require.NoError(t, err)
 	require.False(t, dec.OK)
+	// A class noted on a window limit (quota.Bucket.Noted): its notes.
+	noted := quota.Bucket{Limit: quota.Limit{Name: "o", Rate: 2, Per: time.Second, Algorithm: quota.SlidingWindow}, Key: key, Classed: true}
+	_, err = s.Take(c, &quota.Demand{Scope: scope, Limits: []quota.Bucket{noted}, Cost: 1})
+	require.NoError(t, err)
 	if ls, ok := s.(quota.LeaseStore); ok {
 		dec, err := s.Take(c, d)
 		require.NoError(t, err)
@@ -110,7 +114,7 @@ func checkLayout(t *testing.T, nodes []*redis.Client, prefix string, scopes []st
 			}
 			assert.True(t, found, "key %.80q: tag %.40q is no scope's", k, tag)
 			assert.NotContains(t, tag, "{")
-			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:", "tg", "hg", "vg"}, tail[:2], "key %.80q", k)
+			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:", "tg", "kg", "eg", "vg", "ow"}, tail[:2], "key %.80q", k)
 			if cluster {
 				slot, err := n.ClusterKeySlot(c, k).Result()
 				require.NoError(t, err)

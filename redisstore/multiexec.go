@@ -37,7 +37,7 @@ import (
 //     a [quota.Inspector].
 //   - No fair shares: a demand with a [quota.Bucket].Tenant is an error.
 //     A headroom (Bucket.Headroom) is kept, like Rate, by the count
-//     after the INCRBY.
+//     after the INCRBY, and never lent (quota.Store, Lent headroom).
 //
 // Pauses work as in [Store], and so does [MultiExecStore.Sync] for fixed
 // windows. [MultiExecStore.CheckLimits] lets throttle.NewTransport refuse,

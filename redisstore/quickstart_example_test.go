@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -19,21 +20,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Example_quickstart is the README's quickstart, run: an instance of a
-// fleet posts notifications to a Slack-like webhook through a
-// throttle.Transport whose counters live in Redis, under Slack's "100 per
-// 30 minutes in all, and 10 per 30 minutes per category". The lines
-// between the markers are the README's, word for word (TestReadmeQuickstart
-// checks), but for the Redis address and the webhook URL.
+// Example_quickstart is the README's quickstart on Redis: the in-process
+// program of the README (which TestReadmeQuickstartRuns runs as pasted),
+// with the lines between the markers in place of the one that builds the
+// transport. TestReadmeQuickstart checks that the README shows those
+// lines word for word, but for the Redis address.
 func Example_quickstart() {
 	redisAddr := srv.Addr() // the Redis TestMain started
 	cleanQuickstartKeys()
-	// Slack stays offline: the default transport answers as a webhook does.
-	defer func(real http.RoundTripper) { http.DefaultTransport = real }(http.DefaultTransport)
-	http.DefaultTransport = fakeWebhook{}
+	// A local server stands in for the Slack webhook: it answers 200 OK.
+	slack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer slack.Close()
 
+	policy := throttle.Policy{
+		Rules: []throttle.Rule{{
+			Name: "slack-notify", Host: "127.0.0.1", // "hooks.slack.com" for the real one
+			Limits: []throttle.Limit{
+				{Name: "global", Rate: 100, Per: 30 * time.Minute},
+				{Name: "category", Rate: 10, Per: 30 * time.Minute, Key: throttle.KeyFromContext("category")},
+			},
+			Wait: waiters.FailFast(), // or waiters.Block(), or waiters.UpTo(30*time.Second)
+		}},
+	}
 	// quickstart:begin
-	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{
 		Addr:                  redisAddr,
 		ContextTimeoutEnabled: true,                  // the transport's call deadline reaches the socket
@@ -47,32 +56,21 @@ func Example_quickstart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := store.Check(ctx); err != nil { // a wrong password, address or client kind stops here
+	if err := store.Check(context.Background()); err != nil { // a wrong password, address or client kind stops here
 		log.Fatal(err)
 	}
-
-	policy := throttle.Policy{
-		Instances: 8, // the fleet's size: each instance's share of the quota while Redis is down
-		Rules: []throttle.Rule{{
-			Name: "slack-notify", Host: "hooks.slack.com",
-			Limits: []throttle.Limit{
-				{Name: "global", Rate: 100, Per: 30 * time.Minute},
-				{Name: "category", Rate: 10, Per: 30 * time.Minute, Key: throttle.KeyFromContext("category")},
-			},
-			Wait: waiters.FailFast(), // or waiters.Block(), or waiters.UpTo(30*time.Second)
-		}},
-	}
-	// Without WithStore the counters live in this process: the in-process default.
+	policy.Instances = 8 // the fleet's size: each instance's share of the quota while Redis is down
 	t, err := throttle.NewTransport(http.DefaultTransport, policy, throttle.WithStore(store))
+	// quickstart:end
 	if err != nil {
 		log.Fatal(err) // the policy is invalid: the error names the rule and the field
 	}
 	client := &http.Client{Transport: t}
 
 	for i := 1; i <= 11; i++ {
-		ctx := throttle.WithKey(ctx, "category", "disk-alerts")
+		ctx := throttle.WithKey(context.Background(), "category", "disk-alerts")
 		body := strings.NewReader(`{"text":"disk almost full"}`)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://hooks.slack.com/services/T0/B0/X", body)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, slack.URL+"/services/T0/B0/X", body)
 		resp, err := client.Do(req)
 		var le *throttle.LimitError
 		switch {
@@ -85,7 +83,6 @@ func Example_quickstart() {
 			fmt.Printf("%d: sent, %s\n", i, resp.Status)
 		}
 	}
-	// quickstart:end
 
 	// Output:
 	// 1: sent, 200 OK
@@ -113,18 +110,8 @@ func cleanQuickstartKeys() {
 	}
 }
 
-// fakeWebhook answers every request 200 OK, as a Slack webhook does.
-type fakeWebhook struct{}
-
-func (fakeWebhook) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
-		_ = req.Body.Close()
-	}
-	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Header: http.Header{}, Request: req}, nil
-}
-
-// TestReadmeQuickstart: the README's quickstart code is
-// Example_quickstart's, line for line.
+// TestReadmeQuickstart: the README's quickstart on Redis shows
+// Example_quickstart's lines between the markers, line for line.
 func TestReadmeQuickstart(t *testing.T) {
 	src, err := os.ReadFile("quickstart_example_test.go")
 	require.NoError(t, err)
@@ -138,16 +125,15 @@ func TestReadmeQuickstart(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
 		want = append(want, strings.TrimPrefix(line, "\t"))
 	}
-	_, block, ok := strings.Cut(string(readme), "## Quickstart")
+	_, block, ok := strings.Cut(string(readme), "**The same program on a fleet.**")
 	require.True(t, ok)
-	_, block, ok = strings.Cut(block, "func main() {\n")
-	require.True(t, ok, "the README's quickstart is a main function")
-	block, _, ok = strings.Cut(block, "\n}\n```")
+	_, block, ok = strings.Cut(block, "```go\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "\n```")
 	require.True(t, ok)
 	var got []string
 	for _, line := range strings.Split(block, "\n") {
-		line = strings.Replace(line, `"localhost:6379"`, "redisAddr", 1) // the one difference
-		got = append(got, strings.TrimPrefix(line, "\t"))
+		got = append(got, strings.Replace(line, `"localhost:6379"`, "redisAddr", 1)) // the one difference
 	}
 	assert.Equal(t, want, got)
 }

@@ -36,6 +36,15 @@ type resendMark struct {
 	writes int     // sendings so far
 	notRun int     // sendings refused before they ran, as far as is known
 	buf    [8]byte // holds first's bytes when they fit: no allocation to write them
+	cmd    markedCmd
+}
+
+// newResendMark returns a mark whose first sending writes first, with its
+// command in the same allocation (send fills it in).
+func newResendMark(first string) *resendMark {
+	m := &resendMark{first: first}
+	m.cmd.mark = m
+	return m
 }
 
 // MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer,
@@ -78,8 +87,10 @@ func notRun(err error) bool {
 
 // markedCmd is the command of a marked call: go-redis sets its error after
 // each sending to a node, which tells the mark whether that sending ran.
+// It lives in its mark, and holds the redis.Cmd by value: one allocation
+// for the three.
 type markedCmd struct {
-	*redis.Cmd
+	redis.Cmd
 	mark *resendMark
 }
 
@@ -130,9 +141,10 @@ func (s *Store) send(ctx context.Context, mark *resendMark, name, script string,
 		all = append(all, k)
 	}
 	all = append(all, args...)
-	cmd := &markedCmd{Cmd: redis.NewCmd(ctx, all...), mark: mark}
+	cmd := &mark.cmd
+	cmd.Cmd = *redis.NewCmd(ctx, all...)
 	_ = s.client.Process(ctx, cmd)
-	return cmd.Cmd
+	return &cmd.Cmd
 }
 
 // resent returns [ErrResent] for a script's refusal of a call sent again,

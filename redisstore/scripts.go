@@ -92,8 +92,8 @@ func newScript(name string) luaScript {
 }
 
 // composeScript returns the text of the script of the embedded file name:
-// prologue.lua, its parts, then the file. The names are those of the
-// go:embed lines above, so reading cannot fail but for a misspelt name,
+// prologue.lua, its parts, then the file. The names are those embedded
+// above (go:embed), so reading cannot fail but for a misspelt name,
 // which every test of the package would show at once.
 func composeScript(name string) string {
 	var src strings.Builder
@@ -141,7 +141,7 @@ func algoCode(a quota.Algorithm) string {
 func (s *Store) scriptArgs(size int, id string, marked bool) ([]any, *resendMark) {
 	args := make([]any, 0, 2+size)
 	if marked && s.detect {
-		m := &resendMark{first: id}
+		m := newResendMark(id)
 		return append(args, s.nowArg(), m), m
 	}
 	return append(args, s.nowArg(), id), nil

@@ -7,51 +7,65 @@ import (
 	"github.com/quotakit/throttle/quota"
 )
 
-// This file holds the Go side of fair shares (quota.Bucket.Tenant):
-// take.lua decides them with share.lua, whose keys and arguments are
-// built here.
+// This file holds the Go side of lent headrooms and fair shares
+// (quota.Bucket.Classed, Headroom and Tenant): take.lua decides them with
+// share.lua, whose keys and arguments are built here.
 
-// sharedLimits returns how many limits of d are shared among tenants.
+// sharedLimits returns how many limits of d are shared among tenants or
+// have noted classes (quota.Bucket.Noted): share.lua's entries.
 func sharedLimits(d *quota.Demand) int {
 	n := 0
 	for i := range d.Limits {
-		if d.Limits[i].Tenant != "" {
+		if d.Limits[i].Tenant != "" || d.Limits[i].Noted() {
 			n++
 		}
 	}
 	return n
 }
 
-// appendShares appends share.lua's three keys and seven arguments per
-// limit of d shared among tenants, in the order of the limits.
+// appendShares appends share.lua's five keys and eight arguments per
+// entry of d (sharedLimits), in the order of the limits.
 func (s *Store) appendShares(keys []string, args []any, d *quota.Demand) ([]string, []any) {
 	ks := newKeys(s.prefix, d.Scope)
 	wait := max(d.MaxWait, 0).Microseconds()
 	for i := range d.Limits {
 		b := &d.Limits[i]
-		if b.Tenant == "" {
+		if b.Tenant == "" && !b.Noted() {
 			continue
 		}
 		l := quotamath.Of(b.Limit)
-		keys = append(keys, ks.shareTenants(b), ks.shareClaims(b), ks.shareClock(b))
-		args = append(args, i+1, b.Tenant, l.ShareUnit(int64(d.CostOf(i))), l.ShareAhead(), l.Per, l.ShareUnit(1), wait)
+		note := -1
+		if b.Noted() {
+			note = b.Headroom
+		}
+		keys = append(keys, ks.shareTenants(b), ks.shareClaims(b), ks.shareEnds(b), ks.shareClock(b), ks.classNotes(b))
+		args = append(args, i+1, b.Tenant, l.ShareUnit(int64(d.CostOf(i))), l.ShareAhead(), l.Per, l.ShareUnit(1), wait, note)
 	}
 	return keys, args
 }
 
-// shareTenants, shareClaims and shareClock are the keys of b's fair
-// share (keys.go): its active tenants, its claims, and the share clock of
-// b's tenant.
+// shareTenants, shareClaims, shareEnds and shareClock are the keys of b's
+// fair share (keys.go): its active tenants, its claims by place and by
+// end, and the share clock of b's tenant; classNotes holds the notes of
+// its classes.
 func (k keys) shareTenants(b *quota.Bucket) string {
 	return k.base + "t" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
 }
 
 func (k keys) shareClaims(b *quota.Bucket) string {
-	return k.base + "h" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
+	return k.base + "k" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
+}
+
+func (k keys) shareEnds(b *quota.Bucket) string {
+	return k.base + "e" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
 }
 
 // shareClock puts the length of the key before it, so that no key and
 // tenant pair reads as another.
 func (k keys) shareClock(b *quota.Bucket) string {
 	return k.base + "v" + algTag(&b.Limit) + b.Limit.Name + ":" + strconv.Itoa(len(b.Key)) + ":" + b.Key + ":" + b.Tenant
+}
+
+func (k keys) classNotes(b *quota.Bucket) string {
+	return k.base + "o" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
 }

@@ -1,92 +1,148 @@
--- share.lua: fair shares of limits among tenants (quota.Bucket.Tenant),
--- for take.lua. It is no script of its own: scripts.go puts it between
--- prologue.lua and take.lua, whose body calls the functions below. The
--- semantics are quota.Store's (Fair shares); the arithmetic is that of
+-- share.lua: lent headrooms (quota.Bucket.Headroom, Classed) and fair
+-- shares of limits among tenants (quota.Bucket.Tenant), for take.lua. It
+-- is no script of its own: scripts.go puts it between prologue.lua and
+-- take.lua, whose body calls the functions below. The semantics are
+-- quota.Store's (Lent headroom, Fair shares); the arithmetic is that of
 -- internal/quotamath/share.go, in the same integers.
 --
 -- Units as in prologue.lua.
 --
--- A shared limit has three keys (keys.go), after take.lua's limit and
--- replay keys:
+-- An entry is a limit shared among tenants or whose class is noted
+-- (quota.Bucket.Noted). It has five keys (keys.go), after take.lua's
+-- limit and replay keys:
 --   tenants  zset: tenant -> instant of its last demand; those after
 --            now - Per are the active ones
---   claims   zset: tenant -> end of its claim
+--   claims   zset: tenant -> the place of its claim
+--   ends     zset: tenant -> the instant of its claim; it lapses
+--            max(T, CLAIM_GRACE) after it
 --   clock    string: the demand's tenant's share clock; it expires when
 --            the clock is no longer after now (it then counts as 0)
--- and seven arguments, after take.lua's limit arguments:
---   the limit's index in the demand (1-based), the tenant,
+--   notes    zset: headroom -> instant of its latest note
+-- and eight arguments, after take.lua's limit arguments:
+--   the limit's index in the demand (1-based), the tenant ("": none),
 --   unit     cost*T (T = Per/Rate; this and the other spans are taken
 --            exactly and rounded up to the µs, quotamath's ShareUnit): a
 --            grant moves the clock unit*n
---   ahead    C*T (C: Burst for GCRA, Rate otherwise): within its share
---            while the clock is less than this ahead of now
+--   ahead    C*T (C: Burst for GCRA, Rate otherwise): how far ahead of
+--            now a grant leaves the clock at most, before its step
 --   window   Per: how long a demand keeps its tenant active
---   claim    T: how long a claim outlives its instant
+--   claim    T: how long a note keeps its class active, and a claim
+--            its holder's place after its instant (at least CLAIM_GRACE)
 --   wait     the demand's MaxWait: a refusal within it leaves a claim
+--   note     the demand's headroom, noted on the counter; -1: not noted
 
 local MAX_SHARE_STEP = 1125899906842624 -- 2^50 (quotamath.MaxShareStep)
+local CLAIM_GRACE = 250000 -- µs (quotamath.ClaimGrace)
 
--- sharesBegin makes the tenant of each of the count shared limits active
--- and reads its state. It returns the limits' states and whether the
--- demand is over its share on any of them. A demand over its share on a
--- limit whose claims are live gets held: the instant until which they
--- hold it back (the last claim's end, or when the tenant is within its
--- share again, if sooner).
+-- sharesBegin notes the classes and makes the tenant of each of the count
+-- entries active, and reads their state. It returns the entries and, by
+-- limit index, the headroom lent to the demand: a note of a smaller
+-- headroom in the last T holds it (the entry's lend: when the latest such
+-- note stops holding it), else it is lent. An entry's held is, when other
+-- tenants' live claims at a lower place than the demand's hold it back,
+-- until when: T after the latest of their instants, or after now.
 local function sharesBegin(count, firstArg, firstKey)
-  local shared, over = {}, false
+  local shared, lent = {}, {}
   for s = 1, count do
-    local arg, key = firstArg + 7 * (s - 1), firstKey + 3 * (s - 1)
+    local arg, key = firstArg + 8 * (s - 1), firstKey + 5 * (s - 1)
     local share = {
       limit = tonumber(ARGV[arg]), tenant = ARGV[arg + 1], unit = tonumber(ARGV[arg + 2]),
       ahead = tonumber(ARGV[arg + 3]), claim = tonumber(ARGV[arg + 5]), wait = tonumber(ARGV[arg + 6]),
-      tenants = KEYS[key], claims = KEYS[key + 1], clockKey = KEYS[key + 2],
+      claims = KEYS[key + 1], ends = KEYS[key + 2], clockKey = KEYS[key + 3],
     }
-    local window = tonumber(ARGV[arg + 4])
-    redis.call('ZREMRANGEBYSCORE', share.tenants, '-inf', fmt('%d', now - window))
-    redis.call('ZADD', share.tenants, fmt('%d', now), share.tenant)
-    redis.call('PEXPIRE', share.tenants, math.ceil(window / 1000) + slack)
-    share.n = redis.call('ZCARD', share.tenants)
-    share.clock = tonumber(redis.call('GET', share.clockKey)) or 0
-    if share.clock >= now + share.ahead then
-      share.over, over = true, true
-      local last = redis.call('ZRANGE', share.claims, -1, -1, 'WITHSCORES')
-      if last[2] and tonumber(last[2]) > now then
-        local held = tonumber(last[2])
-        local back = share.clock - share.ahead + 1
-        if back < held then held = back end
-        share.held = held
+    local note = tonumber(ARGV[arg + 7])
+    if note >= 0 then
+      local notes = KEYS[key + 4]
+      redis.call('ZREMRANGEBYSCORE', notes, '-inf', fmt('%d', now - share.claim))
+      if note > 0 then
+        local live = redis.call('ZRANGE', notes, 0, -1, 'WITHSCORES')
+        for x = 1, #live, 2 do
+          local ends = tonumber(live[x + 1]) + share.claim
+          if tonumber(live[x]) < note and (not share.lend or ends > share.lend) then share.lend = ends end
+        end
+        if not share.lend then lent[share.limit] = note end
+      end
+      redis.call('ZADD', notes, fmt('%d', now), fmt('%d', note))
+      redis.call('PEXPIRE', notes, math.ceil(share.claim / 1000) + slack)
+    end
+    if share.tenant ~= '' then
+      local tenants, window = KEYS[key], tonumber(ARGV[arg + 4])
+      redis.call('ZREMRANGEBYSCORE', tenants, '-inf', fmt('%d', now - window))
+      redis.call('ZADD', tenants, fmt('%d', now), share.tenant)
+      redis.call('PEXPIRE', tenants, math.ceil(window / 1000) + slack)
+      share.n = redis.call('ZCARD', tenants)
+      share.clock = tonumber(redis.call('GET', share.clockKey)) or 0
+      share.place = share.clock
+      if share.place < now then share.place = now end
+      local span = share.claim
+      if span < CLAIM_GRACE then span = CLAIM_GRACE end
+      local gone = redis.call('ZRANGE', share.ends, '-inf', fmt('%d', now - span), 'BYSCORE')
+      if #gone > 0 then
+        redis.call('ZREM', share.ends, unpack(gone))
+        redis.call('ZREM', share.claims, unpack(gone))
+      end
+      local waiting = redis.call('ZSCORE', share.claims, share.tenant)
+      if waiting then share.place = tonumber(waiting) end -- a waiting tenant keeps its place
+      local lower = redis.call('ZRANGE', share.claims, '-inf', fmt('(%d', share.place), 'BYSCORE')
+      local last
+      for _, tenant in ipairs(lower) do
+        if tenant ~= share.tenant then
+          local at = tonumber(redis.call('ZSCORE', share.ends, tenant))
+          if not last or at > last then last = at end
+        end
+      end
+      if last then
+        if last < now then last = now end
+        share.held = last + share.claim
       end
     end
     shared[s] = share
   end
-  return shared, over
+  return shared, lent
 end
 
--- sharesHeld returns the latest instant until which claims hold the
--- demand back, and the limit (1-based, the first on ties), or nil.
-local function sharesHeld(shared)
-  local held, limit = nil, nil
+-- sharesRefusal returns take.lua's reply refusing the demand, whose
+-- limits admit it at instant (binding and pause as take.lua found them),
+-- or nil if it is granted: refused while other tenants' claims hold it
+-- back, until their held (or instant, if later); else when it may not
+-- wait until instant, until then, or until a held headroom may be lent if
+-- sooner (not before pauseEnd; the limit holding it binds). A refusal
+-- within MaxWait leaves claims for the instant it is refused until.
+-- common is take.lua's: the earliest instant, not before its argument,
+-- at which the limits admit the demand.
+local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause, common)
+  local held, heldLimit, lend, lender
   for _, share in ipairs(shared) do
-    if share.held and (not held or share.held > held) then held, limit = share.held, share.limit end
+    if share.held and (not held or share.held > held) then held, heldLimit = share.held, share.limit end
+    if share.lend and (not lend or share.lend < lend) then lend, lender = share.lend, share.limit end
   end
-  return held, limit
-end
-
--- sharesClaim gives the demand's tenants within their share a claim
--- until the instant it was refused until, plus T: it was refused only
--- because it may not reserve, and will come back then.
-local function sharesClaim(shared, instant)
-  for _, share in ipairs(shared) do
-    if not share.over then
-      local ends = instant + share.claim
-      redis.call('ZREMRANGEBYSCORE', share.claims, '-inf', fmt('%d', now))
-      redis.call('ZADD', share.claims, fmt('%d', ends), share.tenant)
-      local ttl = math.ceil((ends - now) / 1000) + slack
-      if redis.call('PEXPIRE', share.claims, ttl, 'NX') == 0 then
-        redis.call('PEXPIRE', share.claims, ttl, 'GT')
+  if not held and instant - now <= maxWait then return nil end
+  local refused = instant
+  if lend then
+    if lend < pauseEnd then lend = pauseEnd end
+    if lend < refused then refused, binding, pause = lend, lender - 1, -1 end
+  end
+  if held and held >= refused then
+    -- and if the limits do not admit it then, until they do after it (a
+    -- sliding log may admit it now and not then).
+    refused, binding, pause = common(held), heldLimit - 1, -1
+    if not refused then return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds') end
+  end
+  if refused - now <= shared[1].wait then
+    for _, share in ipairs(shared) do
+      if share.tenant ~= '' then
+        local span = share.claim
+        if span < CLAIM_GRACE then span = CLAIM_GRACE end
+        redis.call('ZADD', share.claims, fmt('%d', share.place), share.tenant)
+        redis.call('ZADD', share.ends, fmt('%d', refused), share.tenant)
+        local ttl = math.ceil((refused + span - now) / 1000) + slack
+        for _, key in ipairs({share.claims, share.ends}) do
+          if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+        end
       end
     end
   end
+  return {0, refused - now, binding, pause}
 end
 
 -- sharesCharged moves the clocks of a demand granted for instant:
@@ -94,13 +150,16 @@ end
 -- its claims.
 local function sharesCharged(shared, instant)
   for _, share in ipairs(shared) do
-    local clock = share.clock
-    if clock < instant then clock = instant end
-    if clock > instant + share.ahead then clock = instant + share.ahead end
-    local step = share.unit * share.n
-    if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
-    clock = clock + step
-    redis.call('SET', share.clockKey, fmt('%d', clock), 'PX', math.ceil((clock - now) / 1000) + slack)
-    redis.call('ZREM', share.claims, share.tenant)
+    if share.tenant ~= '' then
+      local clock = share.clock
+      if clock < instant then clock = instant end
+      if clock > instant + share.ahead then clock = instant + share.ahead end
+      local step = share.unit * share.n
+      if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
+      clock = clock + step
+      redis.call('SET', share.clockKey, fmt('%d', clock), 'PX', math.ceil((clock - now) / 1000) + slack)
+      redis.call('ZREM', share.claims, share.tenant)
+      redis.call('ZREM', share.ends, share.tenant)
+    end
   end
 end

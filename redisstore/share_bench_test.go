@@ -27,7 +27,10 @@ import (
 // x_plain (ns/op as a multiple of "plain" at the same concurrency).
 // "plain-take.lua" is the plain decision run by take.lua, the script a
 // shared limit needs, so that the share's own cost shows apart from the
-// script's.
+// script's. The window cases are a sliding window that always admits:
+// plain (take_window.lua) and by take.lua, a class above another
+// (Classed: noted), a class with a headroom (noted, lent while no class
+// above asks) and a tenant.
 func BenchmarkShareDecision(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
 	defer c.Close()
@@ -42,8 +45,15 @@ func BenchmarkShareDecision(b *testing.B) {
 	bucket := func(name string) quota.Bucket {
 		return quota.Bucket{Limit: quota.Limit{Name: name, Rate: 1_000_000, Per: time.Second, Burst: 1000}, Key: "k"}
 	}
+	window := func(name string) quota.Bucket {
+		return quota.Bucket{Limit: quota.Limit{Name: name, Rate: 1_000_000, Per: time.Second, Algorithm: quota.SlidingWindow}, Key: "k"}
+	}
 	with := func(b quota.Bucket, headroom int, tenant string) quota.Bucket {
 		b.Headroom, b.Tenant = headroom, tenant
+		return b
+	}
+	top := func(b quota.Bucket) quota.Bucket {
+		b.Classed = true
 		return b
 	}
 	take := func(s *redisstore.Store, next func() quota.Bucket) func() error {
@@ -71,6 +81,11 @@ func BenchmarkShareDecision(b *testing.B) {
 		{"tenant", take(fast, one(with(bucket("t1"), 0, "acme")))},
 		{"16-tenants", take(fast, tenants(bucket("t16"), 16))},
 		{"class+tenant", take(fast, one(with(bucket("ht"), 200, "acme")))},
+		{"window", take(fast, one(window("w")))},
+		{"window-take.lua", take(generic, one(window("wg")))},
+		{"window-top-class", take(fast, one(top(window("wt"))))},
+		{"window-class", take(fast, one(with(window("wh"), 200, "")))},
+		{"window-tenant", take(fast, one(with(window("wn"), 0, "acme")))},
 	}
 	plain := map[int]float64{}
 	for _, conc := range []int{1, 8} {

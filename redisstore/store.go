@@ -200,7 +200,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
-		d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
+		!d.Limits[0].Noted() && d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
@@ -212,15 +212,17 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
-		args = append(args, maxWait, gcraMode(len(d.Pauses), s.replayMS, gcraExact(d)))
-		args = appendGCRAPairs(args, d)
+		args = appendGCRAPairs(append(args, maxWait), d)
+		if mode := gcraMode(s.replayMS, gcraExact(d)); mode != "" {
+			args = append(args, mode)
+		}
 	default:
 		var err error
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", err)
 		}
 		shares := sharedLimits(d) // share.go
-		args, mark = s.scriptArgs(5+5*len(d.Limits)+7*shares+2*len(carried), id, true)
+		args, mark = s.scriptArgs(5+5*len(d.Limits)+8*shares+2*len(carried), id, true)
 		args = append(args, maxWait, len(d.Pauses), s.replayArg, len(carried), shares)
 		for i := range d.Limits {
 			b, cost := &d.Limits[i], int64(d.CostOf(i))
@@ -271,24 +273,18 @@ func phaseArg(l *quota.Limit) int64 {
 	return quotamath.Of(*l).Phase
 }
 
-// gcraMode is take_gcra.lua's ARGV[4]: "P M", P pause keys and
-// the reply remembered for M ms, and " f" after them unless exact (every
-// limit's emission interval is whole microseconds, gcraExact). The common
-// ones are constants.
-func gcraMode(pauses int, replayMS int64, exact bool) string {
+// gcraMode is take_gcra.lua's last argument, "" when it is left out (the
+// common case): "M", the reply remembered for M ms, and " f" after it
+// unless exact (every limit's emission interval is whole microseconds,
+// gcraExact).
+func gcraMode(replayMS int64, exact bool) string {
 	if replayMS == 0 && exact {
-		switch pauses {
-		case 0:
-			return "0 0"
-		case 1:
-			return "1 0"
-		}
+		return ""
 	}
-	mode := strconv.Itoa(pauses) + " " + formatInt(replayMS)
-	if !exact {
-		mode += " f"
+	if exact {
+		return formatInt(replayMS)
 	}
-	return mode
+	return formatInt(replayMS) + " f"
 }
 
 // gcraExact reports whether the emission interval of every limit of d,
@@ -303,13 +299,15 @@ func gcraExact(d *quota.Demand) bool {
 	return true
 }
 
-// demandMaxWait returns the MaxWait the scripts take for d, in µs: 0 for
-// a demand with a headroom, which is never a reservation.
+// demandMaxWait returns the MaxWait the scripts take for d, in µs: at
+// most T/2 for a demand with a headroom or a tenant, which reserves no
+// further ahead (quotamath.RestrictedWait).
 func demandMaxWait(d *quota.Demand) int64 {
+	wait := max(d.MaxWait, 0).Microseconds()
 	if d.Restricted() {
-		return 0
+		wait = min(wait, quotamath.RestrictedWait(d))
 	}
-	return max(d.MaxWait, 0).Microseconds()
+	return wait
 }
 
 // appendGCRAPairs appends take_gcra.lua's two arguments per limit of d,
@@ -416,6 +414,9 @@ func (s *Store) takeKeys(d *quota.Demand, replayID string) []string {
 // take_window.lua: the fields of take.lua's reply as a string of integers
 // separated by spaces (a GCRA arrival time may be "us:frac").
 func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) {
+	if tat, ok := res.(int64); ok {
+		return decideIdle(tat, d, id)
+	}
 	v, ok := res.(string)
 	if !ok {
 		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
@@ -430,6 +431,33 @@ func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) 
 		n, fr = append(n, x), append(fr, frac)
 	}
 	return decide(n, fr, d, id, v)
+}
+
+// decideIdle makes the Decision of take_gcra.lua's integer reply tat: a
+// grant at Redis's clock on GCRA limits of whole microseconds whose
+// buckets had no arrival time ahead of it, tat the first limit's new
+// arrival time. Each limit's is the clock plus its charge, so the clock
+// is tat less the first's charge, and the reply take_gcra.lua would
+// otherwise have formatted is rebuilt here.
+func decideIdle(tat int64, d *quota.Demand, id string) (quota.Decision, error) {
+	if len(d.Limits) == 0 || len(d.Limits) > 2 {
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %d for %d limits", tat, len(d.Limits))
+	}
+	var buf, fbuf [8]int64
+	n := append(buf[:0], 1, 0, -1, -1, 0, -1)
+	for i := range d.Limits {
+		b := &d.Limits[i]
+		ql := quotamath.Of(b.Limit)
+		if b.Limit.Algorithm != quota.GCRA || !ql.Exact() {
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %d", tat)
+		}
+		charge := int64(d.CostOf(i)) * (ql.Per / ql.Rate)
+		if i == 0 {
+			n[4] = tat - charge
+		}
+		n = append(n, n[4]+charge)
+	}
+	return decide(n, fbuf[:len(n)], d, id, tat)
 }
 
 // parseTake reads take.lua's reply.

@@ -4,18 +4,19 @@
 --
 -- KEYS: the demand's pause keys (ARGV[4] of them), then one key per limit,
 -- then, when ARGV[5] > 0, the key that remembers this decision's reply,
--- then 3 per limit shared among tenants (share.lua), then the ARGV[6]
+-- then 5 per share.lua entry, then the ARGV[6]
 -- concurrency keys of leases released earlier (see below). All share one
 -- hash tag {scope}; no other key is touched.
 --
 -- ARGV[1], ARGV[2]  the clock and the decision id (prologue.lua): unique,
 --          it names sliding-log members and leases
--- ARGV[3]  MaxWait; 0 for a demand with a headroom (Bucket.Headroom),
---          which is never a reservation
+-- ARGV[3]  MaxWait; at most T/2 for a demand with a headroom or a tenant,
+--          which reserves no further ahead (quotamath.RestrictedWait)
 -- ARGV[4]  number of pause keys
 -- ARGV[5]  how long to remember the reply, ms; 0: not at all
 -- ARGV[6]  number of leases released earlier, carried by this call
--- ARGV[7]  number of limits shared among tenants (share.lua)
+-- ARGV[7]  number of entries of share.lua (limits shared among tenants
+--          or whose class is noted)
 -- then 5 per limit, limit i's from ARGV[3 + 5*i]: algorithm, param,
 -- allowance, cost, phase; h is the limit's headroom (Bucket.Headroom), 0
 -- for most
@@ -33,7 +34,7 @@
 --                   slot is taken only when the demand acts now; a
 --                   reservation (delay > 0) leaves it to claim.lua when it
 --                   comes due
--- then 7 per shared limit (share.lua)
+-- then 8 per share.lua entry
 -- then 2 per carried release: the lease id, the channel announcing it
 -- (phase is 0 for the algorithms without windows)
 --
@@ -71,7 +72,7 @@ end
 
 local pauses = tonumber(ARGV[4])
 local shares = tonumber(ARGV[7])
-local limits = (#ARGV - 7 - 7 * shares - 2 * carried) / 5
+local limits = (#ARGV - 7 - 8 * shares - 2 * carried) / 5
 local replyTTL = tonumber(ARGV[5])
 local replayKey = KEYS[pauses + limits + 1]
 if replyTTL > 0 then
@@ -88,16 +89,14 @@ if replyTTL > 0 then
   end
 end
 
--- Fair shares (share.lua): a demand over its share on a limit is never a
--- reservation either.
+-- Lent headrooms and fair shares (share.lua): lent[i], the headroom
+-- limit i lends the demand.
 local maxWait = tonumber(ARGV[3])
-local shared = {}
+local shared, lent = {}, {}
 if shares > 0 then
-  local over
   local firstKey = pauses + limits + 1
   if replyTTL > 0 then firstKey = firstKey + 1 end
-  shared, over = sharesBegin(shares, 8 + 5 * limits, firstKey)
-  if over then maxWait = 0 end
+  shared, lent = sharesBegin(shares, 8 + 5 * limits, firstKey)
 end
 
 -- Pauses: the instant starts at the latest pause end (lowest index on
@@ -107,6 +106,7 @@ for i = 1, pauses do
   local pauseEnd = tonumber(redis.call('GET', KEYS[i]))
   if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, i - 1 end
 end
+local pausedUntil = instant -- share.lua: a lent headroom is no sooner
 
 -- Fixpoint: instant' = max over limits of the earliest instant, not
 -- before instant, at which the limit admits the cost; repeat until no
@@ -142,6 +142,7 @@ local function common(instant)
     for i = 1, limits do
       local arg = 3 + 5 * i
       local algo, param, allowance = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
+      if lent[i] then allowance = allowance + lent[i] end
       local key = KEYS[pauses + i]
       local earliest = instant
       if phases[i] == false then
@@ -270,26 +271,9 @@ if not instant then
 end
 
 if shares > 0 then
-  -- Over its share while others hold claims: refused until they stop
-  -- holding it back, or until the instant if that is later.
-  local held, heldLimit = sharesHeld(shared)
-  if held then
-    if held >= instant then
-      -- and if the limits do not admit it then, until they do after it
-      -- (a sliding log may admit it now and not then).
-      held = common(held)
-      if not held then
-        return redis.error_reply('ERR throttle: no common instant for the limits after 1000 rounds')
-      end
-      return {0, held - now, heldLimit - 1, -1}
-    end
-    maxWait = -1
-  end
-end
-if instant - now > maxWait then
-  if shares > 0 and maxWait >= 0 and instant - now <= shared[1].wait then
-    sharesClaim(shared, instant) -- refused only because it may not reserve
-  end
+  local refusal = sharesRefusal(shared, instant, pausedUntil, maxWait, binding, pause, common)
+  if refusal then return refusal end
+elseif instant - now > maxWait then
   return {0, instant - now, binding, pause}
 end
 

@@ -18,19 +18,28 @@
 -- ARGV[1], ARGV[2]  the clock and the decision id, "" unless replies are
 --          remembered (prologue.lua)
 -- ARGV[3]  MaxWait
--- ARGV[4]  "P M": P pause keys, and remember the reply for M ms (0: not);
---          "P M f" when the emission interval of a limit is not a whole
---          number of microseconds, so that its arguments and arrival time
---          may carry fractions (below)
 -- then 2 per limit: charge = cost*T, allowance = Burst*T - cost*T
---          (T = Per/Rate), limit i's at ARGV[3 + 2*i], ARGV[4 + 2*i]
+--          (T = Per/Rate), limit i's at ARGV[2 + 2*i], ARGV[3 + 2*i]
+-- then, only when replies are remembered or a limit's emission interval
+--          is not a whole number of microseconds: "M", remember the reply
+--          for M ms (0: not), or "M f" when arguments and arrival times
+--          may carry fractions (below). So #ARGV is odd in the common
+--          case and even when it is given, and the pause keys are the
+--          keys that are neither limits nor the replay key. (Each
+--          argument costs Redis about 1100 instructions, a quarter of a
+--          GET: the common case sends none it can do without.)
 --
--- Reply: a string of integers, "1 delay -1 -1 now -1 TAT..." (the clock,
--- and one TAT per limit, as stored: "us" or "us:frac") when granted, "0
--- delay limit pause" when refused, with the binding limit and pause as
--- 0-based indexes, -1 for none. The -1 after the clock leaves
--- Decision.Remaining to Go, which knows Burst and T and computes it from
--- the TATs and the clock (a replay sends 0).
+-- Reply: when granted at Redis's clock on limits whose buckets had no
+-- arrival time ahead of it (no wait, no pause, no fraction, reply not
+-- remembered), the integer TAT of the first limit: it is the clock plus
+-- that limit's charge, which Go knows, so the clock and every other TAT
+-- follow from it (formatting two numbers more costs Redis about 5000
+-- instructions). Otherwise a string of integers, "1 delay -1 -1 now -1
+-- TAT..." (the clock, and one TAT per limit, as stored: "us" or
+-- "us:frac") when granted, "0 delay limit pause" when refused, with the
+-- binding limit and pause as 0-based indexes, -1 for none. The -1 after
+-- the clock leaves Decision.Remaining to Go, which knows Burst and T and
+-- computes it from the TATs and the clock (a replay sends 0).
 --
 -- Exact arrival times. T = Per/Rate is seldom a whole number of
 -- microseconds (3 a second is 333333 1/3 µs, 10^7 a second 0.1 µs), so
@@ -41,9 +50,9 @@
 -- "q" when it is whole, else the charge as "q:r:Rate" and the allowance
 -- as "q:r" (q microseconds plus r/Rate). So every value stays below 2^53
 -- and exact in Lua. Such limits keep their arrival times under keys of
--- their own (G:, keys.go), and ARGV[4] says when a demand has one: a demand
--- of whole microseconds only runs the code it ran before fractions were
--- kept, instruction for instruction. With fractions:
+-- their own (G:, keys.go), and the last argument, "M f", says when a
+-- demand has one: a demand of whole microseconds only runs the code it
+-- ran before fractions were kept. With fractions:
 --   earliest = ceil(TAT - allowance): tat - q, plus 1 if frac > r
 --   charged  = max(TAT, instant) + charge, frac carried into tat at Rate
 --
@@ -59,16 +68,15 @@
 -- Test clocks (slack > 0) keep SET PX. (The rule is inlined: a Lua
 -- closure per call costs more than it.)
 
-local limits = (#ARGV - 4) / 2
-local mode = ARGV[4]
-local pauses, replyTTL, exact = 0, 0, true
-if mode == '1 0' then
-  pauses = 1
-elseif mode ~= '0 0' then
-  local fractions
-  pauses, replyTTL, fractions = string.match(mode, '^(%d+) (%d+)(.*)$')
-  pauses, replyTTL, exact = tonumber(pauses), tonumber(replyTTL), fractions == ''
+local nargs = #ARGV
+local limits, replyTTL, exact = (nargs - 3) / 2, 0, true
+if nargs % 2 == 0 then
+  limits = (nargs - 4) / 2
+  local ttl, fractions = string.match(ARGV[nargs], '^(%d+)(.*)$')
+  replyTTL, exact = tonumber(ttl), fractions == ''
 end
+local pauses = #KEYS - limits
+if replyTTL > 0 then pauses = pauses - 1 end
 local replayKey = KEYS[#KEYS]
 if replyTTL > 0 then
   local prev = redis.call('GET', replayKey)
@@ -94,11 +102,11 @@ if exact and limits <= 2 and pauses <= 1 then
   end
   local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
   local old2, binding = 0, -1
-  local earliest = old1 - ARGV[6]
+  local earliest = old1 - ARGV[5]
   if earliest > instant then instant, binding = earliest, 0 end
   if limits == 2 then
     old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
-    earliest = old2 - ARGV[8]
+    earliest = old2 - ARGV[7]
     if earliest > instant then instant, binding = earliest, 1 end
   end
   -- MaxWait is read only when there is a wait (one number less to parse).
@@ -111,7 +119,7 @@ if exact and limits <= 2 and pauses <= 1 then
     if i == 2 then old = old2 end
     local tat = old
     if tat < instant then tat = instant end
-    tat = tat + ARGV[3 + 2 * i]
+    tat = tat + ARGV[2 + 2 * i]
     local key = KEYS[first + i - 1]
     if slack > 0 then
       redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
@@ -121,6 +129,10 @@ if exact and limits <= 2 and pauses <= 1 then
       redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
     end
     if i == 1 then tat1 = tat else tat2 = tat end
+  end
+  if replyTTL == 0 and instant == now and old1 <= now and old2 <= now then
+    -- Every bucket was idle: TAT = now + charge (the reply above).
+    return tat1
   end
   if replyTTL == 0 and limits == 1 then return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1) end
   local marks
@@ -150,9 +162,9 @@ if limits <= 2 and pauses <= 1 then
     end
   end
   local old2, frac2, binding = 0, 0, -1
-  local room, roomFrac = tonumber(ARGV[6]), 0
+  local room, roomFrac = tonumber(ARGV[5]), 0
   if not room then
-    local q, r = string.match(ARGV[6], '^(%d+):(%d+)$')
+    local q, r = string.match(ARGV[5], '^(%d+):(%d+)$')
     room, roomFrac = tonumber(q), tonumber(r)
   end
   local earliest = old1 - room
@@ -168,9 +180,9 @@ if limits <= 2 and pauses <= 1 then
         old2, frac2 = tonumber(us) or 0, tonumber(frac) or 0
       end
     end
-    room, roomFrac = tonumber(ARGV[8]), 0
+    room, roomFrac = tonumber(ARGV[7]), 0
     if not room then
-      local q, r = string.match(ARGV[8], '^(%d+):(%d+)$')
+      local q, r = string.match(ARGV[7], '^(%d+):(%d+)$')
       room, roomFrac = tonumber(q), tonumber(r)
     end
     earliest = old2 - room
@@ -187,11 +199,11 @@ if limits <= 2 and pauses <= 1 then
     if i == 2 then old, oldFrac = old2, frac2 end
     local tat, frac = old, oldFrac
     if tat < instant then tat, frac = instant, 0 end
-    local charge = tonumber(ARGV[3 + 2 * i])
+    local charge = tonumber(ARGV[2 + 2 * i])
     if charge then
       tat = tat + charge
     else
-      local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
+      local q, r, rate = string.match(ARGV[2 + 2 * i], '^(%d+):(%d+):(%d+)$')
       tat, frac = tat + q, frac + r
       if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
     end
@@ -244,16 +256,16 @@ for i = 1, limits do
   local old = tonumber(raw) or 0
   local earliest
   if exact then
-    earliest = old - ARGV[4 + 2 * i]
+    earliest = old - ARGV[3 + 2 * i]
   else
     -- earliest = ceil(TAT - allowance): tat - q, plus 1 if frac > r.
-    local frac, room, roomFrac = 0, tonumber(ARGV[4 + 2 * i]), 0
+    local frac, room, roomFrac = 0, tonumber(ARGV[3 + 2 * i]), 0
     if raw and old == 0 then
       local us, f = string.match(raw, '^(%d+):(%d+)$')
       old, frac = tonumber(us) or 0, tonumber(f) or 0
     end
     if not room then
-      local q, r = string.match(ARGV[4 + 2 * i], '^(%d+):(%d+)$')
+      local q, r = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+)$')
       room, roomFrac = tonumber(q), tonumber(r)
     end
     fracs[i] = frac
@@ -274,7 +286,7 @@ for i = 1, limits do
   local tat = old
   if exact then
     if tat < instant then tat = instant end
-    tat = tat + ARGV[3 + 2 * i]
+    tat = tat + ARGV[2 + 2 * i]
     if slack > 0 then
       redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
     elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
@@ -288,11 +300,11 @@ for i = 1, limits do
     local oldFrac = fracs[i]
     local frac = oldFrac
     if tat < instant then tat, frac = instant, 0 end
-    local charge = tonumber(ARGV[3 + 2 * i])
+    local charge = tonumber(ARGV[2 + 2 * i])
     if charge then
       tat = tat + charge
     else
-      local q, r, rate = string.match(ARGV[3 + 2 * i], '^(%d+):(%d+):(%d+)$')
+      local q, r, rate = string.match(ARGV[2 + 2 * i], '^(%d+):(%d+):(%d+)$')
       tat, frac = tat + q, frac + r
       if frac >= tonumber(rate) then tat, frac = tat + 1, frac - rate end
     end

@@ -97,10 +97,13 @@ var (
 // gcraLimits on random keys, some of gcraPauses, cost 1 or 2 and a MaxWait
 // below 4 ms. A cost of 1 or 2 of limit d takes 0.1 or 0.2 µs: its
 // arrival times have fractions.
-func randomGCRADemand(rng *rand.Rand) *quota.Demand {
+func randomGCRADemand(rng *rand.Rand) *quota.Demand { return randomDemandOf(rng, gcraLimits) }
+
+// randomDemandOf is randomGCRADemand drawing from limits.
+func randomDemandOf(rng *rand.Rand, limits []quota.Limit) *quota.Demand {
 	d := &quota.Demand{Scope: "s", Cost: 1 + rng.IntN(2), MaxWait: time.Duration(rng.IntN(4000)) * time.Microsecond}
-	for _, i := range rng.Perm(len(gcraLimits))[:1+rng.IntN(3)] {
-		d.Limits = append(d.Limits, quota.Bucket{Limit: gcraLimits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
+	for _, i := range rng.Perm(len(limits))[:1+rng.IntN(3)] {
+		d.Limits = append(d.Limits, quota.Bucket{Limit: limits[i], Key: []string{"x", "y"}[rng.IntN(2)]})
 	}
 	for _, p := range gcraPauses {
 		if rng.IntN(3) == 0 {
@@ -137,7 +140,9 @@ func sameDecision(t *testing.T, want, got quota.Decision, where string) bool {
 	ok := assert.Equal(t, want.OK, got.OK, where) &&
 		assert.Equal(t, want.Delay, got.Delay, where) &&
 		assert.Equal(t, want.Limit, got.Limit, where) &&
-		assert.Equal(t, want.Pause, got.Pause, where)
+		assert.Equal(t, want.Pause, got.Pause, where) &&
+		assert.Equal(t, want.Remaining, got.Remaining, where) &&
+		assert.Equal(t, want.ResetAfter, got.ResetAfter, where)
 	if ok && want.OK && assert.NotNil(t, got.Reservation, where) {
 		ok = assert.Equal(t, want.Reservation.Marks, got.Reservation.Marks, where)
 	}

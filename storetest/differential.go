@@ -169,6 +169,8 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 	take := func(step int, d *quota.Demand) (quota.Decision, bool) {
 		now := clock.Now().UnixMicro()
 		want, at, wantErr := m.take(d, now)
+		stats["headroom lent"] += m.lent
+		stats["headroom held"] += m.kept
 		got, err := store.Take(t.Context(), d)
 		trace = append(trace, fmt.Sprintf("  step %d at +%dµs: %s -> want %s, got %s", step, now-Start.UnixMicro(), describe(d), outcomeString(want, wantErr), outcomeString(got, err)))
 		switch {
@@ -202,7 +204,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		}
 		if !got.OK {
 			lims, pauses := m.binding(d, at)
-			lims = append(lims, m.held...) // held back by other tenants' claims
+			lims = append(lims, m.held...) // held back by other tenants' claims, or a held headroom
 			okBinding := got.Limit >= 0 && slices.Contains(lims, got.Limit) || got.Limit == -1 && slices.Contains(pauses, got.Pause)
 			if !okBinding {
 				fail(step, "refused until +%dµs, bound by limits %v or pauses %q; got Limit=%d Pause=%q", at-now, lims, pauses, got.Limit, got.Pause)
@@ -259,6 +261,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 						if rng.IntN(2) == 0 {
 							b.Headroom = rng.IntN(int(capacity(l)))
 						}
+						b.Classed = rng.IntN(2) == 0 // lent headrooms: noted classes
 					}
 					d.Limits = append(d.Limits, b)
 					capMin = min(capMin, capacity(l)-int64(b.Headroom))
@@ -290,10 +293,12 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 				d.MaxWait = time.Duration(rng.Int64N(3*wait)) * us
 			}
 			dec, ok := take(step, d)
-			if !ok || dec.OK || rng.IntN(3) != 0 {
+			if !ok || dec.OK || rng.IntN(3) != 0 || d.Shared() || d.Noted() {
 				break
 			}
-			// Never early: refused 1µs before the retry time, admitted at it.
+			// Never early: refused 1µs before the retry time, admitted at it
+			// (unless a tenant's, whom other claims may come before, or one whose headroom
+			// may be lent then).
 			probe := *d
 			probe.MaxWait = 0
 			clock.Advance(dec.Delay - us)

@@ -52,11 +52,12 @@
 //   - Pauses, and errors: [quota.ErrCostTooHigh], costs below 1, limits
 //     beyond [quota.Limit.Validate]'s bounds.
 //   - Headrooms ([quota.Bucket].Headroom) on every algorithm: what they
-//     leave free, that such a demand is never a reservation, Remaining
-//     less the headroom; fair shares (Bucket.Tenant): a tenant alone uses
-//     the whole limit, one over its share may not reserve and is held
-//     back by the claims of those within theirs, until they lapse or it
-//     is within its share again.
+//     leave free, held for T after a class above asks and lent otherwise
+//     on the windows and the log, that such a demand is a reservation at
+//     most T/2 ahead, Remaining less the headroom; fair shares
+//     (Bucket.Tenant): a tenant alone uses the whole limit, claims at a
+//     lower place (further below its share, or waiting longer) go first
+//     and lapse 250ms after their instant.
 //   - For a [quota.LeaseStore]: [quota.Concurrency] slots as
 //     leases (release, renew, expiry, all or nothing with rate limits); a
 //     reservation that holds no slot until [quota.LeaseStore.Claim]

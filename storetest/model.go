@@ -45,9 +45,12 @@ type model struct {
 
 	settled map[string][]int64 // costs each reservation was settled to, by id
 
-	// held is, after a refusal of take that another tenant's claim bound,
-	// the limits that may be reported as binding it.
+	// held is, after a refusal of take that another tenant's claim or a
+	// held headroom bound, the limits that may be reported as binding it.
 	held []int
+	// lent and kept count, after take, its demand's headrooms that the
+	// store lent and kept (share.go).
+	lent, kept int
 }
 
 // lease is one held slot of a Concurrency limit; it is free at and after
@@ -296,42 +299,58 @@ func (m *model) binding(d *quota.Demand, t int64) (limits []int, pauses []string
 // take decides d at now and returns the decision and its instant: for a
 // refusal, the instant a retry may succeed.
 func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) {
-	m.held = nil
+	m.held, m.lent, m.kept = nil, 0, 0
 	if err := check(d); err != nil {
 		return quota.Decision{}, 0, err
 	}
 	for _, b := range d.Limits {
 		m.expire(bucketID(d.Scope, b), b.Limit, now)
 	}
-	sh := m.shares(d, now)
-	t := m.instant(d, now)
+	sh, seen := m.shares(d, now)
+	t := m.instant(seen, now)
 	maxWait := max(d.MaxWait, 0)
-	if d.Restricted() || slices.ContainsFunc(sh, func(x modelShare) bool { return x.over }) {
-		maxWait = 0 // never a reservation
-	}
-	// Over its share, with other tenants' claims live: refused until they
-	// stop holding it back, or if the limits do not admit it then, until
-	// the earliest instant after that at which they do (a sliding log may
-	// admit it now and not then: a reservation lies within Per of end).
-	end, held := heldBack(sh)
-	if held != nil && end >= t {
-		m.held = held
-		end = m.instant(d, end)
-		return quota.Decision{Delay: time.Duration(end-now) * time.Microsecond, Limit: held[0]}, end, nil
+	if d.Restricted() {
+		// A reservation at most T/2 ahead (rounded up), the least over
+		// the limits other than Concurrency.
+		least := time.Duration(-1)
+		for _, b := range d.Limits {
+			if t := time.Duration((spanUp(b.Limit, 1)+1)/2) * time.Microsecond; b.Limit.Algorithm != quota.Concurrency && (least < 0 || t < least) {
+				least = t
+			}
+		}
+		maxWait = min(maxWait, max(least, 0))
 	}
 	delay := time.Duration(t-now) * time.Microsecond
-	if held != nil && t > now || t > now && delay > maxWait {
-		if held == nil && delay <= max(d.MaxWait, 0) {
-			m.claim(sh, t) // refused only because it may not reserve
+	if end, held := heldBack(sh); held != nil || delay > maxWait {
+		// Refused until t, or until a held headroom may be lent if that
+		// is sooner (not before the pauses end); held back by other
+		// tenants' claims, not before they lapse.
+		until := t
+		lend, lenders := lendAt(sh)
+		if lend >= 0 {
+			start := now
+			for _, p := range d.Pauses {
+				start = max(start, m.pauses[d.Scope+"\x00"+p])
+			}
+			until = min(t, max(lend, start))
 		}
-		dec := quota.Decision{Delay: delay, Limit: -1}
-		limits, pauses := m.binding(d, t)
-		if len(limits) > 0 {
+		dec := quota.Decision{Limit: -1}
+		if held != nil && end >= until {
+			// and if the limits do not admit it then, until they do after
+			// it (a sliding log may admit it now and not then).
+			until, dec.Limit, m.held = m.instant(seen, end), held[0], held
+		} else if until < t {
+			dec.Limit, m.held = lenders[0], lenders // until the headroom may be lent
+		} else if limits, pauses := m.binding(seen, until); len(limits) > 0 {
 			dec.Limit = limits[0]
 		} else if len(pauses) > 0 {
 			dec.Pause = pauses[0]
 		}
-		return dec, t, nil
+		dec.Delay = time.Duration(until-now) * time.Microsecond
+		if dec.Delay <= d.MaxWait {
+			m.claim(sh, until) // it will come back then
+		}
+		return dec, until, nil
 	}
 	// Concurrency: a slot must be free now; it is taken only when the
 	// demand acts now, else claimed when the reservation comes due.

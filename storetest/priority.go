@@ -18,10 +18,13 @@ func tenant(b quota.Bucket, name string) quota.Bucket {
 }
 
 // classes returns two buckets of the counter of l (key "k"): the first
-// with headroom h, as a lower class sees it, the second without.
+// with headroom h, as a lower class sees it, the second without, of the
+// class above it (Classed: the store notes it).
 func classes(l quota.Limit, h int) []quota.Bucket {
 	b := quota.Bucket{Limit: l, Key: "k"}
-	return []quota.Bucket{headroom(b, h), b}
+	high := b
+	high.Classed = true
+	return []quota.Bucket{headroom(b, h), high}
 }
 
 func headroomCases() []stepCase {
@@ -29,7 +32,7 @@ func headroomCases() []stepCase {
 	return []stepCase{{
 		// T = 100ms, B = 10, headroom 2: the low class admits while
 		// TAT + T - t <= 8T.
-		name:    "GCRA: the headroom is the top of the burst, and never a reservation",
+		name:    "GCRA: the headroom is the top of the burst",
 		buckets: classes(gcra("g", 10, sec, 0), 2),
 		steps: steps(
 			[]step{{use: low, ok: true, left: &left{7, 100 * ms}}},
@@ -37,7 +40,7 @@ func headroomCases() []stepCase {
 			[]step{
 				{use: low, ok: true, left: &left{0, 800 * ms}},
 				{use: low, delay: 100 * ms},
-				{use: low, maxWait: sec, delay: 100 * ms},
+				{use: low, maxWait: sec, delay: 100 * ms}, // more than T/2 ahead
 				{use: high, ok: true, left: &left{1, 900 * ms}},
 				{use: high, ok: true, left: &left{0, sec}},
 				{use: high, delay: 100 * ms},
@@ -50,45 +53,65 @@ func headroomCases() []stepCase {
 			},
 		),
 	}, {
-		name:    "FixedWindow: the headroom is the last of each window",
+		// T = 100ms: a demand with a headroom (or a tenant) may reserve
+		// at most T/2 ahead, and is refused beyond.
+		name:    "a restricted demand is a reservation at most T/2 ahead",
+		buckets: classes(gcra("g", 10, sec, 2), 1),
+		steps: []step{
+			{use: low, ok: true},
+			{use: low, maxWait: sec, delay: 100 * ms},
+			{advance: 50*ms - us, use: low, maxWait: sec, delay: 50*ms + us},
+			{advance: us, use: low, maxWait: sec, ok: true, delay: 50 * ms},
+			{use: low, maxWait: sec, delay: 150 * ms},
+			{use: high, maxWait: sec, ok: true, delay: 50 * ms}, // the burst's top
+		},
+	}, {
+		// T = 200ms. The headroom is held for T after the high class asks
+		// (granted or not), lent otherwise; refused while it is held, the
+		// low class is told to come back when it may be lent.
+		name:    "FixedWindow: the headroom is held for T after a higher class asks",
 		buckets: classes(fixed("f", 5, sec), 2),
 		steps: []step{
-			{use: low, ok: true, left: &left{2, sec}},
-			{use: low, ok: true},
+			{use: high, ok: true, left: &left{4, sec}},
+			{use: low, ok: true, left: &left{1, sec}},
 			{use: low, ok: true, left: &left{0, sec}},
-			{use: low, delay: sec},
-			{use: low, maxWait: 2 * sec, delay: sec},
-			{use: high, ok: true, left: &left{1, sec}},
-			{use: high, ok: true, left: &left{0, sec}},
-			{use: high, delay: sec},
-			{advance: sec, use: low, cost: 3, ok: true, left: &left{0, sec}},
+			{use: low, maxWait: 2 * sec, delay: 200 * ms}, // not before 1s with it; lent at 200ms
+			{advance: 200 * ms, use: low, ok: true, left: &left{0, 800 * ms}},
+			{use: high, ok: true, left: &left{0, 800 * ms}},
+			{use: high, maxWait: 2 * sec, ok: true, delay: 800 * ms}, // the high class reserves
+			{use: low, delay: 200 * ms},
+			{advance: 200*ms - us, use: low, delay: us},
+			{advance: us, use: low, delay: 600 * ms}, // lent, but the window is full
+			{advance: 600 * ms, use: low, cost: 3, ok: true, left: &left{0, sec}},
 			{use: low, cost: 4, err: quota.ErrCostTooHigh},
-			{use: high, cost: 2, ok: true, left: &left{0, sec}},
 		},
 	}, {
-		// Entries at 0, 300ms and 600ms; the low class admits while the
-		// cost after t-P plus its own is at most 3.
-		name:    "SlidingLog: the headroom counts against the log",
+		// T = 250ms. Lent at 300ms; held at 600ms, when the low class
+		// needs 0 out of the log (at 1s) or the note to be T old (850ms).
+		name:    "SlidingLog: the headroom is held for T after a higher class asks",
 		buckets: classes(slidingLog("s", 4, sec), 1),
 		steps: []step{
-			{use: low, ok: true},
+			{use: high, ok: true},
 			{advance: 300 * ms, use: low, ok: true},
-			{advance: 300 * ms, use: low, ok: true, left: &left{0, sec}},
-			{use: low, maxWait: sec, delay: 400 * ms},
-			{use: high, ok: true, left: &left{0, sec}},
-			{use: high, delay: 400 * ms},
-			{use: low, delay: 700 * ms},
+			{advance: 300 * ms, use: high, ok: true, left: &left{1, sec}},
+			{use: low, maxWait: sec, delay: 250 * ms},
+			{advance: 250 * ms, use: low, ok: true, left: &left{0, sec}},
+			{use: high, maxWait: sec, ok: true, delay: 150 * ms},
+			{use: low, delay: 250 * ms},
 		},
 	}, {
-		// prev = 3 in the next window: the low class needs
-		// 3*(P-e) + 1*P <= 3*P, e >= P - floor(2P/3) = 333334µs.
-		name:    "SlidingWindow: the headroom counts against the estimate",
+		// T = 250ms. prev = 3 in the next window: the low class, the
+		// headroom held, needs 3*(P-e) + 1*P <= 3*P, e >= P - floor(2P/3)
+		// = 333334µs; the note is T old sooner.
+		name:    "SlidingWindow: the headroom is held for T after a higher class asks",
 		buckets: classes(slidingWin("w", 4, sec), 1),
 		steps: []step{
-			{use: low, cost: 3, ok: true, left: &left{0, 2 * sec}},
-			{use: low, maxWait: 2 * sec, delay: 1333334 * us},
-			{use: high, ok: true, left: &left{0, 2 * sec}},
-			{use: high, delay: 1250 * ms},
+			{use: high, cost: 3, ok: true, left: &left{1, 2 * sec}},
+			{use: low, maxWait: 2 * sec, delay: 250 * ms},
+			{advance: 250 * ms, use: low, ok: true, left: &left{0, 1750 * ms}},
+			{use: high, delay: sec}, // refused, yet noted
+			{use: low, delay: 250 * ms},
+			{advance: 250 * ms, use: low, maxWait: 2 * sec, delay: 750 * ms}, // lent: 4*(P-e) + P <= 4P
 		},
 	}, {
 		name:    "Concurrency: the headroom is free slots",
@@ -104,16 +127,18 @@ func headroomCases() []stepCase {
 			{use: high, ok: true, left: &left{0, 0}},
 		},
 	}, {
+		// No higher class asks: the fixed window lends its headroom, GCRA
+		// holds its own always.
 		name:    "each limit of a demand has its own headroom",
 		buckets: []quota.Bucket{headroom(on(gcra("g", 10, sec, 0))[0], 5), headroom(on(fixed("f", 4, sec))[0], 1)},
 		steps: []step{
 			{ok: true, left: &left{2, sec}},
 			{ok: true, left: &left{1, sec}},
 			{ok: true, left: &left{0, sec}},
-			{maxWait: 2 * sec, limit: 1, delay: sec},
-			{use: []int{0}, ok: true, left: &left{1, 400 * ms}},
+			{maxWait: 2 * sec, ok: true, left: &left{0, sec}},
 			{use: []int{0}, ok: true, left: &left{0, 500 * ms}},
 			{use: []int{0}, delay: 100 * ms},
+			{maxWait: 2 * sec, limit: 1, delay: sec},
 		},
 	}, {
 		name: "a headroom that leaves no room is an error",
@@ -134,67 +159,50 @@ func headroomCases() []stepCase {
 }
 
 func shareCases() []stepCase {
-	a, b := []int{0}, []int{1}
-	g := gcra("g", 10, sec, 0) // T = 100ms, C*T = 1s
+	a, b, c := []int{0}, []int{1}, []int{2}
+	f := fixed("f", 10, sec) // T = 100ms, C*T = 1s
 	return []stepCase{{
 		// Alone, a's clock keeps pace with the limit: n = 1, a step of T.
-		name:    "a tenant alone may use the whole limit",
-		buckets: []quota.Bucket{tenant(on(g)[0], "a"), tenant(on(g)[0], "b")},
+		// Every demand with a tenant is restricted: a reservation at most
+		// T/2 ahead, so the refusals below, until the next window, leave
+		// claims for it.
+		name:    "a tenant alone may use the whole limit; one further below its share goes first",
+		buckets: []quota.Bucket{tenant(on(f)[0], "a"), tenant(on(f)[0], "b")},
 		steps: steps(
 			repeat(10, step{use: a, ok: true}),
 			[]step{
-				// Over its share (clock 1s ahead): never a reservation.
-				{use: a, maxWait: sec, delay: 100 * ms},
-				{advance: 100 * ms, use: a, ok: true},
-				// b, within its share, may reserve.
-				{use: b, maxWait: sec, ok: true, delay: 100 * ms},
-				{use: a, maxWait: sec, delay: 200 * ms},
-				{advance: 200 * ms, use: a, ok: true},
+				{use: a, maxWait: 2 * sec, delay: sec},       // a's claim at its place, 1s, until 1.1s
+				{use: b, maxWait: 2 * sec, delay: sec},       // b's at 0
+				{use: a, maxWait: 2 * sec, delay: 1100 * ms}, // held by b's
+				{advance: sec, use: a, delay: 100 * ms},      // still
+				{use: b, ok: true},                           // the claim dropped
+				{use: a, ok: true},
 			},
 		),
 	}, {
-		// Both with a headroom of 1: admitted while TAT + T - t <= 9T. n
-		// = 2 once both are active, so a's clock moves 200ms a unit and
-		// is 1s ahead (over) after its fifth.
-		name:    "over its share, a tenant waits for the claims of those within",
-		buckets: []quota.Bucket{headroom(tenant(on(g)[0], "a"), 1), headroom(tenant(on(g)[0], "b"), 1)},
+		// n grows to 3. A waiting tenant keeps its claim's place: b, who
+		// claimed first (at 0), goes before c (at 10ms), and both before a
+		// (at 1s). A claim not taken up lapses max(T, 250ms) after its
+		// instant.
+		name:    "claims at a lower place go first, and lapse 250ms after their instant",
+		buckets: []quota.Bucket{tenant(on(f)[0], "a"), tenant(on(f)[0], "b"), tenant(on(f)[0], "c")},
 		steps: steps(
-			[]step{{use: b, ok: true}},
-			repeat(5, step{use: a, ok: true}),
+			repeat(10, step{use: a, ok: true}),
 			[]step{
-				{use: a, ok: true}, // over, but nobody is held back
-				{use: b, ok: true},
-				{use: b, ok: true},
-				// b is refused only because it may not reserve: it claims
-				// the limit until its instant (100ms) plus T.
-				{use: b, maxWait: sec, delay: 100 * ms},
-				{use: a, maxWait: sec, delay: 200 * ms},
-				{advance: 100 * ms, use: a, maxWait: sec, delay: 100 * ms},
-				{use: b, ok: true}, // b comes back: served, claim dropped
-				{use: a, maxWait: sec, delay: 100 * ms},
-				{advance: 100 * ms, use: a, ok: true},
-				// A claim that is not taken up lapses T after its instant.
-				{use: b, maxWait: sec, delay: 100 * ms},
-				{advance: 200*ms - us, use: a, delay: us},
-				{advance: us, use: a, ok: true},
+				{use: b, maxWait: 2 * sec, delay: sec},                         // claim until 1.1s
+				{advance: 10 * ms, use: c, maxWait: 2 * sec, delay: 1090 * ms}, // held by b's; claim until 1.2s
+				{advance: 90 * ms, use: a, maxWait: 2 * sec, delay: 1100 * ms}, // held by both
+				{advance: 900 * ms, use: c, delay: 100 * ms},                   // still behind b
+				{use: b, ok: true}, // clock 1.3s
+				{use: c, ok: true}, // its place kept: before a
+				{use: a, ok: true},
 			},
-		),
-	}, {
-		// n = 2: a's clock is 1s ahead after its fifth unit. A claim of b
-		// holds it back only until a is within its share again.
-		name:    "a claim holds back a tenant over its share only while it is over",
-		buckets: []quota.Bucket{tenant(on(g)[0], "a"), headroom(tenant(on(g)[0], "b"), 1)},
-		steps: steps(
-			[]step{{use: b, ok: true}},
-			repeat(8, step{use: a, ok: true}),
+			repeat(7, step{use: a, ok: true}),
 			[]step{
-				// a's clock: 200ms, ..., 1s at the fifth (over), then
-				// capped: 1.2s after every grant. TAT 900ms.
-				{use: b, maxWait: sec, delay: 100 * ms}, // claim until 200ms
-				// a is within its share again at 200ms + 1µs, but the
-				// claim ends at 200ms.
-				{use: a, maxWait: sec, delay: 200 * ms},
-				{advance: 200 * ms, use: a, ok: true},
+				{use: b, maxWait: 2 * sec, delay: sec},           // place 1.3s: a claim for 2s, until 2.25s
+				{use: a, delay: 1100 * ms},                       // a's clock is further ahead: held until T after 2s
+				{advance: 1250*ms - us, use: a, delay: 100 * ms}, // b is late: held until T from now
+				{advance: us, use: a, ok: true},                  // b's claim has lapsed
 			},
 		),
 	}, {

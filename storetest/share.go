@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"math/big"
+	"slices"
 
 	"github.com/quotakit/throttle/quota"
 )
@@ -10,14 +11,16 @@ import (
 // apart from package quotamath's share arithmetic, which the stores use,
 // so that the differential tests check it.
 
-// tenants is the fair-share state of one counter.
+// tenants is the class and fair-share state of one counter.
 type tenants struct {
-	active map[string]int64 // tenant -> instant of its last demand
-	clocks map[string]int64 // tenant -> share clock
-	claims map[string]int64 // tenant -> end of its claim
+	notes  map[int64]int64     // headroom -> instant of its latest note
+	active map[string]int64    // tenant -> instant of its last demand
+	clocks map[string]int64    // tenant -> share clock
+	claims map[string][2]int64 // tenant -> the instant of its claim, and its place
 }
 
-// modelShare is one shared limit of a demand being decided.
+// modelShare is one limit of a demand being decided that is shared among
+// tenants or has noted classes.
 type modelShare struct {
 	limit int // index in the demand
 	b     quota.Bucket
@@ -25,8 +28,9 @@ type modelShare struct {
 	ts    *tenants
 	n     int64 // active tenants, the demand's included
 	clock int64
-	over  bool
-	held  int64 // when over and claims are live: until when they hold it back
+	place int64
+	held  int64 // when other tenants' live claims at a lower place hold it back: until when, else 0
+	lend  int64 // when the headroom is held: when the notes holding it stop, else 0
 }
 
 // ahead is C*T, rounded up: how far ahead of now a clock within its
@@ -48,46 +52,82 @@ func spanUp(l quota.Limit, n int64) int64 {
 	return num.Div(num, r).Int64()
 }
 
-// shares makes the tenants of d's shared limits active at now and
-// returns their state.
-func (m *model) shares(d *quota.Demand, now int64) []modelShare {
+// noted reports whether a store notes b's class: a window or log limit
+// with a headroom, or Classed.
+func noted(b quota.Bucket) bool {
+	w := b.Limit.Algorithm == quota.FixedWindow || b.Limit.Algorithm == quota.SlidingWindow || b.Limit.Algorithm == quota.SlidingLog
+	return w && (b.Headroom > 0 || b.Classed)
+}
+
+// shares notes the classes and makes the tenants of d's limits active at
+// now, and returns their state and the demand as the limits see it: a
+// headroom no higher class holds is lent (0).
+func (m *model) shares(d *quota.Demand, now int64) ([]modelShare, *quota.Demand) {
 	var out []modelShare
+	seen := *d
+	seen.Limits = slices.Clone(d.Limits)
 	for i, b := range d.Limits {
-		if b.Tenant == "" {
+		if b.Tenant == "" && !noted(b) {
 			continue
 		}
 		id := bucketID(d.Scope, b)
 		ts := m.shared[id]
 		if ts == nil {
-			ts = &tenants{active: map[string]int64{}, clocks: map[string]int64{}, claims: map[string]int64{}}
+			ts = &tenants{notes: map[int64]int64{}, active: map[string]int64{}, clocks: map[string]int64{}, claims: map[string][2]int64{}}
 			m.shared[id] = ts
 		}
-		ts.active[b.Tenant] = now
-		x := modelShare{limit: i, b: b, cost: int64(d.CostOf(i)), ts: ts, clock: ts.clocks[b.Tenant]}
-		for _, at := range ts.active {
-			if at > now-per(b.Limit) {
-				x.n++
-			}
-		}
-		x.over = x.clock >= now+ahead(b.Limit)
-		if x.over {
-			// Held back until the last live claim lapses, or until the
-			// clock is less than C*T ahead again, if that is sooner.
-			for _, end := range ts.claims {
-				if end > now {
-					x.held = max(x.held, min(end, x.clock-ahead(b.Limit)+1))
+		x := modelShare{limit: i, b: b, cost: int64(d.CostOf(i)), ts: ts}
+		if noted(b) {
+			t := spanUp(b.Limit, 1)
+			for h, at := range ts.notes {
+				if h < int64(b.Headroom) && at > now-t {
+					x.lend = max(x.lend, at+t)
 				}
+			}
+			switch {
+			case b.Headroom == 0:
+			case x.lend == 0:
+				seen.Limits[i].Headroom = 0
+				m.lent++
+			default:
+				m.kept++
+			}
+			ts.notes[int64(b.Headroom)] = now
+		}
+		if b.Tenant != "" {
+			ts.active[b.Tenant] = now
+			x.clock = ts.clocks[b.Tenant]
+			for _, at := range ts.active {
+				if at > now-per(b.Limit) {
+					x.n++
+				}
+			}
+			// A claim lives max(T, 250ms) past its instant; it holds back
+			// until T after the latest instant, or after now.
+			t := spanUp(b.Limit, 1)
+			live := func(c [2]int64) bool { return c[0]+max(t, 250_000) > now }
+			x.place = max(x.clock, now)
+			if c, ok := ts.claims[b.Tenant]; ok && live(c) {
+				x.place = c[1]
+			}
+			last := int64(-1)
+			for tenant, c := range ts.claims {
+				if tenant != b.Tenant && live(c) && c[1] < x.place {
+					last = max(last, c[0])
+				}
+			}
+			if last >= 0 {
+				x.held = max(last, now) + t
 			}
 		}
 		out = append(out, x)
 	}
-	return out
+	return out, &seen
 }
 
-// heldBack returns, for a demand over its share on a limit whose counter
-// has live claims, the instant until which the claims hold it back (the
-// latest over such limits) and the limits that hold it back until then;
-// else nil.
+// heldBack returns, for a demand that other tenants' claims at a lower
+// place hold back, the instant until which they do (the latest over its
+// limits) and the limits that hold it back until then; else nil.
 func heldBack(sh []modelShare) (int64, []int) {
 	var end int64
 	var held []int
@@ -103,12 +143,28 @@ func heldBack(sh []modelShare) (int64, []int) {
 	return end, held
 }
 
-// claim gives the demand's tenants within their share a claim until T
-// after t.
+// lendAt returns the first instant at which a limit holding the demand's
+// headroom may lend it, and the limits that may then (in order); or -1.
+func lendAt(sh []modelShare) (int64, []int) {
+	at := int64(-1)
+	var lenders []int
+	for _, x := range sh {
+		switch {
+		case x.lend == 0:
+		case at < 0 || x.lend < at:
+			at, lenders = x.lend, []int{x.limit}
+		case x.lend == at:
+			lenders = append(lenders, x.limit)
+		}
+	}
+	return at, lenders
+}
+
+// claim gives the demand's tenants a claim at their place for t.
 func (m *model) claim(sh []modelShare, t int64) {
 	for _, x := range sh {
-		if !x.over {
-			x.ts.claims[x.b.Tenant] = t + spanUp(x.b.Limit, 1)
+		if x.b.Tenant != "" {
+			x.ts.claims[x.b.Tenant] = [2]int64{t, x.place}
 		}
 	}
 }
@@ -117,6 +173,9 @@ func (m *model) claim(sh []modelShare, t int64) {
 // claims.
 func (m *model) charged(sh []modelShare, t int64) {
 	for _, x := range sh {
+		if x.b.Tenant == "" {
+			continue
+		}
 		step := min(spanUp(x.b.Limit, x.cost)*x.n, 1<<50)
 		x.ts.clocks[x.b.Tenant] = min(max(x.clock, t), t+ahead(x.b.Limit)) + step
 		delete(x.ts.claims, x.b.Tenant)

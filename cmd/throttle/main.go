@@ -1,23 +1,33 @@
-// Command throttle shows and edits the live state of a policy's limits in
-// the Redis that a fleet shares.
+// Command throttle checks a policy file, and shows and edits the live
+// state of its limits in the Redis that a fleet shares.
 //
+//	throttle -policy policy.yaml check
 //	REDIS_URL=redis://localhost:6379 throttle -policy policy.yaml state
+//	throttle state -policy policy.yaml -json
 //	throttle -policy policy.yaml reset -rule slack-notify -limit category -key errors
 //	throttle -policy policy.yaml clear-pause -rule slack-notify [-key KEY]
+//	REDIS_URL='redis://node1:6379?addr=node2:6379' throttle -cluster -policy policy.yaml state
+//	REDIS_URL='redis://sentinel1:26379?addr=sentinel2:26379' throttle -sentinel mymaster -policy policy.yaml state
 //	throttle -h
 //
-// state prints, per rule scope, every live counter (limit, key, used,
-// remaining, time until full) and every active pause. Keys are shown as
-// stored: escaped, with secrets already hashed by the key functions.
-// reset forgets what one counter charged; clear-pause ends a pause in
-// Redis (instances that learned it keep their local copy until it ends).
+// check loads the policy file as a transport would (every problem with its
+// file:line) and, unless -offline, checks the Redis (address, password,
+// client kind, scripts) and that the store can decide every rule. state
+// prints, per rule scope, every live counter (limit, key, used, remaining,
+// time until full) and every active pause. Keys are shown as stored:
+// escaped, with secrets already hashed by the key functions. reset
+// forgets what one counter charged; clear-pause ends a pause in Redis
+// (instances that learned it keep their local copy until it ends); both
+// fail when there is nothing to reset or clear (a wrong key, limit or
+// prefix). Flags may come before or after the command; -json prints JSON.
 // -h prints the commands and flags and exits 0; a wrong command line
 // prints what is wrong and the usage to stderr and exits 2; any other
-// failure exits 1.
+// failure, nothing to reset or clear among them, exits 1.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -71,27 +81,47 @@ type command struct {
 }
 
 var commands = []command{
+	{"check", "load the policy file as a transport would and, unless -offline, check the\n" +
+		"Redis and that the store can decide every rule", []string{"offline"}, nil},
 	{"state", "print, per rule scope, every live counter (limit, key, used, remaining,\n" +
 		"time until full) and every active pause", nil, nil},
-	{"reset", "forget what one counter charged", []string{"rule", "limit", "key"}, []string{"rule", "limit"}},
+	{"reset", "forget what one counter charged; fails if it has nothing charged", []string{"rule", "limit", "key"}, []string{"rule", "limit"}},
 	{"clear-pause", "end a pause in Redis (instances that learned it keep their local copy\n" +
-		"until it ends)", []string{"rule", "key"}, []string{"rule"}},
+		"until it ends); fails if there is no such pause", []string{"rule", "key"}, []string{"rule"}},
 }
 
-// commandFlags are the commands' flags: placeholder and meaning.
+// commandFlags are the commands' flags: placeholder and meaning. A flag
+// with no placeholder is a switch.
 var commandFlags = map[string][2]string{
-	"rule":  {"RULE", "the rule, by name"},
-	"limit": {"LIMIT", "the limit, by name"},
-	"key":   {"KEY", "the counter's or pause's key, as state shows it; none for a limit without a key"},
+	"rule":    {"RULE", "the rule, by name"},
+	"limit":   {"LIMIT", "the limit, by name"},
+	"key":     {"KEY", "the counter's or pause's key, as state shows it; none for a limit without a key"},
+	"offline": {"", "check the policy file only, not the Redis"},
+}
+
+// options are the flags every command takes, before or after it.
+type options struct {
+	policy, prefix, sentinel string
+	cluster, json            bool
+}
+
+// register adds o's flags to fs, with o's values as their defaults, so
+// that the flags after the command keep those given before it.
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.policy, "policy", o.policy, "the policy `FILE`: YAML, or JSON if its name ends in .json (required)")
+	fs.StringVar(&o.prefix, "prefix", o.prefix, "the store's key `PREFIX`")
+	fs.BoolVar(&o.cluster, "cluster", o.cluster, "REDIS_URL names Redis Cluster nodes (redis://node1:6379?addr=node2:6379)")
+	fs.StringVar(&o.sentinel, "sentinel", o.sentinel, "the `MASTER` name: REDIS_URL names its Sentinels (redis://s1:26379?addr=s2:26379)")
+	fs.BoolVar(&o.json, "json", o.json, "print JSON")
 }
 
 // globalFlags are the flags before the command.
-func globalFlags() (fs *flag.FlagSet, policyPath, prefix *string) {
-	fs = flag.NewFlagSet("throttle", flag.ContinueOnError)
+func globalFlags() (*flag.FlagSet, *options) {
+	o := &options{prefix: redisstore.DefaultPrefix}
+	fs := flag.NewFlagSet("throttle", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	policyPath = fs.String("policy", "", "the policy `FILE`: YAML, or JSON if its name ends in .json (required)")
-	prefix = fs.String("prefix", redisstore.DefaultPrefix, "the store's key `PREFIX`")
-	return fs, policyPath, prefix
+	o.register(fs)
+	return fs, o
 }
 
 // synopsis is the usage of each command, which a wrong command line is
@@ -104,9 +134,9 @@ func synopsis() string {
 		} else {
 			b.WriteString("       ")
 		}
-		b.WriteString("throttle -policy FILE [-prefix PREFIX] " + c.name)
+		b.WriteString("throttle -policy FILE [-prefix PREFIX] [-cluster | -sentinel MASTER] [-json] " + c.name)
 		for _, f := range c.flags {
-			arg := "-" + f + " " + commandFlags[f][0]
+			arg := strings.TrimSpace("-" + f + " " + commandFlags[f][0])
 			if !slices.Contains(c.need, f) {
 				arg = "[" + arg + "]"
 			}
@@ -130,21 +160,21 @@ func usage() string {
 		}
 	}
 	b.WriteString("\nCommand flags:\n")
-	for _, f := range []string{"rule", "limit", "key"} {
-		fmt.Fprintf(&b, "  -%s %s\n        %s\n", f, commandFlags[f][0], commandFlags[f][1])
+	for _, f := range []string{"rule", "limit", "key", "offline"} {
+		fmt.Fprintf(&b, "  %s\n        %s\n", strings.TrimSpace("-"+f+" "+commandFlags[f][0]), commandFlags[f][1])
 	}
-	b.WriteString("\nFlags:\n")
-	fs, _, _ := globalFlags()
+	b.WriteString("\nFlags (before or after the command):\n")
+	fs, _ := globalFlags()
 	fs.VisitAll(func(f *flag.Flag) {
 		name, about := flag.UnquoteUsage(f)
-		fmt.Fprintf(&b, "  -%s %s\n        %s", f.Name, name, about)
-		if f.DefValue != "" {
+		fmt.Fprintf(&b, "  %s\n        %s", strings.TrimSpace("-"+f.Name+" "+name), about)
+		if f.DefValue != "" && f.DefValue != "false" {
 			fmt.Fprintf(&b, " (default %q)", f.DefValue)
 		}
 		b.WriteString("\n")
 	})
 	b.WriteString("  -h, -help\n        print this help\n")
-	b.WriteString("\nEnvironment:\n  REDIS_URL\n        the Redis (default redis://127.0.0.1:6379)\n")
+	b.WriteString("\nEnvironment:\n  REDIS_URL\n        the Redis, as go-redis's ParseURL, ParseClusterURL (-cluster) or\n        ParseFailoverURL (-sentinel) reads it (default redis://127.0.0.1:6379)\n")
 	return b.String()
 }
 
@@ -155,7 +185,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	bad := func(format string, a ...any) error {
 		return &usageError{problem: fmt.Sprintf(format, a...), usage: synopsis() + "Run throttle -h for what each command and flag does."}
 	}
-	fs, policyPath, prefix := globalFlags()
+	fs, o := globalFlags()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, err := io.WriteString(out, usage())
@@ -178,8 +208,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	cmd := commands[i]
 	sub := flag.NewFlagSet(name, flag.ContinueOnError)
 	sub.SetOutput(io.Discard)
+	o.register(sub)
 	given := map[string]*string{}
+	offline := false
 	for _, f := range cmd.flags {
+		if f == "offline" {
+			sub.BoolVar(&offline, f, false, commandFlags[f][1])
+			continue
+		}
 		given[f] = sub.String(f, "", commandFlags[f][1])
 	}
 	if err := sub.Parse(fs.Args()[1:]); err != nil {
@@ -197,57 +233,150 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			return bad("%s needs -%s", name, f)
 		}
 	}
-	if *policyPath == "" {
+	if o.policy == "" {
 		return bad("-policy is required")
 	}
+	if o.cluster && o.sentinel != "" {
+		return bad("-cluster and -sentinel exclude each other")
+	}
 
-	p, err := policyfile.LoadFile(*policyPath)
+	p, err := policyfile.LoadFile(o.policy)
 	if err != nil {
 		return err
 	}
-	url := getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
+	if name == "check" && offline {
+		return report(out, o.json, checkResult{Policy: o.policy, Rules: len(p.Rules), Redis: "not checked (-offline)"},
+			"%s: %d rules, valid; Redis not checked (-offline)\n", o.policy, len(p.Rules))
 	}
-	opts, err := redis.ParseURL(url)
+	client, err := newClient(o, getenv("REDIS_URL"))
 	if err != nil {
-		return fmt.Errorf("REDIS_URL: %w", err)
+		return err
 	}
-	client := redis.NewClient(opts)
 	defer client.Close()
-	s, err := redisstore.New(client, redisstore.WithPrefix(*prefix))
+	s, err := redisstore.New(client, redisstore.WithPrefix(o.prefix))
 	if err != nil {
 		return err
 	}
 
 	switch name {
+	case "check":
+		if err := s.Check(ctx); err != nil {
+			return err
+		}
+		if _, err := throttle.NewLimiter(p, throttle.WithStore(s)); err != nil { // its warnings go to stderr
+			return err
+		}
+		return report(out, o.json, checkResult{Policy: o.policy, Rules: len(p.Rules), Redis: "ok"},
+			"%s: %d rules, valid; Redis ok, and the store can decide every rule\n", o.policy, len(p.Rules))
 	case "reset":
 		r, err := findRule(p, *given["rule"])
 		if err != nil {
 			return err
 		}
-		for _, l := range r.Limits {
-			if l.Name == *given["limit"] {
-				if err := s.ResetLimit(ctx, scopeOf(r), l.Quota(), *given["key"]); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "reset %s/%s key %q\n", r.Name, l.Name, *given["key"])
-				return nil
-			}
+		li := slices.IndexFunc(r.Limits, func(l throttle.Limit) bool { return l.Name == *given["limit"] })
+		if li < 0 {
+			return fmt.Errorf("rule %s has no limit %q", r.Name, *given["limit"])
 		}
-		return fmt.Errorf("rule %s has no limit %q", r.Name, *given["limit"])
+		l := r.Limits[li]
+		key := *given["key"]
+		if err := live(ctx, s, r, func(st quota.LimitState) bool { return !st.Pause() && st.Limit == l.Name && st.Key == key },
+			fmt.Sprintf("limit %s of rule %s has nothing charged to key %q under prefix %q", l.Name, r.Name, key, o.prefix)); err != nil {
+			return err
+		}
+		if err := s.ResetLimit(ctx, scopeOf(r), l.Quota(), key); err != nil {
+			return err
+		}
+		return report(out, o.json, editResult{Command: name, Rule: r.Name, Limit: l.Name, Key: key},
+			"reset %s/%s key %q\n", r.Name, l.Name, key)
 	case "clear-pause":
 		r, err := findRule(p, *given["rule"])
 		if err != nil {
 			return err
 		}
-		if err := s.ClearPause(ctx, scopeOf(r), *given["key"]); err != nil {
+		key := *given["key"]
+		if err := live(ctx, s, r, func(st quota.LimitState) bool { return st.Pause() && st.Key == key },
+			fmt.Sprintf("rule %s has no pause with key %q under prefix %q", r.Name, key, o.prefix)); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "cleared pause of %s key %q\n", r.Name, *given["key"])
+		if err := s.ClearPause(ctx, scopeOf(r), key); err != nil {
+			return err
+		}
+		return report(out, o.json, editResult{Command: name, Rule: r.Name, Key: key},
+			"cleared pause of %s key %q\n", r.Name, key)
+	}
+	return state(ctx, s, p, out, o.json)
+}
+
+// errNothing is wrapped when reset or clear-pause finds nothing to act on.
+var errNothing = errors.New("nothing matched")
+
+// live fails with errNothing, saying what, unless the state of r's scope
+// has an entry that match accepts.
+func live(ctx context.Context, s quota.Inspector, r throttle.Rule, match func(quota.LimitState) bool, what string) error {
+	var limits []quota.Limit
+	for _, l := range r.Limits {
+		limits = append(limits, l.Quota())
+	}
+	states, err := s.Inspect(ctx, scopeOf(r), limits)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(states, match) {
 		return nil
 	}
-	return state(ctx, s, p, out)
+	return fmt.Errorf("%w: %s (state shows what is live)", errNothing, what)
+}
+
+// newClient returns the client REDIS_URL (url) names: a Cluster client
+// for -cluster, a Sentinel-backed one for -sentinel, else a plain one.
+func newClient(o *options, url string) (redis.UniversalClient, error) {
+	if url == "" {
+		url = "redis://127.0.0.1:6379"
+	}
+	switch {
+	case o.cluster:
+		opts, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		return redis.NewClusterClient(opts), nil
+	case o.sentinel != "":
+		opts, err := redis.ParseFailoverURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		opts.MasterName = o.sentinel
+		return redis.NewFailoverClient(opts), nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return redis.NewClient(opts), nil
+}
+
+// checkResult is what check prints with -json.
+type checkResult struct {
+	Policy string `json:"policy"`
+	Rules  int    `json:"rules"`
+	Redis  string `json:"redis"`
+}
+
+// editResult is what reset and clear-pause print with -json.
+type editResult struct {
+	Command string `json:"command"`
+	Rule    string `json:"rule"`
+	Limit   string `json:"limit,omitempty"`
+	Key     string `json:"key"`
+}
+
+// report prints v as JSON when asJSON is set, else the text format gives.
+func report(out io.Writer, asJSON bool, v any, format string, args ...any) error {
+	if asJSON {
+		return json.NewEncoder(out).Encode(v)
+	}
+	_, err := fmt.Fprintf(out, format, args...)
+	return err
 }
 
 func findRule(p throttle.Policy, name string) (throttle.Rule, error) {
@@ -268,7 +397,7 @@ func scopeOf(r throttle.Rule) string {
 
 // state prints every scope's counters and pauses, as any
 // [quota.Inspector] reports them.
-func state(ctx context.Context, s quota.Inspector, p throttle.Policy, out io.Writer) error {
+func state(ctx context.Context, s quota.Inspector, p throttle.Policy, out io.Writer, asJSON bool) error {
 	var scopes []string
 	limits := map[string][]quota.Limit{}
 	for _, r := range p.Rules {
@@ -279,6 +408,9 @@ func state(ctx context.Context, s quota.Inspector, p throttle.Policy, out io.Wri
 		for _, l := range r.Limits {
 			limits[sc] = append(limits[sc], l.Quota())
 		}
+	}
+	if asJSON {
+		return stateJSON(ctx, s, scopes, limits, out)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, sc := range scopes {
@@ -305,6 +437,43 @@ func state(ctx context.Context, s quota.Inspector, p throttle.Policy, out io.Wri
 		}
 	}
 	return tw.Flush()
+}
+
+// jsonState is one counter or pause in state's JSON.
+type jsonState struct {
+	Scope     string  `json:"scope"`
+	Limit     string  `json:"limit,omitempty"` // empty for a pause
+	Pause     bool    `json:"pause,omitempty"`
+	Key       string  `json:"key"`
+	Used      int64   `json:"used"`
+	Remaining int64   `json:"remaining"`
+	ResetSecs float64 `json:"reset_seconds"` // until full again, or until the pause ends
+}
+
+// stateJSON prints every scope's counters and pauses as one JSON object:
+// {"states": [...]}.
+func stateJSON(ctx context.Context, s quota.Inspector, scopes []string, limits map[string][]quota.Limit, out io.Writer) error {
+	all := []jsonState{}
+	for _, sc := range scopes {
+		states, err := s.Inspect(ctx, sc, limits[sc])
+		if err != nil {
+			return err
+		}
+		for _, st := range states {
+			js := jsonState{Scope: sc, Key: st.Key, Used: st.Used, Remaining: st.Remaining, ResetSecs: st.Reset.Seconds()}
+			if st.Pause() {
+				js = jsonState{Scope: sc, Pause: true, Key: st.Key, ResetSecs: st.Reset.Seconds()}
+			} else {
+				js.Limit = st.Limit
+			}
+			all = append(all, js)
+		}
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		States []jsonState `json:"states"`
+	}{all})
 }
 
 // round shows d to the second (to the millisecond under a second).

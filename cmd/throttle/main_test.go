@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -166,4 +167,142 @@ func TestHelpAndUsage(t *testing.T) {
 
 	err := run(context.Background(), []string{"-policy", "missing.yaml", "state"}, env, io.Discard)
 	assert.Equal(t, 1, exitCode(err), "not a usage error")
+}
+
+// envFor returns a getenv whose REDIS_URL is url.
+func envFor(url string) func(string) string {
+	return func(k string) string {
+		if k == "REDIS_URL" {
+			return url
+		}
+		return ""
+	}
+}
+
+// Flags may follow the command; reset and clear-pause that find nothing
+// fail (exit 1) and say what they looked for; -json prints JSON; check
+// loads the file and checks the Redis.
+func TestCommandsOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	env := envFor("redis://" + srv.Addr())
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(policy), 0o600))
+	ctx := context.Background()
+
+	// One charge, through a limiter on the same Redis.
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	store, err := redisstore.New(client)
+	require.NoError(t, err)
+	p, err := policyfile.LoadFile(path)
+	require.NoError(t, err)
+	lim, err := throttle.NewLimiter(p, throttle.WithStore(store))
+	require.NoError(t, err)
+	permit, err := lim.Allow(throttle.WithKey(ctx, "category", "errors"), "notify")
+	require.NoError(t, err)
+	permit.Done()
+
+	var out bytes.Buffer
+	t.Run("flags after the command", func(t *testing.T) {
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"state", "-policy", path}, env, &out))
+		assert.Contains(t, out.String(), "scope notify")
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"-prefix", redisstore.DefaultPrefix, "reset", "-rule", "notify", "-policy", path, "-limit", "global"}, env, &out))
+		assert.Equal(t, "reset notify/global key \"\"\n", out.String())
+	})
+
+	t.Run("json", func(t *testing.T) {
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"state", "-json", "-policy", path}, env, &out))
+		var got struct {
+			States []struct {
+				Scope, Limit, Key string
+				Used, Remaining   int64
+				Pause             bool
+			}
+		}
+		require.NoError(t, json.Unmarshal(out.Bytes(), &got), out.String())
+		require.Len(t, got.States, 1, out.String()) // global was reset above
+		assert.Equal(t, "notify", got.States[0].Scope)
+		assert.Equal(t, "category", got.States[0].Limit)
+		assert.Equal(t, "errors", got.States[0].Key)
+		assert.Equal(t, int64(1), got.States[0].Used)
+		assert.Equal(t, int64(2), got.States[0].Remaining)
+
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"-json", "-policy", path, "check"}, env, &out))
+		assert.JSONEq(t, `{"policy": "`+path+`", "rules": 1, "redis": "ok"}`, out.String())
+	})
+
+	t.Run("nothing matched", func(t *testing.T) {
+		for _, tc := range []struct {
+			args  []string
+			inErr string
+		}{
+			{[]string{"reset", "-rule", "notify", "-limit", "category", "-key", "warnings"}, `limit category of rule notify has nothing charged to key "warnings" under prefix "throttle:"`},
+			{[]string{"reset", "-rule", "notify", "-limit", "category", "-key", "errors", "-prefix", "other:"}, `under prefix "other:"`},
+			{[]string{"clear-pause", "-rule", "notify"}, `rule notify has no pause with key ""`},
+		} {
+			out.Reset()
+			err := run(ctx, append([]string{"-policy", path}, tc.args...), env, &out)
+			require.Error(t, err, tc.args)
+			assert.ErrorIs(t, err, errNothing)
+			assert.ErrorContains(t, err, tc.inErr)
+			assert.Equal(t, 1, exitCode(err))
+			assert.Empty(t, out.String(), "no success printed")
+		}
+		// The counter is still there: nothing was reset by the wrong key.
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"-policy", path, "reset", "-rule", "notify", "-limit", "category", "-key", "errors"}, env, &out))
+	})
+
+	t.Run("check", func(t *testing.T) {
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"check", "-policy", path}, env, &out))
+		assert.Equal(t, path+": 1 rules, valid; Redis ok, and the store can decide every rule\n", out.String())
+
+		out.Reset()
+		require.NoError(t, run(ctx, []string{"check", "-offline", "-policy", path}, envFor("redis://127.0.0.1:1"), &out))
+		assert.Contains(t, out.String(), "Redis not checked (-offline)")
+
+		err := run(ctx, []string{"check", "-policy", path}, envFor("redis://nobody:x@"+srv.Addr()), &out)
+		assert.ErrorIs(t, err, throttle.ErrStoreConfig, "a user the server does not have")
+
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		require.NoError(t, os.WriteFile(bad, []byte("rules:\n  - name: a\n    method: post\n"), 0o600))
+		err = run(ctx, []string{"check", "-offline", "-policy", bad}, env, &out)
+		assert.ErrorContains(t, err, "bad.yaml:3")
+		assert.Equal(t, 1, exitCode(err))
+	})
+}
+
+// -cluster and -sentinel read REDIS_URL as go-redis's Cluster and
+// failover URLs, on a real local Cluster and Sentinel set.
+func TestClusterAndSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster and a Sentinel set")
+	}
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(policy), 0o600))
+	ctx := context.Background()
+
+	cl := redistest.StartCluster(t, 3, 0)
+	addrs := cl.Addrs()
+	url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	var out bytes.Buffer
+	require.NoError(t, run(ctx, []string{"-cluster", "-policy", path, "check"}, envFor(url), &out))
+	assert.Contains(t, out.String(), "Redis ok")
+	err := run(ctx, []string{"-policy", path, "check"}, envFor("redis://"+addrs[0]), &out)
+	assert.ErrorIs(t, err, throttle.ErrStoreConfig, "a plain client on a Cluster node")
+
+	sn := redistest.StartSentinel(t)
+	sa := sn.SentinelAddrs()
+	url = "redis://" + sa[0] + "?addr=" + strings.Join(sa[1:], "&addr=")
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"state", "-sentinel", sn.MasterName(), "-policy", path}, envFor(url), &out))
+	assert.Contains(t, out.String(), "scope notify")
+
+	err = run(ctx, []string{"-cluster", "-sentinel", "m", "-policy", path, "state"}, envFor(url), &out)
+	assert.Equal(t, 2, exitCode(err))
 }

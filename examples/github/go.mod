@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/go-github/v89 v89.0.0
-	github.com/quotakit/throttle v0.0.0-00010101000000-000000000000
+	github.com/quotakit/throttle v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
@@ -18,5 +18,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/quotakit/throttle => ../..

@@ -105,8 +105,8 @@ func TestGrafanaDashboardQueriesRealSeries(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range []string{"throttle_decisions_total", "throttle_wait_seconds_bucket", "throttle_store_state", "throttle_pauses_active",
-		"throttle_fallback_total", "throttle_store_errors_total", "throttle_tenant_decisions_total", "throttle_settlements_total", "throttle_vendor_limited_total"} {
+	for _, m := range []string{"throttle_decisions_total", "throttle_wait_duration_seconds_bucket", "throttle_store_status", "throttle_pauses_active",
+		"throttle_fallbacks_total", "throttle_store_errors_total", "throttle_tenant_decisions_total", "throttle_settlements_total", "throttle_vendor_limited_total"} {
 		assert.True(t, used[m], "the dashboard shows %s", m)
 	}
 }

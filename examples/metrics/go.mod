@@ -2,11 +2,9 @@ module github.com/quotakit/throttle/examples/metrics
 
 go 1.26.0
 
-replace github.com/quotakit/throttle => ../..
-
 require (
 	github.com/prometheus/client_golang v1.25.0
-	github.com/quotakit/throttle v0.0.0-00010101000000-000000000000
+	github.com/quotakit/throttle v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/exporters/prometheus v0.68.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0

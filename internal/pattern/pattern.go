@@ -504,9 +504,7 @@ func (h Host) Match(host string) bool {
 	}
 	switch {
 	case h.ipv6:
-		if strings.Contains(name, "%25") {
-			name = strings.Replace(name, "%25", "%", 1)
-		}
+		name = strings.Replace(name, "%25", "%", 1)
 		a, err := netip.ParseAddr(name)
 		return err == nil && a == h.addr
 	case h.wildcard:

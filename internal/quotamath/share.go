@@ -44,18 +44,15 @@ const MaxShareStep = 1 << 50
 // its tenant's clock by up to n µs more than c*n*T.)
 func (l Limit) ShareUnit(cost int64) int64 { return l.Emissions(cost).Ceil() }
 
-// ShareAhead returns C*T, rounded up: how far a tenant's share clock may
-// run ahead of now while the tenant is within its share (quota.Store,
-// Fair shares).
+// ShareAhead returns C*T, rounded up: how far beyond a grant's instant a
+// tenant's share clock may be before the grant's step (quota.Store, Fair
+// shares).
 func (l Limit) ShareAhead() int64 { return l.ShareUnit(l.Capacity()) }
 
-// OverShare reports whether a tenant whose share clock is clock is over
-// its share at now: clock >= now + C*T.
-func (l Limit) OverShare(clock, now int64) bool { return clock >= now+l.ShareAhead() }
-
-// BackInShare returns the first instant at which a tenant whose share
-// clock is clock is within its share again: clock - C*T + 1.
-func (l Limit) BackInShare(clock int64) int64 { return clock - l.ShareAhead() + 1 }
+// SharePlace returns the place of a demand whose tenant's share clock is
+// clock, at now: max(clock, now). Of the tenants waiting on a counter,
+// the one with the lowest place goes first (quota.Store, Fair shares).
+func SharePlace(clock, now int64) int64 { return max(clock, now) }
 
 // ShareCharge returns a tenant's share clock after a grant of cost at the
 // instant t, n tenants being active: min(max(clock, t), t + C*T) +
@@ -68,6 +65,43 @@ func (l Limit) ShareCharge(clock, t, cost, n int64) int64 {
 	return min(max(clock, t), t+l.ShareAhead()) + step
 }
 
+// ClaimGrace is how long at least a claim outlives its instant, µs: its
+// holder, told to come back then, may come back late by a store round
+// trip and a loaded machine's scheduling.
+const ClaimGrace = 250_000
+
 // ClaimEnd returns the instant until which a tenant refused until the
-// instant at holds its claim: at + T, rounded up.
-func (l Limit) ClaimEnd(at int64) int64 { return at + l.ShareUnit(1) }
+// instant at holds its claim: at + max(T, ClaimGrace), T rounded up.
+func (l Limit) ClaimEnd(at int64) int64 { return at + max(l.ShareUnit(1), ClaimGrace) }
+
+// HeldUntil returns the instant until which a demand that live claims at a
+// lower place hold back is refused, last being the latest of their
+// instants: T after it, or after now if that is later (its holder is
+// late), T rounded up.
+func (l Limit) HeldUntil(last, now int64) int64 { return max(last, now) + l.ShareUnit(1) }
+
+// NoteActive reports whether a class last noted on the counter at the
+// instant at is active at now: at > now - T, T rounded up (quota.Store,
+// Lent headroom).
+func (l Limit) NoteActive(at, now int64) bool { return at > now-l.ShareUnit(1) }
+
+// NoteEnd returns the instant at which a class last noted at the instant
+// at stops being active: at + T, rounded up.
+func (l Limit) NoteEnd(at int64) int64 { return at + l.ShareUnit(1) }
+
+// RestrictedWait returns, in µs, how far ahead of now a restricted demand
+// ([quota.Demand.Restricted]) may be granted as a reservation: half the
+// least emission interval T of its limits other than Concurrency (T
+// rounded up, then its half); 0 if it has none (quota.Store, Headroom and
+// fair shares).
+func RestrictedWait(d *quota.Demand) int64 {
+	least := int64(-1)
+	for i := range d.Limits {
+		if l := &d.Limits[i].Limit; l.Algorithm != quota.Concurrency {
+			if t := (Of(*l).ShareUnit(1) + 1) / 2; least < 0 || t < least {
+				least = t
+			}
+		}
+	}
+	return max(least, 0)
+}

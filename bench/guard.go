@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quotakit/throttle/quota"
+	"github.com/redis/go-redis/v9"
+)
+
+// The guard (-guard) is the short mode of the throughput part that CI
+// runs (.ci/run): a few of our rows, each beside the yardstick it is
+// tracked against, measured in interleaved rounds, and compared with the
+// ratios recorded in guard.txt. It fails when a row's ratio falls more
+// than the file's tolerance below the recorded one, so that a change
+// that makes the plain decision slower fails the change's own CI run.
+//
+// Ratios, not times: the machine that runs CI is shared and its speed
+// varies from minute to minute, which moves a row and its yardstick
+// alike. Each round runs every contender of a concurrency for one short
+// slice, in turn (in reverse order every other round), and the row's
+// ratio is the median over rounds of its decisions per second to its
+// yardstick's in the same round: a burst of load from elsewhere falls
+// on a round or two, which the median leaves out.
+
+// guardRow is one tracked row: contender row at concurrency conc, as a
+// multiple of contender base.
+type guardRow struct {
+	id        string // its name in guard.txt
+	conc      int
+	row, base int // indexes in guardContenders
+}
+
+// guardContenders are the contenders the guard runs, by index.
+const (
+	gEvalsha = iota
+	gFloor1
+	gFloor2
+	gOurs1
+	gOursPause
+	gOurs2
+)
+
+// guardRows are the rows tracked: one limit and the same with the pause
+// key throttle.Transport adds, against the 1-limit floor at c=1 and c=8
+// (one call per decision); two limits against the 2-limit floor at c=1;
+// and one limit at c=64 against the EVALSHA baseline (batches).
+var guardRows = []guardRow{
+	{"gcra-1-limit", 1, gOurs1, gFloor1},
+	{"gcra-1-limit", 8, gOurs1, gFloor1},
+	{"gcra-pause-key", 1, gOursPause, gFloor1},
+	{"gcra-pause-key", 8, gOursPause, gFloor1},
+	{"gcra-2-limits", 1, gOurs2, gFloor2},
+	{"gcra-1-limit-batched", 64, gOurs1, gEvalsha},
+}
+
+// guardContenders returns the contenders of the guard, in the order of
+// the constants above.
+func guardContenders(e *env) ([]contender, error) {
+	c := e.client(redis.Options{})
+	returnOne := redis.NewScript("return 1")
+	cts := []contender{{name: "EVALSHA `return 1`", decide: func(ctx context.Context) (bool, time.Duration, error) {
+		return true, 0, returnOne.Run(ctx, c, nil).Err()
+	}}}
+	for _, l := range []library{
+		floorLibrary("floor, 1 limit", 1),
+		floorLibrary("floor, 2 limits", 2),
+		ours(oursConfig{name: "ours: GCRA, 1 limit", buckets: one(quota.GCRA)}),
+		ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(quota.GCRA), pauses: []string{""}}),
+		ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}),
+	} {
+		d, err := l.new(c, "guard", big)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l.name, err)
+		}
+		cts = append(cts, contender{name: l.name, decide: d})
+	}
+	return cts, nil
+}
+
+// guardConfig is the guard's part of the command line.
+type guardConfig struct {
+	file   string        // the recorded ratios
+	write  bool          // record the measured ratios instead of checking
+	rounds int           // rounds per concurrency
+	slice  time.Duration // each contender's time in a round
+}
+
+// guardFile is guard.txt: the tolerances and the recorded ratios.
+type guardFile struct {
+	// row and all are the tolerances of one row and of all rows: a row
+	// fails below (1 - row[m]) x its recorded ratio of measure m
+	// (guardMeasures), and the run fails when the geometric mean of
+	// every row's ratio of m is below (1 - all[m]) x its recorded one.
+	// The mean moves less with noise than any row, and a change to the
+	// path every row takes moves them all.
+	row, all [3]float64
+	ratios   map[string]float64 // by "measure row", guardRatioKey
+}
+
+// guardMeasures are the ratios the guard takes of each row: of
+// decisions per second (tput); and the yardstick's time per decision
+// over the row's, that Redis spent running the scripts (redis: INFO
+// commandstats, which leaves out reading and writing the sockets) and
+// this program's CPU (client). A script's instructions are too small a
+// part of a decision's cost to show in throughput on a loaded machine;
+// the script's own time shows them.
+var guardMeasures = [3]string{"tput", "redis", "client"}
+
+// guardAll is the name of the geometric mean of all rows in guard.txt.
+const guardAll = "all"
+
+// guardRowName is r's name in guard.txt.
+func guardRowName(r guardRow) string { return r.id + "/c=" + strconv.Itoa(r.conc) }
+
+// guardRatioKey is the key of a ratio in guardFile.ratios.
+func guardRatioKey(measure, row string) string { return measure + " " + row }
+
+// readGuardFile reads name: "#" comments, the lines "tolerance-row TPUT
+// REDIS CLIENT" and "tolerance-all TPUT REDIS CLIENT", and a line
+// "MEASURE ROW RATIO" per ratio (MEASURE one of guardMeasures; ROW a
+// row's name or "all"), fields separated by white space.
+func readGuardFile(name string) (guardFile, error) {
+	g := guardFile{ratios: map[string]float64{}}
+	f, err := os.Open(name)
+	if err != nil {
+		return g, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fs := strings.Fields(line)
+		switch fs[0] {
+		case "tolerance-row", "tolerance-all":
+			if len(fs) != 1+len(guardMeasures) {
+				return g, fmt.Errorf("%s:%d: want a tolerance per measure (%s)", name, n, strings.Join(guardMeasures[:], ", "))
+			}
+			tol := &g.row
+			if fs[0] == "tolerance-all" {
+				tol = &g.all
+			}
+			for k := range tol {
+				if tol[k], err = strconv.ParseFloat(fs[1+k], 64); err == nil && (tol[k] <= 0 || tol[k] >= 1) {
+					err = errors.New("a tolerance not in (0, 1)")
+				}
+				if err != nil {
+					return g, fmt.Errorf("%s:%d: %w", name, n, err)
+				}
+			}
+		case guardMeasures[0], guardMeasures[1], guardMeasures[2]:
+			if len(fs) != 3 {
+				return g, fmt.Errorf("%s:%d: want MEASURE ROW RATIO", name, n)
+			}
+			r, err := strconv.ParseFloat(fs[2], 64)
+			if err != nil || r <= 0 {
+				return g, fmt.Errorf("%s:%d: bad ratio %q", name, n, fs[2])
+			}
+			g.ratios[guardRatioKey(fs[0], fs[1])] = r
+		default:
+			return g, fmt.Errorf("%s:%d: unknown line %q", name, n, fs[0])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return g, err
+	}
+	if g.row[0] == 0 || g.all[0] == 0 {
+		return g, fmt.Errorf("%s: a tolerance line is missing", name)
+	}
+	return g, nil
+}
+
+// guard runs the guard: it measures every row of guardRows and checks it
+// against cfg.file, or with cfg.write records the measured ratios there
+// (keeping the file's tolerances).
+func guard(ctx context.Context, e *env, cfg guardConfig) error {
+	recorded, err := readGuardFile(cfg.file)
+	if err != nil && !(cfg.write && errors.Is(err, os.ErrNotExist)) {
+		return err
+	}
+	if recorded.row[0] == 0 {
+		recorded.row, recorded.all = [3]float64{0.45, 0.45, 0.35}, [3]float64{0.25, 0.20, 0.15}
+	}
+	cts, err := guardContenders(e)
+	if err != nil {
+		return err
+	}
+	for _, ct := range cts { // warm up: scripts, connections
+		if ok, _, err := ct.decide(ctx); err != nil || !ok {
+			return fmt.Errorf("%s: warm-up: ok=%v, %v", ct.name, ok, err)
+		}
+	}
+	var concs []int
+	for _, r := range guardRows {
+		if !slices.Contains(concs, r.conc) {
+			concs = append(concs, r.conc)
+		}
+	}
+	// cells[conc][contender][round]: what the contender did in the round.
+	cells := map[int]map[int][]cell{}
+	for _, conc := range concs {
+		var used []int
+		for _, r := range guardRows {
+			if r.conc != conc {
+				continue
+			}
+			for _, i := range []int{r.base, r.row} {
+				if !slices.Contains(used, i) {
+					used = append(used, i)
+				}
+			}
+		}
+		cells[conc] = map[int][]cell{}
+		for round := range cfg.rounds {
+			order := slices.Clone(used)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, i := range order {
+				c, err := measure(ctx, e, cts[i], conc, cfg.slice)
+				if err != nil {
+					return fmt.Errorf("%s at concurrency %d: %w", cts[i].name, conc, err)
+				}
+				if c.failed > 0 {
+					return fmt.Errorf("%s at concurrency %d: %d decisions failed: %v", cts[i].name, conc, c.failed, c.err)
+				}
+				cells[conc][i] = append(cells[conc][i], c)
+			}
+		}
+	}
+
+	fmt.Printf("### Guard\n\n%d rounds of %v per contender and concurrency. A row's ratio is the median over rounds of its figure to its yardstick's in the same round, so that larger is faster: of decisions per second (tput), and of time per decision, the yardstick's over the row's, that Redis spent running the scripts (redis: INFO commandstats) and this program's CPU (client); \"all\" is the geometric mean of the rows'. A ratio fails below (1 - tolerance) x its recorded value (%s: a row's %.2f / %.2f / %.2f, all rows' %.2f / %.2f / %.2f).\n\n",
+		cfg.rounds, cfg.slice, cfg.file, recorded.row[0], recorded.row[1], recorded.row[2], recorded.all[0], recorded.all[1], recorded.all[2])
+	t := table{head: []string{"row", "yardstick"}}
+	for _, m := range guardMeasures {
+		t.head = append(t.head, m+" recorded", m+" measured (rounds' min–max)")
+	}
+	t.head = append(t.head, "")
+	var failed []string
+	measured := map[string]float64{}
+	var logSum [3]float64
+	check := func(m int, row string, v float64, tol float64) (rec string, ok bool) {
+		key := guardRatioKey(guardMeasures[m], row)
+		measured[key] = v
+		r, have := recorded.ratios[key]
+		if !have {
+			return "–", true
+		}
+		bound := r * (1 - tol)
+		if v < bound {
+			failed = append(failed, fmt.Sprintf("%s: %s %.3f, below %.3f (recorded %.3f, tolerance %.2f)", row, guardMeasures[m], v, bound, r, tol))
+			return fmt.Sprintf("%.3f (fails below %.3f)", r, bound), false
+		}
+		return fmt.Sprintf("%.3f (fails below %.3f)", r, bound), true
+	}
+	for _, r := range guardRows {
+		var xs [3][]float64
+		for k, c := range cells[r.conc][r.row] {
+			b := cells[r.conc][r.base][k]
+			xs[0] = append(xs[0], c.opsPerSec()/b.opsPerSec())
+			xs[1] = append(xs[1], perOp(b, b.did.srv.scripts)/perOp(c, c.did.srv.scripts))
+			xs[2] = append(xs[2], perOp(b, b.did.cpu)/perOp(c, c.did.cpu))
+		}
+		cellsOut := []string{guardRowName(r), cts[r.base].name}
+		verdict := "ok"
+		for m := range guardMeasures {
+			slices.Sort(xs[m])
+			v := median(xs[m])
+			logSum[m] += math.Log(v)
+			rec, ok := check(m, guardRowName(r), v, recorded.row[m])
+			if !ok {
+				verdict = "**FAIL**"
+			}
+			cellsOut = append(cellsOut, rec, fmt.Sprintf("%.3f (%.2f–%.2f)", v, xs[m][0], xs[m][len(xs[m])-1]))
+		}
+		t.row(append(cellsOut, verdict)...)
+	}
+	cellsOut := []string{guardAll + " (geometric mean)", ""}
+	verdict := "ok"
+	for m := range guardMeasures {
+		v := math.Exp(logSum[m] / float64(len(guardRows)))
+		rec, ok := check(m, guardAll, v, recorded.all[m])
+		if !ok {
+			verdict = "**FAIL**"
+		}
+		cellsOut = append(cellsOut, rec, fmt.Sprintf("%.3f", v))
+	}
+	t.row(append(cellsOut, verdict)...)
+	t.write(os.Stdout)
+	if cfg.write {
+		return writeGuardFile(cfg.file, recorded, measured)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("slower than recorded:\n  %s", strings.Join(failed, "\n  "))
+	}
+	fmt.Println("Guard: every ratio within its tolerance.")
+	return nil
+}
+
+// median returns the median of sorted xs.
+func median(xs []float64) float64 {
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// perOp returns cpu, a CPU time of cell c, per successful decision.
+func perOp(c cell, cpu time.Duration) float64 {
+	return float64(cpu) / float64(max(c.ok, 1))
+}
+
+// writeGuardFile records the measured ratios in name, with g's
+// tolerances.
+func writeGuardFile(name string, g guardFile, measured map[string]float64) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# The ratios the guard checks (bench -guard, run by .ci/run; guard.go).
+# For each row, its decisions per second (tput) and its yardstick's time
+# per decision over its own, Redis's running the scripts (redis) and the
+# bench's CPU (client),
+# each the median over rounds of the ratios measured in the same round;
+# "all" is the geometric mean of the rows'. A ratio fails when it
+# measures below (1 - tolerance) x its value here: tolerance-row gives
+# one row's (tput, redis, client), tolerance-all the mean's. Written by -guard-write on %s; bench/README.md
+# ("The guard") says when and how to record them again.
+tolerance-row %.2f %.2f %.2f
+tolerance-all %.2f %.2f %.2f
+`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2])
+	for m := range guardMeasures {
+		for _, r := range guardRows {
+			fmt.Fprintf(&b, "%s %s %.3f\n", guardMeasures[m], guardRowName(r), measured[guardRatioKey(guardMeasures[m], guardRowName(r))])
+		}
+		fmt.Fprintf(&b, "%s %s %.3f\n", guardMeasures[m], guardAll, measured[guardRatioKey(guardMeasures[m], guardAll)])
+	}
+	return os.WriteFile(name, []byte(b.String()), 0o644)
+}
