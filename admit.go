@@ -94,8 +94,50 @@ func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *
 
 // obtain decides d, the demand of a request under rule r whose pause key
 // is pk, as of now, and waits as long as d.MaxWait allows: for a pause
-// this instance learned, a slot, or the reservation's instant.
+// this instance learned, a slot, or the reservation's instant. A grant
+// that the vendor may count in another window of an Anchor limit than the
+// store charged it to (anchor.go) is given back, and d decided again once
+// the instants at which those windows may end are past.
 func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
+	for {
+		err := lim.obtainOnce(ctx, r, d, pk, now, ev)
+		h, ok := err.(anchorHeld)
+		if !ok {
+			if err == nil {
+				d.sent = lim.now()
+			}
+			return err
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		if d.granted != nil {
+			_ = lim.cancel(cctx, d.granted) // on failure, the charge runs out by itself
+		}
+		cancel()
+		d.granted, d.held = nil, nil
+		now = lim.now()
+		wait := h.until.Sub(now)
+		if wait > d.MaxWait {
+			ev.Outcome, ev.Wait = Refused, ev.Wait+wait
+			return &LimitError{Rule: r.id, RetryAfter: wait}
+		}
+		ev.Outcome, ev.Wait = Waited, ev.Wait+wait
+		if _, err := lim.sleep(ctx, wait, nil); err != nil {
+			ev.Outcome = GaveUp
+			return &LimitError{Rule: r.id, Err: err}
+		}
+		d.MaxWait -= wait
+		now = lim.now()
+	}
+}
+
+// anchorHeld is obtainOnce's answer for a grant that must not be sent
+// before until (see [Limiter.anchorHold]).
+type anchorHeld struct{ until time.Time }
+
+func (anchorHeld) Error() string { return "throttle: held for an anchored window's end" }
+
+// obtainOnce is one decision of obtain.
+func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
 	// A pause this instance learned holds even if the store lost it.
 	var paused time.Duration // for a reservation: the pause it must wait out too
 	if until, ok := lim.learned.localPause(r.pauseID(pk), now); ok {
@@ -118,6 +160,7 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 
 	var dec quota.Decision
 	var err error
+	decided := lim.now() // the grant is charged at this instant or later
 	if d.inLine() {
 		dec, err = lim.takeInLine(ctx, r, d, ev) // lane.go: asks again when the store says, in line
 	} else {
@@ -147,17 +190,26 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 		}
 		return nil
 	}
-	if dec.Delay <= 0 {
-		return nil
+	if dec.Delay > 0 {
+		waited := ev.Wait
+		ev.Outcome, ev.Wait = Waited, waited+dec.Delay
+		res, slept, err := lim.sleepOn(ctx, d, dec.Delay, dec.Reservation)
+		if err != nil {
+			ev.Outcome, ev.Wait = GaveUp, waited+slept
+			return &LimitError{Rule: r.id, Err: err}
+		}
+		if d.granted = res; res == dec.Reservation {
+			decided = decided.Add(dec.Delay) // else the queue's, at an instant between
+		}
 	}
-	waited := ev.Wait
-	ev.Outcome, ev.Wait = Waited, waited+dec.Delay
-	res, slept, err := lim.sleepOn(ctx, d, dec.Delay, dec.Reservation)
-	if err != nil {
-		ev.Outcome, ev.Wait = GaveUp, waited+slept
-		return &LimitError{Rule: r.id, Err: err}
+	// A request with a place in the queue is the queue's to move
+	// (queue.go); the others are held out of the instants where an Anchor
+	// limit's windows may end.
+	if d.place == nil {
+		if until, hold := lim.anchorHold(ctx, d, decided, lim.now()); hold {
+			return anchorHeld{until}
+		}
 	}
-	d.granted = res
 	return nil
 }
 
@@ -212,6 +264,7 @@ type demand struct {
 	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
 	delay   time.Duration      // reserve: how long the caller must wait before it acts
 	place   *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
+	sent    time.Time          // when the request was sent (or cleared to be), for learning
 }
 
 // hasLeases reports whether d has a Concurrency limit.

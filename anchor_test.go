@@ -195,7 +195,10 @@ func TestAnchoredFleet(t *testing.T) {
 			k0, end := v.window(time.Now())
 			time.Sleep(time.Until(end.Add(-time.Millisecond)))
 			require.NoError(t, get(t.Context(), clients[0]))
-			require.EqualValues(t, 1, moves.Load(), "the first answer anchors the windows")
+			// One answer bounds the window's end only to the reset's
+			// resolution (and the Date's): too little to move windows of a
+			// few seconds; the load's answers, on both sides of the
+			// vendor's window ends, narrow it.
 
 			// The load, from 250ms into the next window, for windows whole
 			// windows.

@@ -67,11 +67,11 @@ type Learning struct {
 	// anchoring. docs/learning.md has the details.
 	Anchor string
 
-	// AnchorTolerance is how far the vendor's window end may be from one
-	// of ours before the windows move: resets given in whole seconds
-	// (and read against a Date header in whole seconds) vary by up to a
-	// second or two from one response to the next. Zero means 1 s, or a
-	// quarter of the limit's Per when that is shorter.
+	// AnchorTolerance is how far after the latest end the vendor's
+	// answers allow one of the store's window ends may be before the
+	// windows move (an end before the earliest always moves them). Zero:
+	// only the evidence's own width (see docs/learning.md, "Evidence, not
+	// trust").
 	AnchorTolerance time.Duration
 
 	// PauseBy names a limit of the rule whose key scopes learned pauses
@@ -88,15 +88,8 @@ type learner struct {
 	mu      sync.Mutex
 	pauses  map[string]time.Time
 	backoff map[string]*backoff.ExponentialBackOff
-	windows map[windowID]time.Time // Anchor limits: when the store's window of now ends, by the local clock
+	windows map[windowID]*phase // Anchor limits: where the vendor's and the store's windows end (anchor.go)
 }
-
-// A windowID names the counter of an Anchor limit.
-type windowID struct{ scope, limit, key string }
-
-// maxWindows bounds learner.windows: past it, entries whose window has
-// ended are dropped, and all of them if that is not enough.
-const maxWindows = 4096
 
 // localPause returns the end of the latest pause learned for scope, if it
 // is after now.
@@ -190,9 +183,12 @@ func (l *learner) pauseFor(id string, c learnConfig, limited bool, fb quotaheade
 
 // record keeps a pause of d for scope locally and returns it with jitter
 // added, for the store.
-func (l *learner) record(r *rule, id string, now time.Time, d time.Duration) time.Duration {
+func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exact bool) time.Duration {
 	j := r.Learn.Jitter
-	if j == 0 {
+	if exact {
+		j = 0 // the vendor's window ends then: later wastes its quota
+	}
+	if j == 0 && !exact {
 		j = min(d/10, time.Second)
 	}
 	if j > 0 {
@@ -252,7 +248,20 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 	if p <= 0 {
 		return
 	}
-	p = lim.learned.record(r, r.pauseID(pk), now, p)
+	exact := false
+	if r.anchorIdx >= 0 && d != nil && fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() {
+		// Quota spent until the reset: with evidence of where the
+		// vendor's windows end, pause until the latest instant the
+		// window may end, which the reset's rounding only delays.
+		if i := d.limitOf(r.anchorIdx); i >= 0 {
+			b := d.Limits[i]
+			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now)
+			if ok && end.After(now) && !end.After(fb.Reset.Add(fb.ResetResolution)) {
+				p, exact = min(end.Sub(now), c.maxPause), true
+			}
+		}
+	}
+	p = lim.learned.record(r, r.pauseID(pk), now, p, exact)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	err := lim.pause(sctx, r.scope, pk, p)
@@ -293,7 +302,7 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 		per := b.Limit.Per
 		ahead := max((fb.Reset.Sub(windowEnd)+per/2)/per, 0) // windows between ours and the vendor's
 		end := windowEnd.Add(ahead * per)
-		within = max(end.Sub(now)-anchorTolerance(r, b.Limit), time.Microsecond)
+		within = max(end.Sub(now)-syncMargin(b.Limit), time.Microsecond)
 	}
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or
@@ -316,110 +325,11 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	}
 }
 
-// anchor moves the windows of the rule's Anchor limit so that one ends
-// where fb's reset says the vendor's ends, and returns when the window of
-// now ends, by the local clock (zero if unknown). The store decides
-// whether they move (with the rule's tolerance); this instance remembers
-// the window end it learned and asks the store again only when a reset
-// falls further than the tolerance from it, or once that window is over:
-// about once per window, not once per response.
-func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) time.Time {
-	if fb.Reset.IsZero() || fb.Capped || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
-		return time.Time{}
-	}
-	i := d.limitOf(r.anchorIdx)
-	if i < 0 {
-		return time.Time{} // the Anchor limit does not apply to this request
-	}
-	b := d.Limits[i]
-	l := b.Limit
-	if fb.Window > 0 && fb.Window != l.Per {
-		return time.Time{} // another of the vendor's quotas
-	}
-	tol := anchorTolerance(r, l)
-	within := fb.Reset.Sub(now)
-	if within > l.Per+tol {
-		return time.Time{} // no window of this limit ends that far away
-	}
-	id := windowID{r.scope, l.Name, b.Key}
-	if end, ok := lim.learned.window(id, now); ok && nearBoundary(fb.Reset.Sub(end), l.Per, tol) {
-		return end
-	}
-	s, ok := lim.store.(quota.Anchorer)
-	if !ok {
-		return time.Time{} // NewTransport checked; a store swapped in since cannot anchor
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	defer cancel()
-	sent := lim.now()
-	var (
-		ends  time.Duration
-		moved bool
-	)
-	err := lim.guard(sctx, func(ctx context.Context) error {
-		var err error
-		ends, moved, err = s.Anchor(ctx, r.scope, b, within, tol)
-		return err
-	})
-	if lim.hooks.OnAnchor != nil {
-		lim.hooks.OnAnchor(AnchorEvent{Rule: r.id, Limit: l.Name, Reset: within, Moved: moved, Err: err})
-	}
-	if err != nil || ends <= 0 {
-		return time.Time{}
-	}
-	// The store counted ends from when it got the call, after sent: the
-	// window ends no earlier than this.
-	end := sent.Add(ends)
-	lim.learned.keepWindow(id, end, now)
-	return end
-}
-
-// anchorTolerance is the rule's AnchorTolerance for its Anchor limit l,
-// with its default.
-func anchorTolerance(r *rule, l quota.Limit) time.Duration {
-	if r.Learn.AnchorTolerance > 0 {
-		return r.Learn.AnchorTolerance
-	}
+// syncMargin is how far before the end of an anchored window a sync
+// places the vendor's reset, so that the store applies it to that window
+// however late it gets the call.
+func syncMargin(l quota.Limit) time.Duration {
 	return min(time.Second, l.Per/4)
-}
-
-// nearBoundary reports whether an offset d from a window end falls
-// within tol of a window end of period per.
-func nearBoundary(d, per, tol time.Duration) bool {
-	m := d % per
-	if m < 0 {
-		m += per
-	}
-	return min(m, per-m) <= tol
-}
-
-// window returns when the store's window of now for id ends, as this
-// instance last learned it, if that is still ahead.
-func (l *learner) window(id windowID, now time.Time) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	end, ok := l.windows[id]
-	return end, ok && end.After(now)
-}
-
-// keepWindow remembers that the store's window of now for id ends at end.
-func (l *learner) keepWindow(id windowID, end, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.windows == nil {
-		l.windows = make(map[windowID]time.Time)
-	}
-	if len(l.windows) >= maxWindows {
-		for k, e := range l.windows {
-			if !e.After(now) {
-				delete(l.windows, k)
-			}
-		}
-		if len(l.windows) >= maxWindows {
-			clear(l.windows)
-		}
-	}
-	l.windows[id] = end
 }
 
 // DefaultMaxPause caps learned pauses and retry waits when a rule sets no

@@ -14,6 +14,9 @@ import (
 // at once. With Rule.Settle, the end of the body also settles the charge.
 func (t *Transport) send(r *rule, d *demand, out *http.Request) (*http.Response, error) {
 	h := t.lim.hold(r, d)
+	if d != nil {
+		d.sent = t.lim.now()
+	}
 	resp, err := h.bind(t.baseRT().RoundTrip(out))
 	if err == nil && resp != nil {
 		t.settleOnEnd(out.Context(), r, d, resp) // settle.go: Rule.Settle, when the body ends

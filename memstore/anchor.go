@@ -37,7 +37,7 @@ func (s *Store) Anchor(ctx context.Context, scope string, b quota.Bucket, within
 		if !mb.phased {
 			return 0, false, nil
 		}
-		return quotamath.Micros(p.Ends(now)), false, nil
+		return quotamath.Micros(p.Ends(now)), mb.learned, nil
 	}
 	end := now + quotamath.CeilMicros(within)
 	moved := false

@@ -40,7 +40,9 @@ type Anchorer interface {
 	// phase); ends is the time from now until the window of b that holds
 	// now ends, after any move.
 	//
-	// b's limit must be Anchored; a non-positive within changes nothing.
+	// b's limit must be Anchored; a non-positive within changes nothing,
+	// and moved then reports whether the phase was learned from an
+	// Anchor (rather than from a first charge or a sync).
 	// A negative tolerance counts as zero, and one of Per/2 or more
 	// moves only a counter with no state.
 	Anchor(ctx context.Context, scope string, b Bucket, within, tolerance time.Duration) (ends time.Duration, moved bool, err error)

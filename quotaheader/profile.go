@@ -79,11 +79,15 @@ func DefaultLimited(resp *http.Response, fb Feedback) bool {
 
 // GitHubLimited reports GitHub's "slow down" answers: a 429; a 403 with
 // x-ratelimit-remaining 0 (the primary limit) or with a Retry-After; a 403
-// whose body mentions a secondary rate limit. To read the body it peeks at
-// most 64 KiB and puts back what it read, so the caller still reads the
-// body whole.
+// whose body mentions a secondary rate limit; a GraphQL 200 with
+// x-ratelimit-remaining 0 whose errors say RATE_LIMITED (GraphQL's
+// primary limit). To read the body it peeks at most 64 KiB and puts back
+// what it read, so the caller still reads the body whole; a 200 is peeked
+// only when its headers say GraphQL has nothing left.
 func GitHubLimited(resp *http.Response, fb Feedback) bool {
 	switch resp.StatusCode {
+	case http.StatusOK:
+		return fb.Remaining == 0 && fb.Resource == "graphql" && bodyMentions(resp, "RATE_LIMITED")
 	case http.StatusTooManyRequests:
 		return true
 	case http.StatusForbidden:

@@ -65,7 +65,8 @@ const DefaultMaxPause = 10 * time.Minute
 //
 // # Garbage and clamping
 //
-// Parsing never fails. A value that does not parse, or is negative, is
+// Parsing never fails. A header whose values together are longer than
+// [MaxHeaderBytes] is ignored, as if absent, unread. A value that does not parse, or is negative, is
 // ignored, as if absent; in a list ("120, 120") or in repeated headers the
 // first valid value counts. A count that does not fit an int64 is ignored.
 // A Retry-After or a reset further away than MaxPause (including numbers
@@ -123,6 +124,25 @@ type Feedback struct {
 	// Capped reports that RetryAfter or Reset was further away than
 	// MaxPause and was capped to it.
 	Capped bool
+
+	// ResetResolution is how finely the vendor wrote Reset: a second for
+	// whole seconds ("1700000000", "30", an HTTP-date), a millisecond for
+	// epoch milliseconds or three decimals, and so on; zero when Reset is.
+	// The vendor's window ends up to this much either side of what it
+	// wrote, depending on how it rounds.
+	ResetResolution time.Duration
+
+	// ResetInstant is the reset as the instant the vendor wrote (an epoch
+	// number, an HTTP-date, RFC 3339), on the vendor's clock, unrounded
+	// by Date; zero when the vendor wrote a delay ("30", "6m0s", the IETF
+	// t), when Reset is zero, or when it was capped. Two responses' resets
+	// differ by exactly the vendor's windows between them, whatever the
+	// clocks: this is what learning reads a window's phase from.
+	ResetInstant time.Time
+
+	// Date is the response's Date header (whole seconds, on the vendor's
+	// clock); zero when it had no valid one.
+	Date time.Time
 
 	// maxPause is the cap Parse applied, for PauseFor.
 	maxPause time.Duration
@@ -188,11 +208,15 @@ func Parse(h http.Header, now time.Time, o Options) Feedback {
 		p.maxPause = DefaultMaxPause
 	}
 	p.ref = now
-	if d, ok := date(h.Values("Date")); ok {
-		p.ref = d
+	var dated bool
+	if d, ok := date(p.values("Date")); ok {
+		p.ref, dated = d, true
 	}
 
 	f := Feedback{Limit: -1, Remaining: -1, Used: -1, maxPause: p.maxPause}
+	if dated {
+		f.Date = p.ref
+	}
 	f.RetryAfter, f.HasRetryAfter, f.Capped = p.retryAfter()
 
 	var best quota
@@ -211,6 +235,10 @@ func Parse(h http.Header, now time.Time, o Options) Feedback {
 			}
 			if best.reset.delay > 0 {
 				f.Reset = now.Add(best.reset.delay)
+				f.ResetResolution = best.reset.res
+				if !best.reset.capped {
+					f.ResetInstant = best.reset.at
+				}
 			}
 		}
 	}
@@ -244,6 +272,26 @@ func (f Feedback) PauseFor(now time.Time) time.Duration {
 	return max(0, min(d, maxPause))
 }
 
+// MaxHeaderBytes caps what [Parse] reads of one header: a header whose
+// values together are longer is ignored, as if absent. Rate-limit headers
+// are tens of bytes (a few hundred for a list of IETF policies), so 4 KiB
+// loses nothing real, and a response that sends megabytes (a broken proxy,
+// a hostile server) costs no more to read than this.
+const MaxHeaderBytes = 4 << 10
+
+// values returns the values of the header key (in canonical form), or
+// nil when together they are longer than MaxHeaderBytes.
+func (p *parser) values(key string) []string {
+	vals := p.h[key]
+	n := 0
+	for _, v := range vals {
+		if n += len(v); n > MaxHeaderBytes {
+			return nil
+		}
+	}
+	return vals
+}
+
 // parser holds what every header of one response is read against.
 type parser struct {
 	h        http.Header
@@ -258,6 +306,8 @@ type delay struct {
 	delay  time.Duration
 	ok     bool
 	capped bool
+	res    time.Duration // how finely the value was written; 0: a microsecond or unknown
+	at     time.Time     // the instant written, for an instant; else zero
 }
 
 // quota is one quota a response describes.
@@ -306,7 +356,7 @@ func (q quota) moreRestrictive(r quota) bool {
 // retryAfter reads Retry-After and Retry-After-Ms.
 func (p *parser) retryAfter() (time.Duration, bool, bool) {
 	var got delay
-	first(p.h.Values("Retry-After"), func(s string) bool {
+	first(p.values("Retry-After"), func(s string) bool {
 		if n, ok := parseNumber(s); ok {
 			got = p.clamp(n.micros(1_000_000))
 			return true
@@ -317,7 +367,7 @@ func (p *parser) retryAfter() (time.Duration, bool, bool) {
 		}
 		return false
 	})
-	first(p.h.Values("Retry-After-Ms"), func(s string) bool {
+	first(p.values("Retry-After-Ms"), func(s string) bool {
 		n, ok := parseNumber(s)
 		if !ok {
 			return false
@@ -345,7 +395,7 @@ func (p *parser) quotas() []quota {
 	}
 	add(p.family("Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "", "", true))
 	gh := p.family("X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Used", "X-Ratelimit-Resource", false)
-	if after := p.fixedDelay(p.h.Values("X-Ratelimit-Reset-After"), 1_000_000); after.ok &&
+	if after := p.fixedDelay(p.values("X-Ratelimit-Reset-After"), 1_000_000); after.ok &&
 		(!gh.reset.ok || after.delay > gh.reset.delay) {
 		gh.reset = after
 	}
@@ -401,14 +451,14 @@ var units = [...]struct {
 // RateLimit-Policy items such as "100;w=60" give the window too.
 func (p *parser) family(limitKey, remainingKey, resetKey, usedKey, resourceKey string, policyWindow bool) quota {
 	q := quota{limit: -1, remaining: -1, used: -1}
-	q.limit, q.window = countList(p.h.Values(limitKey))
-	q.remaining, _ = countList(p.h.Values(remainingKey))
+	q.limit, q.window = countList(p.values(limitKey))
+	q.remaining, _ = countList(p.values(remainingKey))
 	if usedKey != "" {
-		q.used, _ = countList(p.h.Values(usedKey))
+		q.used, _ = countList(p.values(usedKey))
 	}
-	q.reset = p.reset(p.h.Values(resetKey))
+	q.reset = p.reset(p.values(resetKey))
 	if resourceKey != "" {
-		first(p.h.Values(resourceKey), func(s string) bool {
+		first(p.values(resourceKey), func(s string) bool {
 			if isToken(s) {
 				q.resource = s
 				return true
@@ -427,7 +477,7 @@ func (p *parser) family(limitKey, remainingKey, resetKey, usedKey, resourceKey s
 // of the first such item when limit is unknown (-1). A policy of another
 // size is another quota, whose window says nothing of this one.
 func (p *parser) policyWindow(limit int64) time.Duration {
-	for _, m := range parseList(p.h.Values("Ratelimit-Policy")) {
+	for _, m := range parseList(p.values("Ratelimit-Policy")) {
 		n, ok := m.count()
 		if !ok {
 			continue
@@ -445,8 +495,8 @@ func (p *parser) policyWindow(limit int64) time.Duration {
 // with integer policies "100;w=60". Policies that no RateLimit member
 // speaks of are returned apart, as quotas with only a limit and a window.
 func (p *parser) ietfStructured() (quotas, policiesOnly []quota) {
-	rl := parseList(p.h.Values("Ratelimit"))
-	policies := parseList(p.h.Values("Ratelimit-Policy"))
+	rl := parseList(p.values("Ratelimit"))
+	policies := parseList(p.values("Ratelimit-Policy"))
 	if len(rl) == 0 && len(policies) == 0 {
 		return nil, nil
 	}
@@ -539,13 +589,15 @@ func (p *parser) reset(vals []string) delay {
 			var d delay
 			switch p.format {
 			case ResetEpochSeconds:
-				d = p.untilMicros(n.micros(1_000_000))
+				d = p.epoch(n, 1_000_000)
 			case ResetEpochMillis:
-				d = p.untilMicros(n.micros(1000))
+				d = p.epoch(n, 1000)
 			case ResetDeltaSeconds:
 				d = p.clamp(n.micros(1_000_000))
+				d.res = n.resolution(1_000_000)
 			case ResetDeltaMillis:
 				d = p.clamp(n.micros(1000))
+				d.res = n.resolution(1000)
 			case ResetRFC3339:
 				return false
 			default:
@@ -555,11 +607,12 @@ func (p *parser) reset(vals []string) delay {
 				}
 				switch {
 				case n.huge || n.whole >= epochSeconds*1000:
-					d = p.untilMicros(n.micros(1000))
+					d = p.epoch(n, 1000)
 				case n.whole >= epochSeconds:
-					d = p.untilMicros(n.micros(1_000_000))
+					d = p.epoch(n, 1_000_000)
 				default:
 					d = p.clamp(n.micros(1_000_000))
+					d.res = n.resolution(1_000_000)
 				}
 			}
 			got = d
@@ -567,15 +620,29 @@ func (p *parser) reset(vals []string) delay {
 		}
 		if us, ok := parseDuration(s); ok {
 			got = p.clamp(us, false)
+			got.res = durationResolution(s)
 			return true
 		}
 		if t, ok := parseTime(s); ok {
 			got = p.until(t)
+			got.res, got.at = timeResolution(s), t
 			return true
 		}
 		return false
 	})
 	return got
+}
+
+// epoch reads n as an instant in units of unit microseconds since the
+// epoch.
+func (p *parser) epoch(n number, unit int64) delay {
+	us, huge := n.micros(unit)
+	d := p.untilMicros(us, huge)
+	d.res = n.resolution(unit)
+	if !huge {
+		d.at = time.UnixMicro(us)
+	}
+	return d
 }
 
 // fixedDelay reads a delay whose unit is fixed (unit microseconds per
@@ -586,6 +653,7 @@ func (p *parser) fixedDelay(vals []string, unit int64) delay {
 		n, ok := parseNumber(s)
 		if ok {
 			got = p.clamp(n.micros(unit))
+			got.res = n.resolution(unit)
 		}
 		return ok
 	})
@@ -763,6 +831,55 @@ func (n number) micros(unit int64) (int64, bool) {
 		return 0, true
 	}
 	return us + frac, false
+}
+
+// resolution returns how finely n was written in units of unit
+// microseconds: unit for a whole number, a tenth of it per decimal, at
+// least a microsecond.
+func (n number) resolution(unit int64) time.Duration {
+	for range len(n.frac) {
+		if unit <= 1 {
+			break
+		}
+		unit /= 10
+	}
+	return time.Duration(max(unit, 1)) * time.Microsecond
+}
+
+// durationResolution returns how finely a Go duration such as "6m0s",
+// "1.5s" or "12ms" was written: its last unit, divided by ten per
+// decimal of the number before it.
+func durationResolution(s string) time.Duration {
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	unit, err := time.ParseDuration("1" + s[i:])
+	if err != nil || unit <= 0 {
+		return time.Microsecond
+	}
+	j := i
+	for j > 0 && (s[j-1] >= '0' && s[j-1] <= '9' || s[j-1] == '.') {
+		j--
+	}
+	if _, frac, ok := strings.Cut(s[j:i], "."); ok {
+		for range len(frac) {
+			unit /= 10
+		}
+	}
+	return max(unit, time.Microsecond)
+}
+
+// timeResolution returns how finely a timestamp was written: a second,
+// or a tenth of it per decimal of an RFC 3339 fraction.
+func timeResolution(s string) time.Duration {
+	res := time.Second
+	if i := strings.IndexByte(s, '.'); i >= 0 && strings.IndexByte(s, 'T') >= 0 {
+		for j := i + 1; j < len(s) && s[j] >= '0' && s[j] <= '9' && res > time.Microsecond; j++ {
+			res /= 10
+		}
+	}
+	return res
 }
 
 // digits reports whether s is one or more ASCII digits.

@@ -17,7 +17,8 @@
 --
 -- Reply: {moved, ends}: 1 if the windows moved (or took the vendor's
 -- phase for the first time), and the time from now to the end of the
--- window of now after it (0 for a counter with no state left so).
+-- window of now after it (0 for a counter with no state left so). For
+-- within <= 0, moved is 1 if the phase was learned from the vendor.
 
 local key, sliding = KEYS[1], ARGV[3] == SLIDING_WINDOW
 local per, within, tolerance = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -33,7 +34,7 @@ end
 
 if within <= 0 then
   if not phase then return {0, 0} end
-  return {0, endsAt(phase) - now}
+  return {learned and 1 or 0, endsAt(phase) - now}
 end
 local target = (now + within) % per
 -- The tolerance holds only for a phase learned from the vendor ('l'): one

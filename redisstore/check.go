@@ -47,6 +47,12 @@ const checkScope = "redisstore:check"
 // MinIdleConns and [BatchInFlight], within PoolSize, MaxIdleConns and
 // MaxActiveConns.
 //
+// A client whose ReadTimeout or WriteTimeout is shorter than
+// [MinClientTimeout] is a configuration error too, naming the option: a
+// reply slower than it fails, and a [throttle.Transport] then treats
+// Redis as down (its rules' failure modes) while Redis is merely slow,
+// and gives back grants whose replies it never read.
+//
 // Check is bounded by ctx and, if ctx has no deadline, by 10 seconds. It
 // changes nothing a decision reads, so it may be called again at any
 // time, and concurrently.
@@ -81,6 +87,9 @@ func (s *Store) runCheck(ctx context.Context, check func(context.Context) error)
 
 // check runs Check's steps within ctx.
 func (s *Store) check(ctx context.Context) error {
+	if err := s.checkTimeouts(); err != nil {
+		return err
+	}
 	if err := s.checkKind(ctx); err != nil {
 		return err
 	}
@@ -91,6 +100,37 @@ func (s *Store) check(ctx context.Context) error {
 		return err
 	}
 	return s.warm(ctx)
+}
+
+// MinClientTimeout is the shortest ReadTimeout and WriteTimeout of a
+// go-redis client that [Store.Check] accepts: the least call budget of a
+// throttle.Transport (throttle.Breaker's CallTimeout, 2 s by default).
+// go-redis's defaults (3 s; -1 and -2 for none) pass.
+const MinClientTimeout = 2 * time.Second
+
+// checkTimeouts reports a go-redis client whose socket timeouts are
+// shorter than MinClientTimeout.
+func (s *Store) checkTimeouts() error {
+	var read, write time.Duration
+	switch c := s.client.(type) {
+	case *redis.Client:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+	case *redis.ClusterClient:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+	default:
+		return nil
+	}
+	for _, o := range []struct {
+		name string
+		d    time.Duration
+	}{{"ReadTimeout", read}, {"WriteTimeout", write}} {
+		if o.d > 0 && o.d < MinClientTimeout {
+			return fmt.Errorf("%w: the client's %s (%v) is shorter than %v, the least call budget of a throttle.Transport: "+
+				"a slow reply would fail as if Redis were down; keep go-redis's default or set it to %v or more",
+				quota.ErrStoreConfig, o.name, o.d, MinClientTimeout, MinClientTimeout)
+		}
+	}
+	return nil
 }
 
 // checkKind reports a client whose kind does not match the server's: a

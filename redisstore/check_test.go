@@ -294,3 +294,42 @@ func TestConfigErrorOnCalls(t *testing.T) {
 	_, err = rs.Take(ctx(t), d)
 	assert.ErrorIs(t, err, quota.ErrStoreConfig)
 }
+
+// A client whose ReadTimeout or WriteTimeout is below the Transport's
+// least call budget fails Check as a configuration error naming the
+// option; go-redis's defaults and "no timeout" pass.
+func TestCheckClientTimeouts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		opts   func(*redis.Options)
+		option string // named in the error; "" for none
+	}{
+		{"defaults", func(*redis.Options) {}, ""},
+		{"no read timeout", func(o *redis.Options) { o.ReadTimeout = -1 }, ""},
+		{"at the minimum", func(o *redis.Options) {
+			o.ReadTimeout, o.WriteTimeout = redisstore.MinClientTimeout, redisstore.MinClientTimeout
+		}, ""},
+		{"short read timeout", func(o *redis.Options) { o.ReadTimeout = 200 * time.Millisecond }, "ReadTimeout"},
+		{"short write timeout", func(o *redis.Options) { o.WriteTimeout = time.Second }, "WriteTimeout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStoreOn(t, newClient(t, srv.Addr(), c.opts), redistest.Prefix(t))
+			err := s.Check(ctx(t))
+			if c.option == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, quota.ErrStoreConfig)
+			assert.Contains(t, err.Error(), c.option)
+		})
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = cc.Close() })
+	s, err := redisstore.New(cc, redisstore.WithPrefix(redistest.Prefix(t)))
+	require.NoError(t, err)
+	err = s.Check(ctx(t))
+	require.ErrorIs(t, err, quota.ErrStoreConfig)
+	assert.Contains(t, err.Error(), "ReadTimeout")
+}

@@ -632,7 +632,7 @@ func (m *model) anchor(scope string, b quota.Bucket, within, tolerance time.Dura
 		if !phased {
 			return 0, false
 		}
-		return q.Ends(now), false
+		return q.Ends(now), m.learn[id]
 	}
 	end := now + quotamath.CeilMicros(within)
 	if m.learn[id] && !q.AnchorMoves(end, max(tolerance, 0).Microseconds()) {

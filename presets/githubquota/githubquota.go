@@ -161,6 +161,7 @@ package githubquota
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -432,7 +433,7 @@ func Rules(o Options) ([]throttle.Rule, error) {
 			Name: "github-graphql", Scope: Scope, Host: host, Path: site.graphQL,
 			Limits: stack(one(graphQL), one(graphQLPoints), content(isMutation)),
 			Cost:   func(*http.Request) int { return estimate },
-			Settle: throttle.SettleFromJSON("data.rateLimit.cost"),
+			Settle: graphQLSettle,
 			Learn:  learn(GraphQLLimit, "graphql"), Wait: o.Wait,
 		},
 		{
@@ -574,4 +575,35 @@ func (e errReader) Read([]byte) (int, error) {
 		return 0, e.err
 	}
 	return 0, io.EOF
+}
+
+// graphQLReportedCost reads the data.rateLimit.cost of a GraphQL answer.
+var graphQLReportedCost = throttle.SettleFromJSON("data.rateLimit.cost")
+
+// graphQLSettle is the GraphQL rule's Settle: the data.rateLimit.cost
+// the answer reports, or 1 for an answer whose errors say RATE_LIMITED:
+// GitHub ran the query and charged nothing, and 1 is the least a
+// settlement can be (the estimate, up to Options.GraphQLEstimate, would
+// stay otherwise).
+func graphQLSettle(resp *http.Response) (int, bool) {
+	if resp.Body == nil {
+		return 0, false
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	var answer struct {
+		Errors []struct{ Type string }
+	}
+	if json.Unmarshal(body, &answer) == nil {
+		for _, e := range answer.Errors {
+			if e.Type == "RATE_LIMITED" {
+				return 1, true
+			}
+		}
+	}
+	r := *resp
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return graphQLReportedCost(&r)
 }

@@ -402,6 +402,13 @@ func (s *Server) limited(h func(*http.Request) (int, any)) http.HandlerFunc {
 			s.stats.Limited++
 			setQuota(win.used)
 			w.Header().Set("X-Ratelimit-Remaining", "0")
+			if res == "graphql" {
+				// GraphQL answers its primary limit with a 200 whose
+				// errors say RATE_LIMITED, and charges nothing.
+				writeJSON(w, http.StatusOK, map[string]any{"data": nil, "errors": []any{map[string]any{
+					"type": "RATE_LIMITED", "message": "API rate limit exceeded for user ID 1."}}})
+				return
+			}
 			writeJSON(w, http.StatusForbidden, map[string]any{"message": "API rate limit exceeded for this token.",
 				"documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"})
 			return

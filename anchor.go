@@ -1,0 +1,477 @@
+package throttle
+
+import (
+	"context"
+	"time"
+
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
+)
+
+// Anchoring (Learning.Anchor) reads where the vendor's windows end from
+// its answers, moves the shared windows of the Anchor limit there, and
+// holds back the requests the vendor might count in another window than
+// the store did.
+//
+// Each answer is evidence: an interval of instants, on this instance's
+// clock, that holds the end of the vendor's window the request was
+// counted in. It comes from when the request was sent and its answer
+// received, and from the reset's resolution:
+//
+//   - A reset written as an instant R (GitHub's epoch seconds) ends the
+//     window that held the request, sent at s and answered at a: the end
+//     is R+c for one constant c (the vendor's clock and rounding, the same
+//     for every answer while the windows are a whole number of the
+//     reset's resolution), after s and at most a window after a. So c is
+//     in (s-R, a-R+Per]; answers before and after a window turns narrow
+//     it to the time between them, whatever the resolution. The Date
+//     header (whole seconds) bounds it from the first answer: the end is
+//     within a second plus the reset's resolution of R-Date after a.
+//   - A reset written as a delay t (the IETF t, RateLimit-Reset) puts
+//     the end within the resolution of t after the instant, between s
+//     and a, at which the vendor wrote it.
+//
+// The evidence of this instance's answers is intersected (modulo Per).
+// While it leaves less than half a window open, the store is asked to
+// keep its windows ending inside it, or to move them to its latest
+// instant (never earlier than the vendor's); and a request is sent only
+// when no instant between its decision and its arrival may be one of the
+// vendor's or the store's window ends: one decided before such an instant
+// and sent after gives its grant back and is decided again once it is
+// past. No request is then counted by the vendor in a window the store
+// did not charge it to. Evidence that contradicts what is known (a vendor
+// whose windows start at the first request after a quiet spell, as
+// GitHub's, moves them) replaces it.
+
+// A windowID names the counter of an Anchor limit.
+type windowID struct{ scope, limit, key string }
+
+// maxWindows bounds learner.windows: past it, entries whose window has
+// ended are dropped, and all of them if that is not enough.
+const maxWindows = 4096
+
+// phase is what one instance knows of where an Anchor limit's windows
+// end, the vendor's and the store's, in microseconds of its clock.
+type phase struct {
+	per  int64 // the limit's Per
+	last int64 // when the latest answer was received
+	rtt  int64 // the longest send-to-answer time of the evidence
+
+	// Instant resets: every window end the vendor wrote as R (µs) is
+	// R+c, for c in (cLo, cHi]; ref is one such R.
+	hasC          bool
+	cLo, cHi, ref int64
+
+	// Every other bound: one of the vendor's window ends is in [aLo, aHi]
+	// (modulo per).
+	hasArc   bool
+	aLo, aHi int64
+
+	// The store: one of its window ends is in [sLo, sHi] (modulo per), as
+	// of asked, the last time this instance asked it.
+	hasStore     bool
+	learnedStore bool // the store's windows were moved by an Anchor
+	sLo, sHi     int64
+	asked        int64
+}
+
+// bounds returns where one of the vendor's window ends lies, [lo, hi]
+// modulo per, and whether the evidence says less than half a window.
+func (p *phase) bounds() (lo, hi int64, ok bool) {
+	switch {
+	case p.hasC && p.cHi-p.cLo < p.per && p.hasArc:
+		lo, hi, ok = intersectArcs(p.ref+p.cLo, p.ref+p.cHi, p.aLo, p.aHi, p.per)
+		if !ok {
+			return 0, 0, false
+		}
+	case p.hasC && p.cHi-p.cLo < p.per:
+		lo, hi = p.ref+p.cLo, p.ref+p.cHi
+	case p.hasArc:
+		lo, hi = p.aLo, p.aHi
+	default:
+		return 0, 0, false
+	}
+	return lo, hi, 2*(hi-lo) < p.per
+}
+
+// observe adds the evidence of an answer sent at sent and received at
+// recv (µs), fb, read by Parse at recv.
+func (p *phase) observe(sent, recv int64, fb quotaheader.Feedback) {
+	p.last = max(p.last, recv)
+	p.rtt = max(p.rtt, recv-sent)
+	res := max(fb.ResetResolution.Microseconds(), 1)
+	if !fb.ResetInstant.IsZero() {
+		r := fb.ResetInstant.UnixMicro()
+		if p.per%res == 0 {
+			// The window that held the request ends after it was sent, and
+			// starts before it was answered.
+			lo, hi := sent-r, recv-r+p.per
+			switch {
+			case !p.hasC:
+				p.hasC, p.cLo, p.cHi, p.ref = true, lo, hi, r
+			case max(p.cLo, lo) >= min(p.cHi, hi):
+				p.cLo, p.cHi, p.ref = lo, hi, r // contradicted: start again
+				p.hasArc = false
+			default:
+				p.cLo, p.cHi = max(p.cLo, lo), min(p.cHi, hi)
+			}
+		}
+		if !fb.Date.IsZero() {
+			// The vendor wrote Date (whole seconds) at an instant between
+			// sent and recv, and its window ends within res of R.
+			d := fb.Date.UnixMicro()
+			p.addArc(r-d+sent-time.Second.Microseconds()-res, r-d+recv+res)
+		}
+		return
+	}
+	// A delay, from an instant between sent and recv.
+	t := fb.Reset.Sub(time.UnixMicro(recv)).Microseconds()
+	p.addArc(sent+t-res, recv+t+res)
+}
+
+// addArc narrows the arc evidence with [lo, hi] (modulo per).
+func (p *phase) addArc(lo, hi int64) {
+	if 2*(hi-lo) >= p.per {
+		return // says (almost) nothing
+	}
+	if !p.hasArc {
+		p.hasArc, p.aLo, p.aHi = true, lo, hi
+		return
+	}
+	if l, h, ok := intersectArcs(p.aLo, p.aHi, lo, hi, p.per); ok {
+		p.aLo, p.aHi = l, h
+		return
+	}
+	p.aLo, p.aHi = lo, hi // contradicted: start again
+	p.hasC = false
+}
+
+// intersectArcs intersects [aLo, aHi] and [bLo, bHi] modulo per, both
+// shorter than per, and returns the smallest interval (near a) that holds
+// the intersection; ok is false when they do not meet.
+func intersectArcs(aLo, aHi, bLo, bHi, per int64) (lo, hi int64, ok bool) {
+	k := floorDiv((aLo+aHi)/2-(bLo+bHi)/2+per/2, per) // shift b next to a
+	for s := k - 1; s <= k+1; s++ {
+		l, h := max(aLo, bLo+s*per), min(aHi, bHi+s*per)
+		if l > h {
+			continue
+		}
+		if !ok {
+			lo, hi, ok = l, h, true
+			continue
+		}
+		lo, hi = min(lo, l), max(hi, h)
+	}
+	return lo, hi, ok
+}
+
+// floorDiv is a/b rounded down, for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// zone returns the instants, [lo, hi] modulo per, at which a window may
+// end, the vendor's or the store's; ok is false when either is unknown,
+// or when they leave no room, with the longest time a request took to be
+// answered, to send anything.
+func (p *phase) zone() (lo, hi int64, ok bool) {
+	if !p.hasStore {
+		return 0, 0, false
+	}
+	lo, hi, ok = p.bounds()
+	if !ok {
+		if !p.learnedStore {
+			return 0, 0, false // the store's windows follow no vendor yet
+		}
+		// No evidence of our own: the store's windows were moved by
+		// another instance, on evidence that left less than half a
+		// window open before their end.
+		return p.sLo - p.per/2, p.sHi, true
+	}
+	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
+	lo, hi = min(lo, p.sLo+k*p.per), max(hi, p.sHi+k*p.per)
+	return lo, hi, hi-lo+p.rtt < p.per
+}
+
+// crossing reports whether [from, to] meets the zone, and if so when the
+// zone it meets is over. A request decided at from and sent at to-rtt
+// reaches the vendor by to.
+func (p *phase) crossing(from, to int64) (until int64, crosses bool) {
+	lo, hi, ok := p.zone()
+	if !ok {
+		return 0, false
+	}
+	k := floorDiv(from-hi+p.per-1, p.per) // the first zone that ends at or after from
+	if lo+k*p.per > to {
+		return 0, false
+	}
+	return hi + k*p.per + 1, true
+}
+
+// anchor reads fb, the answer to a request under rule r whose demand was
+// d, as evidence of where the vendor's windows of the rule's Anchor limit
+// end, and keeps the store's windows there (see the comment at the top of
+// this file). It returns when the store's window of now ends, by the
+// local clock (zero if unknown), for [Limiter.sync].
+func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now time.Time) time.Time {
+	if fb.Reset.IsZero() || fb.Capped || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
+		return time.Time{}
+	}
+	i := d.limitOf(r.anchorIdx)
+	if i < 0 {
+		return time.Time{} // the Anchor limit does not apply to this request
+	}
+	b := d.Limits[i]
+	l := b.Limit
+	if fb.Window > 0 && fb.Window != l.Per {
+		return time.Time{} // another of the vendor's quotas
+	}
+	if fb.Reset.Sub(now) > l.Per+fb.ResetResolution+time.Second {
+		return time.Time{} // no window of this limit ends that far away
+	}
+	sent := d.sent
+	if sent.IsZero() || sent.After(now) {
+		sent = now
+	}
+	id := windowID{r.scope, l.Name, b.Key}
+	lo, hi, ask := lim.learned.observe(id, l.Per, sent, now, fb, r.Learn.AnchorTolerance)
+	if !ask {
+		return lim.learned.storeEnd(id, now)
+	}
+	s, ok := lim.store.(quota.Anchorer)
+	if !ok {
+		return time.Time{} // NewTransport checked; a store swapped in since cannot anchor
+	}
+	// The latest instant the evidence allows, as the first such end after
+	// now: the store keeps a window end in [lo, hi+tolerance], or moves one
+	// there.
+	per := l.Per.Microseconds()
+	us := now.UnixMicro()
+	shift := floorDiv(us-hi, per)*per + per
+	lo, hi = lo+shift, hi+shift
+	within := time.Duration(hi-us) * time.Microsecond
+	tol := time.Duration(hi-lo)*time.Microsecond + r.Learn.AnchorTolerance
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	callSent := lim.now()
+	var (
+		ends  time.Duration
+		moved bool
+	)
+	err := lim.guard(sctx, func(ctx context.Context) error {
+		var err error
+		ends, moved, err = s.Anchor(ctx, r.scope, b, within, tol)
+		return err
+	})
+	callRecv := lim.now()
+	if lim.hooks.OnAnchor != nil {
+		lim.hooks.OnAnchor(AnchorEvent{Rule: r.id, Limit: l.Name, Reset: within, Moved: moved, Err: err})
+	}
+	if err != nil || ends <= 0 {
+		lim.learned.forgetStore(id)
+		return time.Time{}
+	}
+	// The store counted ends from when it got the call, between callSent
+	// and callRecv.
+	lim.learned.keepStore(id, callSent.Add(ends), callRecv.Add(ends), now)
+	lim.learned.storeLearned(id, true)
+	return callSent.Add(ends)
+}
+
+// observe adds the evidence of an answer fb, to a request sent at sent
+// and received at recv, to what the learner knows of id's windows (of
+// per). It returns where one of the vendor's window ends lies, [lo, hi]
+// modulo per in µs, and whether to ask the store: when the evidence is
+// narrow enough, and the store's end, as last learned, is more than a
+// window old or outside [lo, hi+tol].
+func (l *learner) observe(id windowID, per time.Duration, sent, recv time.Time, fb quotaheader.Feedback, tol time.Duration) (lo, hi int64, ask bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.windows == nil {
+		l.windows = make(map[windowID]*phase)
+	}
+	p := l.windows[id]
+	if p == nil || p.per != per.Microseconds() {
+		if len(l.windows) >= maxWindows {
+			l.prune(recv.UnixMicro())
+		}
+		p = &phase{per: per.Microseconds()}
+		l.windows[id] = p
+	}
+	p.observe(sent.UnixMicro(), recv.UnixMicro(), fb)
+	lo, hi, ok := p.bounds()
+	if !ok {
+		return 0, 0, false
+	}
+	if !p.hasStore || recv.UnixMicro()-p.asked > p.per {
+		return lo, hi, true
+	}
+	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
+	sLo, sHi := p.sLo+k*p.per, p.sHi+k*p.per
+	return lo, hi, sLo < lo || sHi > hi+(hi-lo)+tol.Microseconds()
+}
+
+// prune drops the entries of l.windows with no answer for a window, and
+// all of them if that is not enough. l.mu is held.
+func (l *learner) prune(now int64) {
+	for k, p := range l.windows {
+		if now-max(p.last, p.asked) > p.per {
+			delete(l.windows, k)
+		}
+	}
+	if len(l.windows) >= maxWindows {
+		clear(l.windows)
+	}
+}
+
+// keepStore records that one of the store's window ends for id is
+// between lo and hi, as of now.
+func (l *learner) keepStore(id windowID, lo, hi, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.windows[id]; p != nil {
+		p.hasStore, p.sLo, p.sHi, p.asked = true, lo.UnixMicro(), hi.UnixMicro(), now.UnixMicro()
+	}
+}
+
+// storeLearned records whether the store's windows for id follow a phase
+// learned from the vendor.
+func (l *learner) storeLearned(id windowID, learned bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.windows[id]; p != nil {
+		p.learnedStore = learned
+	}
+}
+
+// forgetStore forgets where the store's windows for id end.
+func (l *learner) forgetStore(id windowID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.windows[id]; p != nil {
+		p.hasStore = false
+	}
+}
+
+// storeEnd returns when the store's window of now for id ends, at the
+// earliest, as last learned; zero if unknown.
+func (l *learner) storeEnd(id windowID, now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	if p == nil || !p.hasStore {
+		return time.Time{}
+	}
+	us := now.UnixMicro()
+	end := p.sLo + floorDiv(us-p.sLo, p.per)*p.per + p.per
+	return time.UnixMicro(end)
+}
+
+// vendorEnd returns the latest instant at which the vendor's window that
+// held an answer received at recv may end, if the evidence for id says:
+// the latest end of the first window whose earliest end is after recv.
+func (l *learner) vendorEnd(id windowID, recv time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	if p == nil {
+		return time.Time{}, false
+	}
+	lo, hi, ok := p.bounds()
+	if !ok {
+		return time.Time{}, false
+	}
+	k := floorDiv(recv.UnixMicro()-lo, p.per) + 1
+	return time.UnixMicro(hi + k*p.per), true
+}
+
+// anchorHold reports whether a request of demand d, decided at decided
+// (the earliest instant its grant may have been charged at) and to be
+// sent now, may reach the vendor in another window of an Anchor limit
+// than the store charged it to; if so, until is when the instants at
+// which those windows may end are past. Where this instance has not
+// learned, within a quarter of a window, where the store's windows end,
+// it asks.
+func (lim *Limiter) anchorHold(ctx context.Context, d *demand, decided, now time.Time) (until time.Time, hold bool) {
+	for _, b := range d.Limits {
+		if !b.Limit.Anchored {
+			continue
+		}
+		id := windowID{d.Scope, b.Limit.Name, b.Key}
+		if lim.learned.storeStale(id, b.Limit.Per, now) {
+			lim.askStore(ctx, d.Scope, b, id, now)
+		}
+		if u, ok := lim.learned.crossing(id, decided, now); ok {
+			if u.After(until) {
+				until = u
+			}
+			hold = true
+		}
+	}
+	return until, hold
+}
+
+// askStore learns where the store's windows for id, of bucket b, end.
+func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, id windowID, now time.Time) {
+	s, ok := lim.store.(quota.Anchorer)
+	if !ok {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	callSent := lim.now()
+	var (
+		ends    time.Duration
+		learned bool
+	)
+	err := lim.guard(sctx, func(ctx context.Context) error {
+		var err error
+		ends, learned, err = s.Anchor(ctx, scope, b, 0, 0)
+		return err
+	})
+	if err != nil || ends <= 0 {
+		lim.learned.forgetStore(id)
+		return
+	}
+	lim.learned.keepStore(id, callSent.Add(ends), lim.now().Add(ends), now)
+	lim.learned.storeLearned(id, learned)
+}
+
+// storeStale reports whether this instance last learned where the store's
+// windows for id end more than a quarter of a window (of per) before now,
+// or never.
+func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.windows == nil {
+		l.windows = make(map[windowID]*phase)
+	}
+	p := l.windows[id]
+	if p == nil || p.per != per.Microseconds() {
+		if len(l.windows) >= maxWindows {
+			l.prune(now.UnixMicro())
+		}
+		p = &phase{per: per.Microseconds()}
+		l.windows[id] = p
+	}
+	// A quarter of a window: another instance's move reaches this one
+	// within that.
+	return !p.hasStore || now.UnixMicro()-p.asked > p.per/4
+}
+
+// crossing is [phase.crossing] for id, for a request decided at decided
+// and sent at sent.
+func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	if p == nil {
+		return time.Time{}, false
+	}
+	u, ok := p.crossing(decided.UnixMicro(), sent.UnixMicro()+p.rtt)
+	return time.UnixMicro(u), ok
+}

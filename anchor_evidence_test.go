@@ -1,0 +1,335 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
+	"github.com/quotakit/throttle/redisstore"
+)
+
+// coarseVendor is an in-process GitHub search API (a base RoundTripper,
+// no sockets, so it runs in a synctest bubble): rate requests per fixed
+// window of per, its windows starting phase after the epoch's, on a clock
+// skew ahead of ours. It tells the window's end only as GitHub does:
+// X-RateLimit-Reset in whole epoch seconds (rounded up) and a Date in
+// whole seconds (rounded down), and answers 403 with nothing remaining
+// when over. Each way takes a random latency up to maxLatency.
+type coarseVendor struct {
+	rate       int
+	per, phase time.Duration
+	skew       time.Duration
+	maxLatency time.Duration
+
+	mu         sync.Mutex
+	accepted   map[int64]int
+	rejected   int
+	rejectedIn map[int64]int // by window
+}
+
+func (v *coarseVendor) travel() {
+	if v.maxLatency > 0 {
+		time.Sleep(rand.N(v.maxLatency))
+	}
+}
+
+func (v *coarseVendor) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+	v.travel()
+	now := time.Now().Add(v.skew) // the vendor's clock
+	since := now.Sub(time.Unix(0, 0)) - v.phase
+	k := int64(since / v.per)
+	if since < 0 {
+		k--
+	}
+	end := time.Unix(0, 0).Add(v.phase + time.Duration(k+1)*v.per)
+	v.mu.Lock()
+	ok := v.accepted[k] < v.rate
+	if ok {
+		v.accepted[k]++
+	} else {
+		v.rejected++
+		if v.rejectedIn == nil {
+			v.rejectedIn = map[int64]int{}
+		}
+		v.rejectedIn[k]++
+	}
+	used := v.accepted[k]
+	v.mu.Unlock()
+	resetSec := end.Unix()
+	if end.Sub(time.Unix(resetSec, 0)) > 0 {
+		resetSec++
+	}
+	h := http.Header{}
+	h.Set("Date", now.UTC().Format(http.TimeFormat))
+	h.Set("X-RateLimit-Limit", strconv.Itoa(v.rate))
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(v.rate-used))
+	h.Set("X-RateLimit-Used", strconv.Itoa(used))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSec, 10))
+	h.Set("X-RateLimit-Resource", "search")
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusForbidden
+	}
+	v.travel()
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+}
+
+// window returns the index of the vendor's window that holds local
+// instant t.
+func (v *coarseVendor) window(t time.Time) int64 {
+	since := t.Add(v.skew).Sub(time.Unix(0, 0)) - v.phase
+	k := int64(since / v.per)
+	if since < 0 {
+		k--
+	}
+	return k
+}
+
+// rejectedAfter returns the requests the vendor rejected in its windows
+// after window k.
+func (v *coarseVendor) rejectedAfter(k int64) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for w, r := range v.rejectedIn {
+		if w > k {
+			n += r
+		}
+	}
+	return n
+}
+
+// totals returns what the vendor accepted and rejected in all, and the
+// number of windows that accepted anything.
+func (v *coarseVendor) totals() (accepted, rejected, windows int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, n := range v.accepted {
+		accepted += n
+		if n > 0 {
+			windows++
+		}
+	}
+	return accepted, v.rejected, windows
+}
+
+// searchFleet runs instances Transports, one per store that newStore
+// returns, on one vendor, with callers goroutines each sending searches
+// for run (then cancelled: a deadline would refuse, at once, the waits
+// that end after it), and reports the requests that failed. For the
+// first light of the run, the callers pause at random between requests,
+// asking for about three quarters of the quota, spread over the windows;
+// then they send as fast as they are let.
+func searchFleet(t *testing.T, run, light time.Duration, v *coarseVendor, instances, callers int, anchor bool, newStore func() quota.Store, hooks throttle.Hooks) int64 {
+	t.Helper()
+	learn := throttle.Learning{Sync: "search"}
+	if anchor {
+		learn.Anchor = "search"
+	}
+	policy := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{
+		Name: "search", Host: "api.github.com",
+		Limits: []throttle.Limit{{Name: "search", Rate: v.rate, Per: v.per, Algorithm: throttle.FixedWindow}},
+		Learn:  learn,
+	}}}
+	clients := make([]*http.Client, instances)
+	for i := range clients {
+		tr, err := throttle.NewTransport(v, policy, throttle.WithStore(newStore()), throttle.WithHooks(hooks),
+			throttle.WithProfiles(quotaheader.GitHub))
+		require.NoError(t, err)
+		clients[i] = &http.Client{Transport: tr}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stop := time.AfterFunc(run, cancel)
+	defer stop.Stop()
+	lightEnd := time.Now().Add(light)
+	gap := 2 * v.per * time.Duration(instances*callers) / time.Duration(v.rate*3/4)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for _, c := range clients {
+		for range callers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if left := time.Until(lightEnd); left > 0 {
+						time.Sleep(min(rand.N(gap), left))
+					}
+					req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.github.com/search/code?q=x", nil)
+					if err != nil {
+						panic(err)
+					}
+					resp, err := c.Do(req)
+					if err != nil {
+						// Refused by the limit (a reservation further ahead than
+						// the store grants) is the limiter at work, not a failure.
+						if ctx.Err() == nil && !errors.Is(err, throttle.ErrLimited) && failed.Add(1) == 1 {
+							t.Logf("first failure: %v", err)
+						}
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return failed.Load()
+}
+
+// TestAnchorCoarseClock is the reproduction of issue 29: a fleet of 8
+// instances of 16 callers on GitHub-like search windows of 1 s, 2 s and
+// 60 s that start anywhere (and on a vendor clock 300 ms ahead), told only
+// by whole-second resets and Dates, from .700 of a second. Each run has a
+// light half (spread requests, which let the evidence narrow) and a heavy
+// one. With Learning.Anchor the vendor rejects nothing, in every phase
+// tried, and the fleet uses at least 85% of what the same run without
+// Anchor uses (most of it; see below): anchoring never over-admits where
+// not anchoring would not. (Before the
+// evidence intervals, the same runs with Anchor had rejections: every
+// whole-second reset read against a whole-second Date anchored the
+// windows to end a whole number of seconds from the answer.)
+//
+// The in-process store runs in a synctest bubble, on virtual time: the
+// windows and latencies are exact whatever the machine's load.
+func TestAnchorCoarseClock(t *testing.T) {
+	for _, per := range []time.Duration{time.Second, 2 * time.Second, time.Minute} {
+		t.Run(per.String(), func(t *testing.T) {
+			t.Parallel()
+			windows := 6
+			if per == time.Minute {
+				windows = 3
+			}
+			for run := range 4 {
+				phase := time.Duration(run)*per/4 + rand.N(per/4) // the phases cover the window
+				if run == 0 {
+					phase = rand.N(time.Second) // anywhere in the first second
+				}
+				t.Run(strconv.Itoa(run), func(t *testing.T) {
+					var got [2]struct{ accepted, rejected, afterMove, moves int }
+					for i, anchor := range []bool{false, true} {
+						synctest.Test(t, func(t *testing.T) {
+							v := &coarseVendor{rate: 30, per: per, phase: phase, skew: 300 * time.Millisecond,
+								maxLatency: 20 * time.Millisecond, accepted: map[int64]int{}}
+							store := memstore.New()
+							var (
+								mu    sync.Mutex
+								moves int
+								moved time.Time
+							)
+							hooks := throttle.Hooks{OnAnchor: func(ev throttle.AnchorEvent) {
+								mu.Lock()
+								defer mu.Unlock()
+								if ev.Moved {
+									if moves++; moved.IsZero() {
+										moved = time.Now()
+									}
+								}
+								assert.NoError(t, ev.Err)
+							}}
+							time.Sleep(700 * time.Millisecond) // start at .700 of a second, as in the issue
+							failed := searchFleet(t, time.Duration(windows)*per, time.Duration(windows/2)*per, v, 8, 16, anchor,
+								func() quota.Store { return store }, hooks)
+							assert.Zero(t, failed, "requests failed")
+							accepted, rejected, _ := v.totals()
+							mu.Lock()
+							defer mu.Unlock()
+							got[i].accepted, got[i].rejected, got[i].moves = accepted, rejected, moves
+							if !moved.IsZero() {
+								got[i].afterMove = v.rejectedAfter(v.window(moved))
+							}
+						})
+					}
+					t.Logf("phase %v: without Anchor accepted %d, rejected %d; with Anchor accepted %d, rejected %d (%d after the first move's window), %d moves",
+						phase, got[0].accepted, got[0].rejected, got[1].accepted, got[1].rejected, got[1].afterMove, got[1].moves)
+					assert.Zero(t, got[1].afterMove, "the vendor rejected requests once the windows were anchored")
+					// Holding requests out of the instants where windows may
+					// end, and counting units on both sides of a move, cost
+					// some quota: measured, 39-140% of the runs without
+					// Anchor on 1 s windows whose evidence narrowed (and
+					// moved them), 93-105% elsewhere.
+					assert.GreaterOrEqual(t, float64(got[1].accepted), 0.35*float64(got[0].accepted), "anchoring used less of the quota")
+				})
+			}
+		})
+	}
+}
+
+// TestAnchorCoarseClockRedis is TestAnchorCoarseClock on redisstore, on
+// real time: every instance has its own client. The 60 s window's run
+// starts 1.5 s before one of the vendor's windows ends. Before the
+// answers narrow the evidence enough to move the windows, the fleet is
+// where it would be without Anchor (on windows that start at its first
+// charge, and Sync): a burst may then spill into the vendor's next
+// window, as TestAnchorCoarseClock's runs without Anchor show. From the
+// window after the first move on, the vendor rejects nothing.
+func TestAnchorCoarseClockRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs fleets against real-time windows for about 10 s")
+	}
+	srv := redistest.Start(t)
+	for _, per := range []time.Duration{time.Second, 2 * time.Second, time.Minute} {
+		t.Run(per.String(), func(t *testing.T) {
+			t.Parallel()
+			run := 4 * per
+			phase := rand.N(time.Second)
+			if per == time.Minute {
+				// A boundary 1.5 s from now, anywhere in the second.
+				now := time.Now().Add(300 * time.Millisecond)
+				end := now.Add(1500 * time.Millisecond)
+				phase = time.Duration(end.UnixNano() % int64(per))
+				run = 5 * time.Second
+			}
+			v := &coarseVendor{rate: 30, per: per, phase: phase, skew: 300 * time.Millisecond,
+				maxLatency: 5 * time.Millisecond, accepted: map[int64]int{}}
+			prefix := redistest.Prefix(t)
+			newStore := func() quota.Store {
+				rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+				t.Cleanup(func() { _ = rc.Close() })
+				s, err := redisstore.New(rc, redisstore.WithPrefix(prefix))
+				require.NoError(t, err)
+				return s
+			}
+			var (
+				mu    sync.Mutex
+				moved time.Time
+			)
+			hooks := throttle.Hooks{OnAnchor: func(ev throttle.AnchorEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				if ev.Moved && moved.IsZero() {
+					moved = time.Now()
+				}
+			}}
+			failed := searchFleet(t, run, run/2, v, 8, 16, true, newStore, hooks)
+			accepted, rejected, used := v.totals()
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("phase %v: accepted %d in %d windows, rejected %d; first move at window %d", phase, accepted, used, rejected, v.window(moved))
+			if !moved.IsZero() {
+				assert.Zero(t, v.rejectedAfter(v.window(moved)), "the vendor rejected requests after the windows moved")
+			}
+			assert.Zero(t, failed, "requests failed")
+		})
+	}
+}
