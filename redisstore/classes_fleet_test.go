@@ -60,8 +60,6 @@ func newQuotaVendor(t *testing.T, perSecond float64, burst int) *quotaVendor {
 type call struct {
 	who     string
 	start   time.Time
-	mu      sync.Mutex
-	trace   []string
 	decided atomic.Int64 // the delays the stores named for it, summed, ns
 	takes   atomic.Int64 // store decisions made for it
 	granted atomic.Int64 // the instant (UnixNano, local) it was granted for
