@@ -16,6 +16,7 @@ import (
 // that retries) with the default batching, replay ids, a client that
 // never retries, take.lua for every demand, batching off, and batching
 // from the second call in flight on (so that concurrent cases batch).
+// With -short, only the default and take.lua.
 func TestConformance(t *testing.T) {
 	noRetries := func(o *redis.Options) { o.MaxRetries = -1 }
 	for _, tc := range []struct {
@@ -31,6 +32,9 @@ func TestConformance(t *testing.T) {
 		{"take.lua only", nil, []redisstore.Option{redisstore.WithGenericTake()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if testing.Short() && tc.name != "detect" && tc.name != "take.lua only" {
+				t.Skip("short: the default and take.lua only")
+			}
 			prefix := redistest.Prefix(t)
 			newOne := func(t *testing.T, now func() time.Time) quota.Store {
 				opts := append([]redisstore.Option{redisstore.WithNow(now)}, tc.opts...)
