@@ -291,17 +291,7 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 func (l *learner) observe(id windowID, per time.Duration, sent, recv time.Time, fb quotaheader.Feedback, tol time.Duration) (lo, hi int64, ask bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.windows == nil {
-		l.windows = make(map[windowID]*phase)
-	}
-	p := l.windows[id]
-	if p == nil || p.per != per.Microseconds() {
-		if len(l.windows) >= maxWindows {
-			l.prune(recv.UnixMicro())
-		}
-		p = &phase{per: per.Microseconds()}
-		l.windows[id] = p
-	}
+	p := l.phaseOf(id, per, recv)
 	p.observe(sent.UnixMicro(), recv.UnixMicro(), fb)
 	lo, hi, ok := p.bounds()
 	if !ok {
@@ -441,12 +431,10 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 	lim.learned.storeLearned(id, learned)
 }
 
-// storeStale reports whether this instance last learned where the store's
-// windows for id end more than a quarter of a window (of per) before now,
-// or never.
-func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// phaseOf returns what l knows of id's windows of per, new when it knew
+// nothing of them (or of windows of another length), pruning the map when
+// it is full. l.mu is held.
+func (l *learner) phaseOf(id windowID, per time.Duration, now time.Time) *phase {
 	if l.windows == nil {
 		l.windows = make(map[windowID]*phase)
 	}
@@ -458,6 +446,16 @@ func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool
 		p = &phase{per: per.Microseconds()}
 		l.windows[id] = p
 	}
+	return p
+}
+
+// storeStale reports whether this instance last learned where the store's
+// windows for id end more than a quarter of a window (of per) before now,
+// or never.
+func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.phaseOf(id, per, now)
 	// A quarter of a window: another instance's move reaches this one
 	// within that.
 	return !p.hasStore || now.UnixMicro()-p.asked > p.per/4

@@ -239,13 +239,10 @@ local function common(instant)
             if logFloor > instant then
               logFloor = logLoad(key, instant)
             else
-              local need = total - allowance
-              local first = redis.call('ZRANGE', key, fmt('%d', need), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-              local firstAt, cost = string.match(first[1], '^(%d+):(%d+):')
-              if tonumber(first[2]) - tonumber(cost) < need then
-                local free = tonumber(firstAt) + param
-                if free > logFloor then logFloor = free end
-              end
+              -- The window ending at e fits once the total up to e-Per
+              -- reaches total - allowance (slidinglog.lua's logReach).
+              local reach = logReach(key, total - allowance)
+              if reach and reach + param > logFloor then logFloor = reach + param end
             end
           end
           state[i] = logFloor
