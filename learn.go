@@ -248,16 +248,19 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 	if p <= 0 {
 		return
 	}
-	exact := false
-	if r.anchorIdx >= 0 && d != nil && fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() {
-		// Quota spent until the reset: with evidence of where the
-		// vendor's windows end, pause until the latest instant the
-		// window may end, which the reset's rounding only delays.
+	// Quota spent until the reset: the vendor's window ends then (its
+	// rounding only delays it), so the pause ends there, with no jitter,
+	// which would only waste the next window's quota: the instances all
+	// wait on the one shared pause and the store spreads their grants.
+	exact := fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() && !fb.Capped
+	if exact && r.anchorIdx >= 0 && d != nil {
+		// With evidence of where the vendor's windows end, pause until the
+		// latest instant the window may end.
 		if i := d.limitOf(r.anchorIdx); i >= 0 {
 			b := d.Limits[i]
 			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now)
 			if ok && end.After(now) && !end.After(fb.Reset.Add(fb.ResetResolution)) {
-				p, exact = min(end.Sub(now), c.maxPause), true
+				p = min(end.Sub(now), c.maxPause)
 			}
 		}
 	}
