@@ -88,7 +88,8 @@ type learner struct {
 	mu      sync.Mutex
 	pauses  map[string]time.Time
 	backoff map[string]*backoff.ExponentialBackOff
-	windows map[windowID]*phase // Anchor limits: where the vendor's and the store's windows end (anchor.go)
+	windows map[windowID]*phase    // Anchor limits: where the vendor's and the store's windows end (anchor.go)
+	clocks  map[string]vendorClock // per scope: the vendor's clock offset (vendorclock.go)
 }
 
 // localPause returns the end of the latest pause learned for scope, if it
@@ -233,6 +234,9 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *demand, req *http.Req
 // rule's Sync limit to what the vendor says remains. limited says the
 // answer was "slow down"; status is its HTTP status, or 0.
 func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) {
+	if d != nil {
+		fb.Reset = lim.learned.clockReset(r.scope, d.sent, now, fb) // vendorclock.go: Date's whole seconds
+	}
 	pk := r.pauseKey(d)
 	p := lim.learned.pauseFor(r.pauseID(pk), c, limited, fb, now)
 	var windowEnd time.Time
