@@ -337,17 +337,22 @@ func TestAnchorCoarseClockRedis(t *testing.T) {
 					mu    sync.Mutex
 					moves int
 				)
+				var fellBack atomic.Int64
 				hooks := throttle.Hooks{OnAnchor: func(ev throttle.AnchorEvent) {
 					mu.Lock()
 					defer mu.Unlock()
 					if ev.Moved {
 						moves++
 					}
+				}, OnDecision: func(ev throttle.DecisionEvent) {
+					if ev.Fallback != throttle.FailDefault {
+						fellBack.Add(1)
+					}
 				}}
 				failed := searchFleet(t, run, run/2, v, 8, 16, true, newStore, hooks)
 				accepted, rejected, used := v.totals()
 				mu.Lock()
-				t.Logf("phase %v: accepted %d in %d windows, rejected %d; %d moves", phase, accepted, used, rejected, moves)
+				t.Logf("phase %v: accepted %d in %d windows, rejected %d; %d moves; %d decisions on the store's fallback", phase, accepted, used, rejected, moves, fellBack.Load())
 				mu.Unlock()
 				assert.Zero(t, rejected, "the vendor rejected requests of the anchored fleet")
 				assert.Zero(t, failed, "requests failed")
