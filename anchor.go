@@ -491,13 +491,11 @@ func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, boo
 // included.
 
 // openMargin is how much longer than per the sliding log of an open
-// phase counts a request: a quarter of a window, at most a second. A
+// phase counts a request: a tenth of a window, at most a second. A
 // request that reaches the vendor later than this after the store
-// decided it may be counted in a window the log did not see; on a
-// machine as loaded as the tests' (load 15 on 2 cores), a tenth of a
-// second window let 4 rejections through in 15 runs.
+// decided it may be counted in a window the log did not see.
 func openMargin(per time.Duration) time.Duration {
-	return min(per/4, time.Second)
+	return min(per/10, time.Second)
 }
 
 // openPhase adds to d, for each of its Anchor limits whose phase is open

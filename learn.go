@@ -21,7 +21,8 @@ import (
 // store, so every instance waits or fails before sending: for the answer's
 // Retry-After, until its reset, or for DefaultPause doubling while such
 // answers go on. A response with no quota left pauses until its reset even
-// before a 429. Pauses are capped at MaxPause, get a random jitter added,
+// before a 429. Pauses are capped at MaxPause, get a random jitter added
+// (not a pause until a quota's reset, which ends at the vendor's reset),
 // and are also kept in each instance's memory, so a store that loses them
 // does not send a request early. docs/learning.md has the details.
 type Learning struct {
