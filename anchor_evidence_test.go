@@ -232,11 +232,10 @@ func seeded(t *testing.T) *rand.Rand {
 // by whole-second resets and Dates, from .700 of a second. Each run has a
 // light half (spread requests, which let the evidence narrow) and a heavy
 // one. With Learning.Anchor the vendor rejects nothing, in every phase
-// tried, from the first request on: while the phase is open, every
-// request is also counted in every vendor window that may hold it
-// (anchor.go, openPhase), so anchoring never admits more than a limit
-// that knows nothing of the vendor's phase could; once the windows are
-// anchored, they hold. The same runs without Anchor (windows on the
+// tried, from the first request on: every request is also counted in
+// every vendor window that may hold it (anchor.go, anchorLog), so
+// anchoring never admits more than a limit that knows nothing of the
+// vendor's phase could. The same runs without Anchor (windows on the
 // epoch's grid, Sync only) are the baseline: they may be rejected, and
 // are for phases away from the epoch's.
 //
@@ -289,9 +288,9 @@ func TestAnchorCoarseClock(t *testing.T) {
 					t.Logf("phase %v: without Anchor accepted %d, rejected %d; with Anchor accepted %d, rejected %d, %d moves",
 						phase, got[0].accepted, got[0].rejected, got[1].accepted, got[1].rejected, got[1].moves)
 					assert.Zero(t, got[1].rejected, "the vendor rejected requests of the anchored fleet")
-					// Counting requests in every window that may hold them
-					// while the phase is open, and holding them out of the
-					// instants where windows may end once it is not, cost
+					// Counting requests in every window that may hold them,
+					// and holding them out of the instants where windows may
+					// end once anchored, cost
 					// some quota: measured, 55-140% of the runs without
 					// Anchor (which may be rejected).
 					assert.GreaterOrEqual(t, float64(got[1].accepted), 0.35*float64(got[0].accepted), "anchoring used less of the quota")

@@ -104,7 +104,7 @@ func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
 // decisions; after a move, grants are held out of the instants where
 // windows may end, which the longest round trip seen widens. Without the
 // pauses the store's windows and the open phase's log alone let 24-33
-// rejections through under this load (answers later than openMargin),
+// rejections through under this load (answers later than logMargin),
 // so they stay. Requests the limiter refuses (ErrLimited) are counted
 // and logged, not failures.
 // THROTTLE_REPEAT=10 runs each fleet 10 times.

@@ -302,14 +302,14 @@ func TestAnchorPolicy(t *testing.T) {
 		require.NoError(t, err)
 		p.Done()
 	}
-	// While the window's phase is open (nothing anchored it yet), each
-	// request is also counted in a sliding log of the window's rate over
-	// its Per and openMargin (anchor.go, openPhase), after the rule's limits.
+	// Each request is also counted in a sliding log of the anchored
+	// window's rate over its Per and logMargin (anchor.go, anchorLog),
+	// after the rule's limits.
 	require.Len(t, store.limits, 5)
 	assert.True(t, store.limits[0].Anchored, "rule a's window")
-	assert.Equal(t, quota.Limit{Name: "window", Rate: 10, Per: 61 * time.Second, Algorithm: quota.SlidingLog}, store.limits[1], "rule a's open phase")
+	assert.Equal(t, quota.Limit{Name: "window", Rate: 10, Per: 61 * time.Second, Algorithm: quota.SlidingLog}, store.limits[1], "rule a's log")
 	assert.True(t, store.limits[2].Anchored, "rule b's window, the same counter")
 	assert.False(t, store.limits[3].Anchored, "rule b's day")
 	assert.Equal(t, 8*time.Hour, store.limits[3].Phase)
-	assert.Equal(t, store.limits[1], store.limits[4], "rule b's open phase")
+	assert.Equal(t, store.limits[1], store.limits[4], "rule b's log")
 }
