@@ -348,12 +348,14 @@ func (l *learner) forgetStore(id windowID) {
 }
 
 // storeEnd returns when the store's window of now for id ends, at the
-// earliest, as last learned; zero if unknown.
+// earliest, as last learned; zero if unknown, or if the store's windows
+// do not follow the vendor's (they start at a first charge: a sync on
+// them would take the vendor's window for one of ours).
 func (l *learner) storeEnd(id windowID, now time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.windows[id]
-	if p == nil || !p.hasStore {
+	if p == nil || !p.hasStore || !p.learnedStore {
 		return time.Time{}
 	}
 	us := now.UnixMicro()
@@ -490,6 +492,20 @@ func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, boo
 // pauses and Sync off), and with it never was. It costs Per/(Per+margin)
 // of the quota under a steady load, and nothing to bursts a window
 // apart.
+
+// anchorLogOf returns the sliding log that anchorLog added to d for its
+// Anchor limit b.
+func (d *demand) anchorLogOf(b quota.Bucket) (quota.Bucket, bool) {
+	if !b.Limit.Anchored {
+		return quota.Bucket{}, false
+	}
+	for _, lb := range d.Limits {
+		if lb.Limit.Name == b.Limit.Name && lb.Key == b.Key+"%o" && !lb.Limit.Anchored {
+			return lb, true
+		}
+	}
+	return quota.Bucket{}, false
+}
 
 // logMargin is how much longer than per the sliding log of an Anchor
 // limit counts a request: a tenth of a window, at most a second. A

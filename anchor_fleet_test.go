@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -92,21 +91,14 @@ func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
 // have started earlier), and within the evidence's resolution after it
 // (the reset's second and the Date's).
 //
-// The share of the quota used is logged, not asserted: the issue asks
-// for at least 90%, and THROTTLE_FLEET_QUOTA=1 asserts it; it is not met
-// yet. Measured (THROTTLE_REPEAT=6, two fleets at once on a loaded
-// machine): 79-100% on epoch windows and 66-100% on offset ones, and 49%
-// in a run whose windows moved. What it loses: on windows of a second, a
-// reset in whole seconds (rounded up by up to a second on offset
-// windows) read against a whole-second Date ends a pause up to two
-// seconds after the vendor's window (vendorclock.go narrows the Date's
-// part only as answers straddle its ticks), and a pause stops new
-// decisions; after a move, grants are held out of the instants where
-// windows may end, which the longest round trip seen widens. Without the
-// pauses the store's windows and the open phase's log alone let 24-33
-// rejections through under this load (answers later than logMargin),
-// so they stay. Requests the limiter refuses (ErrLimited) are counted
-// and logged, not failures.
+// The fleet uses 90-105% of the quota, counted by the vendor over the
+// windows of the load (the issue's figure). What it took: the limit's
+// log (anchor.go) holds every vendor window whatever its phase, so the
+// store's windows, which start at a first charge, are never synced as if
+// they were the vendor's (a reset that seems to fall in our next window
+// filled this one whole: first windows of 3-18), and a sync goes to the
+// log while they are not (learn.go). Requests the limiter refuses
+// (ErrLimited) are counted and logged, not failures.
 // THROTTLE_REPEAT=10 runs each fleet 10 times.
 func TestAnchoredSearchFleet(t *testing.T) {
 	if testing.Short() {
@@ -251,9 +243,8 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) 
 		slices.Max(append(lates, 0)).Round(time.Millisecond), len(early))
 	assert.Zero(t, rejected, "the vendor rejected requests")
 	assert.Zero(t, failed.Load(), "requests failed")
-	if os.Getenv("THROTTLE_FLEET_QUOTA") != "" {
-		assert.GreaterOrEqual(t, float64(total), 0.9*windows*rate, "the fleet used %d of %d", total, windows*rate)
-	}
+	assert.GreaterOrEqual(t, float64(total), 0.9*windows*rate, "the fleet used %d of %d", total, windows*rate)
+	assert.LessOrEqual(t, float64(total), 1.05*windows*rate, "the fleet used %d of %d", total, windows*rate)
 	assert.Empty(t, early, "pauses that end before the vendor's window")
 	if len(lates) > 0 {
 		// The evidence's resolution: the reset's rounding (a second) and

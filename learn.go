@@ -316,6 +316,17 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	// The most the limit could admit before the reset: a full burst (or
 	// window) plus what accrues meanwhile.
 	most := int64(l.Capacity()) + int64(float64(l.Rate)*(float64(within)/float64(l.Per))) + 1
+	if lb, ok := d.anchorLogOf(b); ok && windowEnd.IsZero() {
+		// Anchored windows whose end this instance does not know: the
+		// reset may fall in our next window as well as in this one, and
+		// a sync of the windows would fill this one whole. The limit's
+		// log (anchor.go) counts the vendor's window wherever it ends,
+		// within Per of now: the vendor's remaining goes there, and
+		// changes nothing when the log already holds what the vendor
+		// counted.
+		b, l = lb, lb.Limit
+		most = int64(l.Capacity())
+	}
 	if fb.Remaining >= most {
 		return
 	}
