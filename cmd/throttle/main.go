@@ -267,7 +267,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	err = runOnRedis(ctx, name, s, p, o, given, out)
 	if err != nil && strings.HasPrefix(err.Error(), "redisstore: ") {
 		// The store's errors (each says "redisstore: ") say which Redis.
-		return fmt.Errorf("Redis at %s: %w", where, err)
+		return fmt.Errorf("store at %s: %w", where, err)
 	}
 	return err
 }

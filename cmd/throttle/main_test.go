@@ -136,7 +136,7 @@ func TestUnreachableRedisNamed(t *testing.T) {
 	for _, cmd := range []string{"check", "state"} {
 		err := run(context.Background(), []string{"-policy", path, cmd}, env, io.Discard)
 		require.Error(t, err, cmd)
-		assert.ErrorContains(t, err, "Redis at "+addr+": redisstore: ", cmd)
+		assert.ErrorContains(t, err, "store at "+addr+": redisstore: ", cmd)
 		assert.ErrorContains(t, err, "connection refused", cmd)
 		assert.NotContains(t, err.Error(), "sekret", cmd)
 	}
