@@ -487,9 +487,9 @@ func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, boo
 // anywhere, so one vendor window may hold the end of one of ours and the
 // start of the next, and twice the quota: the log is what holds then.
 // After a move, it is kept, as a bound that does not depend on the
-// evidence being right: on Redis under load, a fleet without it after a
-// move was rejected (7 in one run of TestAnchoredSearchFleet with
-// pauses and Sync off), and with it never was. It costs Per/(Per+margin)
+// evidence being right: on Redis, a fleet without it after a move was
+// rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
+// off; why is not known). It costs Per/(Per+margin)
 // of the quota under a steady load, and nothing to bursts a window
 // apart.
 
@@ -517,7 +517,7 @@ func logMargin(per time.Duration) time.Duration {
 
 // anchorLog adds to d, for each of its Anchor limits, the sliding log
 // that counts its requests in every vendor window that may hold them.
-func (lim *Limiter) anchorLog(d *demand) {
+func (d *demand) anchorLog() {
 	n := len(d.Limits)
 	for i := range n {
 		b := d.Limits[i]
