@@ -113,8 +113,7 @@ var (
 // vendor. (The load's bursts, a log's Per apart (anchor.go, anchorLog),
 // leave the evidence wider than half of these windows of 3-4 s: the
 // windows do not move here, and the runs logged 0 anchor calls; the log
-// is what holds. TestAnchorCoarseClock and TestAnchoredSearchFleet see
-// windows move.)
+// is what holds. TestAnchorCoarseClock sees windows move.)
 //
 // The vendors' windows start 10-50ms after the epoch's: a fleet on the
 // epoch's windows (no Anchor) sends its bursts just before the vendor's
