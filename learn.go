@@ -82,31 +82,38 @@ type Learning struct {
 
 const defaultPause = 5 * time.Second
 
-// learner holds what a transport learned: the latest pause per scope, as a
-// local copy of what it recorded in the store, and the backoff state of
-// scopes whose "slow down" answers carried no retry time.
-type learner struct {
-	mu      sync.Mutex
-	pauses  map[string]time.Time
-	backoff map[string]*backoff.ExponentialBackOff
-	windows map[windowID]*phase    // Anchor limits: where the vendor's and the store's windows end (anchor.go)
-	clocks  map[string]vendorClock // per scope: the vendor's clock offset (vendorclock.go)
+// A lesson is what learning took from one answer: its headers, parsed
+// once into one Feedback, whether it said "slow down", and until when
+// this instance then held the request's pause scope back (zero: not).
+type lesson struct {
+	fb      quotaheader.Feedback
+	limited bool
+	until   time.Time
 }
 
-// localPause returns the end of the latest pause learned for scope, if it
-// is after now.
-func (l *learner) localPause(scope string, now time.Time) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.pauses[scope]
-	if !ok {
-		return time.Time{}, false
+// learn is where a response enters learning, once per response: it
+// parses resp, the answer to req under rule r whose demand was d, into
+// one [quotaheader.Feedback], asks the rule's Limited whether it says
+// "slow down", and reports it ([Limiter.report]), which decides and
+// records the pause, the anchor and the sync. Nothing is learned when the
+// rule's Learning is Off.
+func (lim *Limiter) learn(ctx context.Context, r *rule, d *demand, req *http.Request, resp *http.Response) lesson {
+	if r.Learn.Off {
+		return lesson{}
 	}
-	if !until.After(now) {
-		delete(l.pauses, scope)
-		return time.Time{}, false
-	}
-	return until, true
+	now := lim.now()
+	c := lim.learnConfig(r, req.URL.Host)
+	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
+	ls := lesson{fb: fb, limited: c.limited(resp, fb)}
+	lim.report(ctx, r, d, c, ls.limited, fb, resp.StatusCode, now)
+	ls.until, _ = lim.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now)
+	return ls
+}
+
+// wait returns how much longer after now the pause that ls found holds
+// the request back: zero when none does.
+func (ls lesson) wait(now time.Time) time.Duration {
+	return max(ls.until.Sub(now), 0)
 }
 
 // learnConfig is a rule's Learning with the vendor profile applied.
@@ -117,7 +124,7 @@ type learnConfig struct {
 	maxPause     time.Duration
 }
 
-// config resolves r's learning settings for a request to host: the rule's
+// learnConfig resolves r's learning settings for a request to host: the rule's
 // own fields first, then the profile's, then the defaults.
 func (lim *Limiter) learnConfig(r *rule, host string) learnConfig {
 	c := learnConfig{limited: r.Learn.Limited, resetFormat: r.Learn.ResetFormat,
@@ -145,102 +152,22 @@ func (lim *Limiter) learnConfig(r *rule, host string) learnConfig {
 	return c
 }
 
-// pauseFor returns how long r's scope must pause after an answer that
-// limited says was "slow down" (or not) and whose feedback is fb.
-func (l *learner) pauseFor(id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) time.Duration {
-	if !limited {
-		l.mu.Lock()
-		delete(l.backoff, id)
-		l.mu.Unlock()
-		if fb.Remaining == 0 && fb.Reset.After(now) {
-			return min(fb.Reset.Sub(now), c.maxPause) // quota spent: wait for the reset
-		}
-		return 0
-	}
-	if d := fb.PauseFor(now); d > 0 || fb.HasRetryAfter {
-		return min(d, c.maxPause)
-	}
-	// "Slow down" with no time given: back off exponentially per scope.
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.backoff[id]
-	if b == nil {
-		b = &backoff.ExponentialBackOff{
-			InitialInterval:     c.defaultPause,
-			RandomizationFactor: 0, // jitter is added by record, and only ever adds
-			Multiplier:          2,
-			MaxInterval:         c.maxPause,
-			MaxElapsedTime:      0,
-			Stop:                backoff.Stop,
-			Clock:               backoff.SystemClock,
-		}
-		b.Reset()
-		if l.backoff == nil {
-			l.backoff = make(map[string]*backoff.ExponentialBackOff)
-		}
-		l.backoff[id] = b
-	}
-	return min(b.NextBackOff(), c.maxPause)
-}
-
-// record keeps a pause of d for scope locally and returns it with jitter
-// added, for the store.
-func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exact bool) time.Duration {
-	j := r.Learn.Jitter
-	if exact {
-		j = 0 // the vendor's window ends then: later wastes its quota
-	}
-	if j == 0 && !exact {
-		j = min(d/10, time.Second)
-	}
-	if j > 0 {
-		d += rand.N(j + 1)
-	}
-	// Stores count whole microseconds and round a pause up; do the same
-	// here so the local copy and the reported pause match the store's.
-	d = (d + time.Microsecond - 1).Truncate(time.Microsecond)
-	l.keep(id, now.Add(d))
-	return d
-}
-
-// keep makes the local pause id last at least until until.
-func (l *learner) keep(id string, until time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.pauses == nil {
-		l.pauses = make(map[string]time.Time)
-	}
-	if until.After(l.pauses[id]) {
-		l.pauses[id] = until
-	}
-}
-
-// learn reads resp, the answer to req under rule r whose demand was d,
-// and reports it (see [Limiter.report]). It reports whether resp said
-// "slow down".
-func (t *Transport) learn(ctx context.Context, r *rule, d *demand, req *http.Request, resp *http.Response) (limited bool) {
-	if r.Learn.Off {
-		return false
-	}
-	now := t.lim.now()
-	c := t.lim.learnConfig(r, req.URL.Host)
-	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
-	limited = c.limited(resp, fb)
-	t.lim.report(ctx, r, d, c, limited, fb, resp.StatusCode, now)
-	return limited
-}
-
-// report records the pause that an answer to a call under rule r, whose
-// demand was d, calls for, locally and in the store, and lowers the
-// rule's Sync limit to what the vendor says remains. limited says the
-// answer was "slow down"; status is its HTTP status, or 0.
+// report is the one place that decides what an answer to a call under
+// rule r, whose demand was d, teaches, and applies it; limited says the
+// answer was "slow down", status is its HTTP status (0 without HTTP).
+// In order:
+//
+//  1. the reset, read on the vendor's clock (vendorclock.go);
+//  2. the Anchor limit's windows moved to the vendor's (anchor.go);
+//  3. the Sync limit lowered to what the vendor says remains ([Limiter.sync]);
+//  4. the pause the answer calls for ([Limiter.pauseOf]);
+//  5. that pause recorded, locally and in the store, and reported to the
+//     hooks and the log ([Limiter.recordPause]).
 func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) {
 	if d != nil {
-		fb.Reset = lim.learned.clockReset(r.scope, d.sent, now, fb) // vendorclock.go: Date's whole seconds
+		fb.Reset = lim.learned.clockReset(r.scope, d.sent, now, fb) // Date's whole seconds
 	}
-	pk := r.pauseKey(d)
-	p := lim.learned.pauseFor(r.pauseID(pk), c, limited, fb, now)
-	var windowEnd time.Time
+	var windowEnd time.Time // when the anchored window of now ends, if known
 	if r.anchorIdx >= 0 && d != nil {
 		windowEnd = lim.anchor(ctx, r, d, fb, now)
 	}
@@ -250,39 +177,12 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 		}
 		lim.sync(ctx, r, d, fb, now, windowEnd)
 	}
+	pk := r.pauseKey(d) // pauseby.go: the scope, or one key of the PauseBy limit
+	p, exact := lim.pauseOf(r, d, r.pauseID(pk), c, limited, fb, now)
 	if p <= 0 {
 		return
 	}
-	// Quota spent until the reset: the vendor's window ends then (its
-	// rounding only delays it), so the pause ends there, with no jitter,
-	// which would only waste the next window's quota: the instances all
-	// wait on the one shared pause and the store spreads their grants.
-	exact := fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() && !fb.Capped
-	if exact && r.anchorIdx >= 0 && d != nil {
-		// With evidence of where the vendor's windows end, pause until the
-		// latest instant the window may end.
-		if i := d.limitOf(r.anchorIdx); i >= 0 {
-			b := d.Limits[i]
-			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now)
-			if ok && end.After(now) && !end.After(fb.Reset.Add(fb.ResetResolution)) {
-				p = min(end.Sub(now), c.maxPause)
-			}
-		}
-	}
-	p = lim.learned.record(r, r.pauseID(pk), now, p, exact)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-	defer cancel()
-	err := lim.pause(sctx, r.scope, pk, p)
-	// The store counted p from when it got the call: the local copy must
-	// not end before the shared pause does.
-	lim.learned.keep(r.pauseID(pk), lim.now().Add(p))
-	if lim.hooks.OnPause != nil || lim.logger != nil {
-		ev := PauseEvent{Context: ctx, Rule: r.id, Status: status, Pause: p, Capped: fb.Capped, Err: err}
-		if lim.hooks.OnPause != nil {
-			lim.hooks.OnPause(ev)
-		}
-		lim.logPause(ev)
-	}
+	lim.recordPause(ctx, r, pk, p, exact, fb.Capped, status, now)
 }
 
 // sync lowers the rule's Sync limit to the vendor's remaining quota, when
@@ -349,6 +249,151 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 // however late it gets the call.
 func syncMargin(l quota.Limit) time.Duration {
 	return min(time.Second, l.Per/4)
+}
+
+// pauseOf returns how long the answer fb to a call under rule r, whose
+// demand was d, pauses id (see [learner.pauseFor]), and whether the
+// pause ends exactly when the vendor's window does: quota spent until the
+// reset. The vendor's window ends then (its rounding only delays it), so
+// the pause ends there, with no jitter, which would only waste the next
+// window's quota: the instances all wait on the one shared pause and the
+// store spreads their grants. With evidence of where the vendor's windows
+// end (Anchor), the pause ends at the latest instant the window may end.
+func (lim *Limiter) pauseOf(r *rule, d *demand, id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) (p time.Duration, exact bool) {
+	p = lim.learned.pauseFor(id, c, limited, fb, now)
+	if p <= 0 {
+		return 0, false
+	}
+	exact = fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() && !fb.Capped
+	if exact && r.anchorIdx >= 0 && d != nil {
+		if i := d.limitOf(r.anchorIdx); i >= 0 {
+			b := d.Limits[i]
+			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now)
+			if ok && end.After(now) && !end.After(fb.Reset.Add(fb.ResetResolution)) {
+				p = min(end.Sub(now), c.maxPause)
+			}
+		}
+	}
+	return p, exact
+}
+
+// pauseFor returns how long r's scope must pause after an answer that
+// limited says was "slow down" (or not) and whose feedback is fb.
+func (l *learner) pauseFor(id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) time.Duration {
+	if !limited {
+		l.mu.Lock()
+		delete(l.backoff, id)
+		l.mu.Unlock()
+		if fb.Remaining == 0 && fb.Reset.After(now) {
+			return min(fb.Reset.Sub(now), c.maxPause) // quota spent: wait for the reset
+		}
+		return 0
+	}
+	if d := fb.PauseFor(now); d > 0 || fb.HasRetryAfter {
+		return min(d, c.maxPause)
+	}
+	// "Slow down" with no time given: back off exponentially per scope.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.backoff[id]
+	if b == nil {
+		b = &backoff.ExponentialBackOff{
+			InitialInterval:     c.defaultPause,
+			RandomizationFactor: 0, // jitter is added by record, and only ever adds
+			Multiplier:          2,
+			MaxInterval:         c.maxPause,
+			MaxElapsedTime:      0,
+			Stop:                backoff.Stop,
+			Clock:               backoff.SystemClock,
+		}
+		b.Reset()
+		if l.backoff == nil {
+			l.backoff = make(map[string]*backoff.ExponentialBackOff)
+		}
+		l.backoff[id] = b
+	}
+	return min(b.NextBackOff(), c.maxPause)
+}
+
+// recordPause records a pause of p for pause key pk of rule r's scope:
+// with jitter unless exact, in this instance's memory and in the store,
+// and reports it to the hooks and the log. capped and status describe
+// the answer, for the event.
+func (lim *Limiter) recordPause(ctx context.Context, r *rule, pk string, p time.Duration, exact, capped bool, status int, now time.Time) {
+	id := r.pauseID(pk)
+	p = lim.learned.record(r, id, now, p, exact)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	err := lim.pause(sctx, r.scope, pk, p)
+	// The store counted p from when it got the call: the local copy must
+	// not end before the shared pause does.
+	lim.learned.keep(id, lim.now().Add(p))
+	if lim.hooks.OnPause != nil || lim.logger != nil {
+		ev := PauseEvent{Context: ctx, Rule: r.id, Status: status, Pause: p, Capped: capped, Err: err}
+		if lim.hooks.OnPause != nil {
+			lim.hooks.OnPause(ev)
+		}
+		lim.logPause(ev)
+	}
+}
+
+// record keeps a pause of d for scope locally and returns it with jitter
+// added, for the store.
+func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exact bool) time.Duration {
+	j := r.Learn.Jitter
+	if exact {
+		j = 0 // the vendor's window ends then: later wastes its quota
+	}
+	if j == 0 && !exact {
+		j = min(d/10, time.Second)
+	}
+	if j > 0 {
+		d += rand.N(j + 1)
+	}
+	// Stores count whole microseconds and round a pause up; do the same
+	// here so the local copy and the reported pause match the store's.
+	d = (d + time.Microsecond - 1).Truncate(time.Microsecond)
+	l.keep(id, now.Add(d))
+	return d
+}
+
+// keep makes the local pause id last at least until until.
+func (l *learner) keep(id string, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pauses == nil {
+		l.pauses = make(map[string]time.Time)
+	}
+	if until.After(l.pauses[id]) {
+		l.pauses[id] = until
+	}
+}
+
+// learner holds what a transport learned: the latest pause per scope, as a
+// local copy of what it recorded in the store, and the backoff state of
+// scopes whose "slow down" answers carried no retry time.
+type learner struct {
+	mu      sync.Mutex
+	pauses  map[string]time.Time
+	backoff map[string]*backoff.ExponentialBackOff
+	windows map[windowID]*phase    // Anchor limits: where the vendor's and the store's windows end (anchor.go)
+	clocks  map[string]vendorClock // per scope: the vendor's clock offset (vendorclock.go)
+}
+
+// localPause returns the end of the latest pause learned for scope, if it
+// is after now.
+func (l *learner) localPause(scope string, now time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.pauses[scope]
+	if !ok {
+		return time.Time{}, false
+	}
+	if !until.After(now) {
+		delete(l.pauses, scope)
+		return time.Time{}, false
+	}
+	return until, true
 }
 
 // DefaultMaxPause caps learned pauses and retry waits when a rule sets no

@@ -34,9 +34,10 @@ type RetryEvent struct {
 	Wait     time.Duration        // how long the pause it caused still holds
 }
 
-// retry resends req, which got the "slow down" answer resp, up to the
-// rule's Retry.Max times, each time through the limiter.
-func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*http.Response, error) {
+// retry resends req, which got the "slow down" answer resp, from which
+// learning took ls, up to the rule's Retry.Max times, each time through
+// the limiter and, for its answer, through learning.
+func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response, ls lesson) (*http.Response, error) {
 	ctx := req.Context()
 	budget := r.Retry.MaxWait
 	if budget <= 0 {
@@ -44,7 +45,7 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 	}
 	deadline := t.lim.now().Add(budget)
 	for attempt := 0; attempt < r.Retry.Max; attempt++ {
-		if r.Retry.Decide != nil && !r.Retry.Decide(t.retryEvent(r, req, resp, attempt+1)) {
+		if r.Retry.Decide != nil && !r.Retry.Decide(t.retryEvent(r, req, resp, ls, attempt+1)) {
 			return resp, nil
 		}
 		next := req.Clone(ctx)
@@ -73,26 +74,20 @@ func (t *Transport) retry(r *rule, req *http.Request, resp *http.Response) (*htt
 		if err != nil {
 			return nil, err
 		}
-		if !t.learn(ctx, r, d, next, resp) {
+		if ls = t.lim.learn(ctx, r, d, next, resp); !ls.limited {
 			break
 		}
 	}
 	return resp, nil
 }
 
-// retryEvent describes resend attempt of req, answered resp, for
-// Retry.Decide.
-func (t *Transport) retryEvent(r *rule, req *http.Request, resp *http.Response, attempt int) RetryEvent {
-	now := t.lim.now()
-	c := t.lim.learnConfig(r, req.URL.Host)
-	ev := RetryEvent{
+// retryEvent describes resend attempt of req, answered resp, from which
+// learning took ls, for Retry.Decide.
+func (t *Transport) retryEvent(r *rule, req *http.Request, resp *http.Response, ls lesson, attempt int) RetryEvent {
+	return RetryEvent{
 		Rule: r.id, Request: req, Response: resp, Attempt: attempt,
-		Feedback: quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause}),
+		Feedback: ls.fb, Wait: ls.wait(t.lim.now()),
 	}
-	if until, ok := t.lim.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now); ok {
-		ev.Wait = until.Sub(now)
-	}
-	return ev
 }
 
 // maxDrain bounds how much of a response body is read before it is

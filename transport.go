@@ -77,9 +77,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	limited := t.learn(out.Context(), r, d, out, resp) // learn.go
-	if r.Retry.Max > 0 && limited && !r.Shadow {
-		return t.retry(r, out, resp) // retry.go
+	ls := t.lim.learn(out.Context(), r, d, out, resp) // learn.go: the response's one way into learning
+	if r.Retry.Max > 0 && ls.limited && !r.Shadow {
+		return t.retry(r, out, resp, ls) // retry.go
 	}
 	return resp, nil
 }
