@@ -480,3 +480,35 @@ func TestRetryDecide(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryDecideNoPause: Retry.Decide sees the answer's feedback as
+// learning read it, and a Wait of zero when the answer paused nothing (a
+// Retry-After of 0), then the backoff's pause when the next said nothing
+// of when to resume.
+func TestRetryDecideNoPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vendor := newScriptedVendor(tooMany("0"), tooMany(""), ok200)
+		var seen []throttle.RetryEvent
+		decide := func(ev throttle.RetryEvent) bool {
+			seen = append(seen, ev)
+			return true
+		}
+		tr, err := throttle.NewTransport(vendor,
+			learningPolicy(waiters.Block(), throttle.Learning{DefaultPause: time.Second}, throttle.Retry{Max: 3, Decide: decide}))
+		require.NoError(t, err)
+
+		req, _ := http.NewRequest(http.MethodGet, "http://api.example.com/x", nil)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, []time.Duration{0, 0, time.Second}, vendor.arrivals(), "no pause after Retry-After: 0, the default pause after no time")
+
+		require.Len(t, seen, 2)
+		assert.Equal(t, time.Duration(0), seen[0].Wait)
+		assert.True(t, seen[0].Feedback.HasRetryAfter)
+		assert.Equal(t, time.Duration(0), seen[0].Feedback.RetryAfter)
+		assert.Equal(t, time.Second, seen[1].Wait)
+		assert.False(t, seen[1].Feedback.HasRetryAfter)
+	})
+}
