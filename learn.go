@@ -83,8 +83,9 @@ type Learning struct {
 const defaultPause = 5 * time.Second
 
 // A lesson is what learning took from one answer: its headers, parsed
-// once into one Feedback, whether it said "slow down", and until when
-// this instance then held the request's pause scope back (zero: not).
+// once into one Feedback, whether it said "slow down", and, if it did,
+// until when this instance then held the request's pause scope back
+// (zero: not held).
 type lesson struct {
 	fb      quotaheader.Feedback
 	limited bool
@@ -106,7 +107,9 @@ func (lim *Limiter) learn(ctx context.Context, r *rule, d *demand, req *http.Req
 	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
 	ls := lesson{fb: fb, limited: c.limited(resp, fb)}
 	lim.report(ctx, r, d, c, ls.limited, fb, resp.StatusCode, now)
-	ls.until, _ = lim.learned.localPause(r.pauseID(r.pauseKeyOf(req)), now)
+	if ls.limited { // for Retry; the demand's pause key, as req's body is sent
+		ls.until, _ = lim.learned.localPause(r.pauseID(r.pauseKey(d)), now)
+	}
 	return ls
 }
 
