@@ -512,3 +512,33 @@ func TestRetryDecideNoPause(t *testing.T) {
 		assert.False(t, seen[1].Feedback.HasRetryAfter)
 	})
 }
+
+// TestRetryDecidePauseByBody: with Learning.PauseBy on a limit keyed by
+// the request body, Retry.Decide's Wait is the pause of the request's
+// own key, as admission decided it, although the body has been sent.
+func TestRetryDecidePauseByBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vendor := newScriptedVendor(tooMany("2"), ok200)
+		var seen []throttle.RetryEvent
+		decide := func(ev throttle.RetryEvent) bool {
+			seen = append(seen, ev)
+			return true
+		}
+		p := learningPolicy(waiters.Block(), throttle.Learning{PauseBy: "channel"}, throttle.Retry{Max: 1, Decide: decide})
+		p.Rules[0].Limits = append(p.Rules[0].Limits,
+			throttle.Limit{Name: "channel", Rate: 100, Per: time.Second, Key: throttle.KeyFromBody("channel")})
+		tr, err := throttle.NewTransport(vendor, p)
+		require.NoError(t, err)
+
+		body := `{"channel":"C1","text":"hi"}`
+		req, _ := http.NewRequest(http.MethodPost, "http://api.example.com/x", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, []time.Duration{0, 2 * time.Second}, vendor.arrivals(), "the resend waits out its channel's pause")
+		require.Len(t, seen, 1)
+		assert.Equal(t, 2*time.Second, seen[0].Wait, "the pause of the request's channel")
+	})
+}
