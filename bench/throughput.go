@@ -48,6 +48,7 @@ func (c *cell) add(o cell) {
 	c.did.srv.cmds += o.did.srv.cmds
 	c.did.srv.cpu += o.did.srv.cpu
 	c.did.cpu += o.did.cpu
+	c.did.allocs += o.did.allocs
 	c.lat = append(c.lat, o.lat...)
 	if c.err == nil {
 		c.err = o.err
@@ -59,8 +60,8 @@ func (c *cell) opsPerSec() float64 { return float64(c.ok) / c.elapsed.Seconds() 
 
 // throughput runs the throughput part: every contender at every
 // concurrency for cfg.dur, split into cfg.rounds slices in which the
-// contenders take turns, so that noise on a shared machine falls on all
-// of them alike. All share one client (go-redis defaults, a pool of 128),
+// contenders take turns (in reverse order every other round), so that
+// noise on a shared machine falls on all of them alike. All share one client (go-redis defaults, a pool of 128),
 // except the rows marked as using the client without retries.
 func throughput(ctx context.Context, e *env, cfg config) error {
 	cts, err := throughputContenders(e, cfg.variants)
@@ -77,9 +78,18 @@ func throughput(ctx context.Context, e *env, cfg config) error {
 		res[i] = make([]cell, len(cfg.concs))
 	}
 	slice := cfg.dur / time.Duration(cfg.rounds)
+	order := make([]int, len(cts))
+	for i := range order {
+		order[i] = i
+	}
 	for j, conc := range cfg.concs {
 		for range cfg.rounds {
-			for i, ct := range cts {
+			// In reverse every other round: a contender that runs right
+			// after another (whose goroutines, timers or garbage are still
+			// about) is not always the same one.
+			slices.Reverse(order)
+			for _, i := range order {
+				ct := cts[i]
 				c, err := measure(ctx, e, ct, conc, slice)
 				if err != nil {
 					return fmt.Errorf("%s at concurrency %d: %w", ct.name, conc, err)
