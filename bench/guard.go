@@ -63,10 +63,9 @@ var guardRows = []guardRow{
 	{"gcra-1-limit-batched", 64, gOurs1, gEvalsha},
 }
 
-// guardContenders returns the contenders of the guard, in the order of
-// the constants above.
-func guardContenders(e *env) ([]contender, error) {
-	c := e.client(redis.Options{})
+// guardContenders returns the contenders of the guard on client c, in the
+// order of the constants above.
+func guardContenders(c *redis.Client) ([]contender, error) {
 	returnOne := redis.NewScript("return 1")
 	cts := []contender{{name: "EVALSHA `return 1`", decide: func(ctx context.Context) (bool, time.Duration, error) {
 		return true, 0, returnOne.Run(ctx, c, nil).Err()
@@ -111,6 +110,11 @@ type guardFile struct {
 	// per decision. counts holds the recorded ones, by "count row".
 	count  [2]float64
 	counts map[string]float64
+
+	// instr is the tolerance of the instruction counts (callgrind.go): a
+	// row fails when its instructions per decision over its yardstick's
+	// exceed the recorded ratio by more than instr times it.
+	instr float64
 }
 
 // guardMeasures are the ratios the guard takes of each row: of
@@ -132,6 +136,11 @@ var guardMeasures = [3]string{"tput", "redis", "client"}
 // call, shows whatever the machine is doing, and the tolerances are a
 // small part of one.
 var guardCounts = [2]string{"cmds", "allocs"}
+
+// guardInstr names, in guard.txt, a row's instructions per decision in
+// redis-server over its yardstick's (callgrind.go), for the rows at
+// concurrency 1: a cost, so larger is slower.
+const guardInstr = "instr"
 
 // counted reports whether the guard counts r's commands and allocations.
 func (r guardRow) counted() bool { return r.conc <= redisstore.BatchInFlight }
@@ -192,7 +201,17 @@ func readGuardFile(name string) (guardFile, error) {
 					return g, fmt.Errorf("%s:%d: %w", name, n, err)
 				}
 			}
-		case guardCounts[0], guardCounts[1]:
+		case "tolerance-instr":
+			if len(fs) != 2 {
+				return g, fmt.Errorf("%s:%d: want tolerance-instr TOLERANCE", name, n)
+			}
+			if g.instr, err = strconv.ParseFloat(fs[1], 64); err == nil && (g.instr <= 0 || g.instr >= 1) {
+				err = errors.New("a tolerance not in (0, 1)")
+			}
+			if err != nil {
+				return g, fmt.Errorf("%s:%d: %w", name, n, err)
+			}
+		case guardCounts[0], guardCounts[1], guardInstr:
 			if len(fs) != 3 {
 				return g, fmt.Errorf("%s:%d: want COUNT ROW VALUE", name, n)
 			}
@@ -237,7 +256,10 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	if recorded.count[0] == 0 {
 		recorded.count = [2]float64{0.1, 0.5}
 	}
-	cts, err := guardContenders(e)
+	if recorded.instr == 0 {
+		recorded.instr = 0.03
+	}
+	cts, err := guardContenders(e.client(redis.Options{}))
 	if err != nil {
 		return err
 	}
@@ -378,6 +400,46 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 		ct.row(append(out, verdict)...)
 	}
 	ct.write(os.Stdout)
+
+	if !haveCallgrind() {
+		fmt.Println("\nInstructions: not counted (valgrind and callgrind_control are not installed).")
+	} else {
+		var use []int
+		for _, r := range guardRows {
+			if r.conc == 1 {
+				for _, i := range []int{r.base, r.row} {
+					if !slices.Contains(use, i) {
+						use = append(use, i)
+					}
+				}
+			}
+		}
+		instr, err := countInstructions(ctx, guardContenders, use)
+		if err != nil {
+			return fmt.Errorf("counting instructions: %w", err)
+		}
+		fmt.Printf("\nInstructions redis-server ran per decision (callgrind, %d decisions one at a time, the event loop, parsing and reply included), and a row's over its yardstick's: load does not move them; a ratio fails above its recorded value times %.2f.\n\n", callgrindCalls, 1+recorded.instr)
+		it := table{head: []string{"row", "instructions", "yardstick", "instructions", "ratio recorded", "ratio measured", ""}}
+		for _, r := range guardRows {
+			if r.conc != 1 {
+				continue
+			}
+			key := guardRatioKey(guardInstr, r.id)
+			v := instr[r.row] / instr[r.base]
+			measured[key] = v
+			rec, verdict := "–", "ok"
+			if want, have := recorded.counts[key]; have {
+				bound := want * (1 + recorded.instr)
+				rec = fmt.Sprintf("%.3f (fails above %.3f)", want, bound)
+				if v > bound {
+					verdict = "**FAIL**"
+					failed = append(failed, fmt.Sprintf("%s: instructions %.3f x its yardstick's, above %.3f (recorded %.3f, tolerance %.2f)", r.id, v, bound, want, recorded.instr))
+				}
+			}
+			it.row(r.id, fmt.Sprintf("%.0f", instr[r.row]), cts[r.base].name, fmt.Sprintf("%.0f", instr[r.base]), rec, fmt.Sprintf("%.3f", v), verdict)
+		}
+		it.write(os.Stdout)
+	}
 	if cfg.write {
 		return writeGuardFile(cfg.file, recorded, measured)
 	}
@@ -418,9 +480,18 @@ func writeGuardFile(name string, g guardFile, measured map[string]float64) error
 tolerance-row %.2f %.2f %.2f
 tolerance-all %.2f %.2f %.2f
 # Counts per decision (cmds, allocs) of the rows that decide one demand
-# per call; one fails above its value here plus tolerance-count's.
+# per call; one fails above its value here plus tolerance-count's. instr:
+# a row's instructions in redis-server per decision over its
+# yardstick's (callgrind); one fails above its value here times
+# 1 + tolerance-instr.
 tolerance-count %.2f %.2f
-`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2], g.count[0], g.count[1])
+tolerance-instr %.2f
+`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2], g.count[0], g.count[1], g.instr)
+	for _, r := range guardRows {
+		if key := guardRatioKey(guardInstr, r.id); r.conc == 1 && measured[key] > 0 {
+			fmt.Fprintf(&b, "%s %s %.3f\n", guardInstr, r.id, measured[key])
+		}
+	}
 	for _, k := range guardCounts {
 		for _, r := range guardRows {
 			if r.counted() {
