@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -206,11 +207,22 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		}
 	}
 	args = append(args, count)
+	// A demand like the one before it (the same keys and arguments, as
+	// most are) goes as "=" alone.
+	var prevKeys []string
+	var prevArgs []any // the arguments of the last demand sent in full
 	for _, c := range calls {
 		d := c.d
-		keys = append(keys, s.takeKeys(d, "")...)
+		ks := s.takeKeys(d, "")
+		start := len(args)
 		args = append(args, len(d.Pauses), len(d.Limits), demandMaxWait(d))
 		args = appendGCRAPairs(args, d)
+		if prevArgs != nil && slices.Equal(ks, prevKeys) && slices.Equal(args[start:], prevArgs) {
+			args = append(args[:start], sameDemand)
+			continue
+		}
+		keys = append(keys, ks...)
+		prevKeys, prevArgs = ks, args[start:len(args):len(args)]
 	}
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
 	var now int64
@@ -234,6 +246,10 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		c.dec, c.err = s.identify(parseBatchReply(res[1+i], now, c.d))
 	}
 }
+
+// sameDemand is take_batch.lua's argument for a demand the same as the
+// one before it.
+var sameDemand any = "="
 
 // parseBatchReply reads one demand's entry of take_batch.lua's reply:
 // the TAT of a demand of one limit granted at now, or take_gcra.lua's

@@ -71,6 +71,10 @@ func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
 		ds := make([]*quota.Demand, 2+rng.IntN(7))
 		for i := range ds {
 			ds[i] = randomDemandOf(rng, limits)
+			if i > 0 && rng.IntN(3) == 0 { // the one before again (sent as "=", take_batch.lua)
+				again := *ds[i-1]
+				ds[i] = &again
+			}
 		}
 		stepStart := time.Now()
 		got, errs := redisstore.TakeBatch(batched, ds)
