@@ -22,14 +22,15 @@ import (
 // its own, one decision at a time. Unlike a time, an instruction count
 // does not move with the machine's load, so it shows a change of a few
 // percent in what the scripts do, which load hides in every timed
-// figure. Run only when valgrind and callgrind_control are installed.
+// figure. Run only when valgrind, callgrind_control and
+// callgrind_annotate are installed.
 
 // callgrindCalls is how many decisions of each contender are counted.
 const callgrindCalls = 1000
 
 // haveCallgrind reports whether the tools the count needs are installed.
 func haveCallgrind() bool {
-	for _, tool := range []string{"valgrind", "callgrind_control"} {
+	for _, tool := range []string{"valgrind", "callgrind_control", "callgrind_annotate"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return false
 		}
@@ -40,8 +41,8 @@ func haveCallgrind() bool {
 // countInstructions starts redis-server under callgrind and returns, by
 // index of cts (made by mk on a client of that server), the instructions
 // redis-server ran per decision: its whole process (event loop, parsing,
-// the script, the reply), serverCron included but run once a second
-// (hz 1), which adds about a hundred instructions per decision.
+// the script, the reply), less serverCron's, which runs by the wall
+// clock (and here once a second, hz 1).
 func countInstructions(ctx context.Context, mk func(*redis.Client) ([]contender, error), use []int) (map[int]float64, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -134,10 +135,30 @@ func newestTotal(dir string, n int) (int64, error) {
 			return fa.ModTime().After(fb.ModTime())
 		})
 		if ir, ok := dumpTotal(files[0]); ok {
-			return ir, nil
+			return ir - cronInstructions(files[0]), nil
 		}
 	}
 	return 0, errors.New("callgrind: no dump")
+}
+
+// cronInstructions returns the instructions of serverCron in the dump
+// name, its callees included (callgrind_annotate), or 0 when they cannot
+// be read. serverCron runs by the wall clock, so more of it falls in a
+// count made on a slower or busier machine.
+func cronInstructions(name string) int64 {
+	out, err := exec.Command("callgrind_annotate", "--inclusive=yes", name).Output()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, ":serverCron ") {
+			n, err := strconv.ParseInt(strings.ReplaceAll(strings.Fields(line)[0], ",", ""), 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // dumpTotal reads the "summary:" or "totals:" line of a callgrind dump.

@@ -468,15 +468,16 @@ func perOp(c cell, cpu time.Duration) float64 {
 // tolerances.
 func writeGuardFile(name string, g guardFile, measured map[string]float64) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# The ratios the guard checks (bench -guard, run by .ci/run; guard.go).
-# For each row, its decisions per second (tput) and its yardstick's time
-# per decision over its own, Redis's running the scripts (redis) and the
-# bench's CPU (client),
-# each the median over rounds of the ratios measured in the same round;
-# "all" is the geometric mean of the rows'. A ratio fails when it
-# measures below (1 - tolerance) x its value here: tolerance-row gives
-# one row's (tput, redis, client), tolerance-all the mean's. Written by -guard-write on %s; bench/README.md
-# ("The guard") says when and how to record them again.
+	fmt.Fprintf(&b, `# What the guard checks (bench -guard, run by .ci/run; guard.go).
+# tput, redis, client: for each row, its decisions per second (tput) and
+# its yardstick's time per decision over its own, Redis's running the
+# scripts (redis) and the bench's CPU (client), each the median over
+# rounds of the ratios measured in the same round; "all" is the
+# geometric mean of the rows'. A ratio fails when it measures below
+# (1 - tolerance) x its value here: tolerance-row gives one row's (tput,
+# redis, client), tolerance-all the mean's. Written by -guard-write on
+# %s; bench/README.md ("The guard") says when and how to record them
+# again.
 tolerance-row %.2f %.2f %.2f
 tolerance-all %.2f %.2f %.2f
 # Counts per decision (cmds, allocs) of the rows that decide one demand
