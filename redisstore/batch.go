@@ -211,22 +211,18 @@ func (s *Store) sendBatch(calls []*batchCall) {
 		}
 	}
 	args = append(args, count)
-	// A demand like the one before it (the same keys and arguments, as
-	// most are) goes as "=" alone.
-	var prevKeys []string
-	var prevArgs []any // the arguments of the last demand sent in full
+	// A demand like the one before it (as most are) goes as "=" alone.
+	var prev *quota.Demand
 	for _, c := range calls {
 		d := c.d
-		ks := s.takeKeys(d, "")
-		start := len(args)
-		args = append(args, len(d.Pauses), len(d.Limits), demandMaxWait(d))
-		args = appendGCRAPairs(args, d)
-		if prevArgs != nil && slices.Equal(ks, prevKeys) && slices.Equal(args[start:], prevArgs) {
-			args = append(args[:start], sameDemand)
+		if prev != nil && alike(d, prev) {
+			args = append(args, sameDemand)
 			continue
 		}
-		keys = append(keys, ks...)
-		prevKeys, prevArgs = ks, args[start:len(args):len(args)]
+		keys = append(keys, s.takeKeys(d, "")...)
+		args = append(args, len(d.Pauses), len(d.Limits), demandMaxWait(d))
+		args = appendGCRAPairs(args, d)
+		prev = d
 	}
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
 	var now int64
@@ -249,6 +245,15 @@ func (s *Store) sendBatch(calls []*batchCall) {
 	for i, c := range calls {
 		c.dec, c.err = s.identify(parseBatchReply(res[1+i], now, c.d))
 	}
+}
+
+// alike reports whether demands a and b have the same keys and arguments
+// in take_batch.lua: every field of theirs is equal (Bucket is
+// comparable; TestDemandFieldsAlike fails when Demand gains a field that
+// alike does not compare).
+func alike(a, b *quota.Demand) bool {
+	return a == b || a.Scope == b.Scope && a.Cost == b.Cost && a.MaxWait == b.MaxWait &&
+		slices.Equal(a.Pauses, b.Pauses) && slices.Equal(a.Limits, b.Limits)
 }
 
 // sameDemand is take_batch.lua's argument for a demand the same as the

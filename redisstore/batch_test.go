@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -105,6 +106,13 @@ func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
 	}
 	t.Logf("outcomes: %v", seen)
 	assert.Len(t, seen, 4, "every kind of outcome occurs: %v", seen)
+}
+
+// TestDemandFieldsAlike: alike (batch.go), which lets a batch send a
+// demand as "=" when it equals the one before, compares Demand's five
+// fields; a sixth must be compared there too.
+func TestDemandFieldsAlike(t *testing.T) {
+	assert.Equal(t, 5, reflect.TypeFor[quota.Demand]().NumField(), "quota.Demand gained a field: compare it in alike (batch.go)")
 }
 
 // TestTakeBatchResent: a batch sent again by go-redis (its reply lost) is
