@@ -1,0 +1,86 @@
+package throttle_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lateStore is an in-process store behind a link whose next answer can be
+// made late: the store decides (and charges) at once, and the answer
+// reaches the caller lateBy later, as a reply held up on the network.
+type lateStore struct {
+	*memstore.Store
+	lateBy            atomic.Int64 // time.Duration, for the next answer only
+	granted, canceled atomic.Int64
+}
+
+func (s *lateStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	dec, err := s.Store.Take(ctx, d)
+	if err == nil && dec.OK {
+		s.granted.Add(1)
+	}
+	if late := time.Duration(s.lateBy.Swap(0)); late > 0 {
+		time.Sleep(late) // the fault: a late reply, not an assertion
+	}
+	return dec, err
+}
+
+func (s *lateStore) Cancel(ctx context.Context, r *quota.Reservation) error {
+	s.canceled.Add(1)
+	return s.Store.Cancel(ctx, r)
+}
+
+// A grant whose answer comes late is given back and decided again before
+// the call goes, for every algorithm that counts when a call is made;
+// under a fixed window, only when its window may have ended before the
+// call goes (here a day's window, which a 200 ms delay does not cross).
+func TestLateGrant(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		alg      throttle.Algorithm
+		per      time.Duration
+		redecide bool
+	}{
+		{"sliding log", throttle.SlidingLog, 10 * time.Second, true},
+		{"sliding window", throttle.SlidingWindow, 10 * time.Second, true},
+		{"GCRA", throttle.GCRA, 10 * time.Second, true},
+		{"fixed window, within it", throttle.FixedWindow, 24 * time.Hour, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := &lateStore{Store: memstore.New()}
+			var late atomic.Int64
+			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
+				Name:   "api",
+				Limits: []throttle.Limit{{Name: "calls", Rate: 100, Per: c.per, Algorithm: c.alg}},
+			}}}, throttle.WithStore(s), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+				late.Add(int64(ev.Late))
+			}}))
+			require.NoError(t, err)
+
+			// A prompt answer first: the store's usual latency.
+			_, err = lim.Wait(context.Background(), "api")
+			require.NoError(t, err)
+			late.Store(0)
+
+			s.lateBy.Store(int64(200 * time.Millisecond))
+			_, err = lim.Wait(context.Background(), "api")
+			require.NoError(t, err)
+			if c.redecide {
+				assert.Positive(t, late.Load(), "late grants decided again")
+			} else {
+				assert.Zero(t, late.Load(), "late grants decided again")
+			}
+			assert.Equal(t, int64(2), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
+			assert.Equal(t, late.Load(), s.canceled.Load(), "a charge given back per late grant")
+		})
+	}
+}
