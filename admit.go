@@ -278,6 +278,7 @@ type demand struct {
 	sent    time.Time          // when the request was sent (or cleared to be), for learning
 	due     time.Time          // a shared store's grant: the earliest instant it may be charged for (late.go); zero: none
 	ends    time.Time          // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
+	late    int                // grants given back for coming late (late.go)
 }
 
 // hasLeases reports whether d has a Concurrency limit.

@@ -48,7 +48,11 @@ func lateTolerance(l quota.Limit) time.Duration {
 const lateToleranceMax = 50 * time.Millisecond
 
 // lateGrant reports whether d's grant, with its due instant and window
-// end recorded by takeStore, is late if its request is sent now.
+// end recorded by takeStore, is late if its request is sent now. Each
+// late grant of the same request doubles the tolerance after the first
+// two (lateBackoff), so that a store whose every answer is slow (one slow
+// Cluster node, a Redis moved far away) still lets requests go, after a
+// few decisions each, until its latency floor has risen.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if d.due.IsZero() {
 		return false // not a shared store's grant (fail open, or none)
@@ -62,15 +66,22 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 		switch {
 		case l.Algorithm == Concurrency:
 			// A slot is held from its grant to the response's end.
-		case lag <= lateTolerance(l):
+		case lag <= lateBackoff(lateTolerance(l), d.late):
 		case l.Algorithm == FixedWindow && now.Before(d.ends):
 			// Still in the window charged: the charge's window ends
 			// at or after d.ends.
 		default:
+			d.late++
 			return true
 		}
 	}
 	return false
+}
+
+// lateBackoff is tol for a request that had late grants before: doubled
+// for each after the first, up to 2^20 times.
+func lateBackoff(tol time.Duration, late int) time.Duration {
+	return tol << min(max(late-1, 0), 20)
 }
 
 // grantWindowEnd returns, for a grant dec of demand dm answered by a call

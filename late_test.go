@@ -19,6 +19,7 @@ import (
 type lateStore struct {
 	*memstore.Store
 	lateBy            atomic.Int64 // time.Duration, for the next answer only
+	always            atomic.Bool  // lateBy for every answer
 	granted, canceled atomic.Int64
 }
 
@@ -27,7 +28,11 @@ func (s *lateStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, 
 	if err == nil && dec.OK {
 		s.granted.Add(1)
 	}
-	if late := time.Duration(s.lateBy.Swap(0)); late > 0 {
+	late := time.Duration(s.lateBy.Load())
+	if !s.always.Load() {
+		late = time.Duration(s.lateBy.Swap(0))
+	}
+	if late > 0 {
 		time.Sleep(late) // the fault: a late reply, not an assertion
 	}
 	return dec, err
@@ -83,4 +88,32 @@ func TestLateGrant(t *testing.T) {
 			assert.Equal(t, late.Load(), s.canceled.Load(), "a charge given back per late grant")
 		})
 	}
+}
+
+// A store whose every answer is slow, after prompt ones, still lets a
+// request go: each late grant of the same request widens its tolerance,
+// so it is decided a few times, not for ever.
+func TestLateGrantSlowForGood(t *testing.T) {
+	s := &lateStore{Store: memstore.New()}
+	var late atomic.Int64
+	lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
+		Name:   "api",
+		Limits: []throttle.Limit{{Name: "calls", Rate: 100, Per: 10 * time.Second, Algorithm: throttle.SlidingLog}},
+	}}}, throttle.WithStore(s), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+		late.Add(int64(ev.Late))
+	}}))
+	require.NoError(t, err)
+	_, err = lim.Wait(context.Background(), "api")
+	require.NoError(t, err)
+	late.Store(0)
+
+	s.always.Store(true)
+	s.lateBy.Store(int64(150 * time.Millisecond))
+	_, err = lim.Wait(context.Background(), "api")
+	require.NoError(t, err)
+	// 50 ms, 50, 100, then 200 ms > 150: three late grants, more on a
+	// machine that adds 50 ms to a call.
+	assert.GreaterOrEqual(t, late.Load(), int64(3), "late grants decided again")
+	assert.LessOrEqual(t, late.Load(), int64(6), "late grants decided again")
+	assert.Equal(t, int64(2), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
 }
