@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"math/bits"
 	"sync"
 	"time"
 
@@ -21,8 +22,7 @@ import (
 // frees the unit of its oldest charge Per after that charge, and if that
 // charge's request was sent late, the vendor sees the next grant's request
 // within Per of it, one over. So the lag that counts is the excess over
-// the store's usual latency (the least latency of its recent answers,
-// [latencyFloor]), and a grant is late when that excess is more than
+// the store's usual latency ([usualLatency]), and a grant is late when that excess is more than
 // lateTolerance of one of its limits. A fixed window is different: its
 // charge counts wherever in the window the request arrives, so a late
 // grant is late only if its window may have ended before the send.
@@ -52,12 +52,12 @@ const lateToleranceMax = 50 * time.Millisecond
 // late grant of the same request doubles the tolerance after the first
 // two (lateBackoff), so that a store whose every answer is slow (one slow
 // Cluster node, a Redis moved far away) still lets requests go, after a
-// few decisions each, until its latency floor has risen.
+// few decisions each, until its usual latency has risen.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if d.due.IsZero() {
 		return false // not a shared store's grant (fail open, or none)
 	}
-	lag := now.Sub(d.due) - lim.failover().floor.least(now)
+	lag := now.Sub(d.due) - lim.failover().usual.at(now)
 	if lag <= 0 {
 		return false
 	}
@@ -115,58 +115,109 @@ func grantWindowEnd(dm *quota.Demand, dec quota.Decision, asked time.Time) time.
 	return asked.Add(dec.ResetAfter)
 }
 
-// latencyFloorPeriod is how long a latency sample counts towards the
-// floor: between one and two periods.
-const latencyFloorPeriod = 10 * time.Second
+// usualPeriod is how long a latency sample counts towards the store's
+// usual latency: between one and two periods.
+const usualPeriod = 10 * time.Second
 
-// latencyFloor is the least latency of the shared store's answers over
-// the last one to two periods (of latencyFloorPeriod) in which it
-// answered: what a prompt answer takes, however many answers are slow. A
-// store that is slow for good (a distant Redis) raises it within two
-// periods; a stall does not, even after an idle spell. Safe for
-// concurrent use; the zero value is ready.
-type latencyFloor struct {
+// usualQuantile is the share of the store's recent answers at least as
+// fast as its usual latency. Below 0.9, so that a tenth of the answers
+// delayed does not move it; above the median, so that a loaded machine,
+// on which every call takes longer, does not make most answers late.
+const usualQuantile = 0.8
+
+// usualMin is how many answers the usual latency needs; with fewer, the
+// fastest of them is used.
+const usualMin = 16
+
+// latencyBuckets is the resolution of [usualLatency]: a quarter of an
+// octave, from 1 µs to about an hour.
+const latencyBuckets = 128
+
+// usualLatency is the latency that usualQuantile of the shared store's
+// answers over the last one to two periods (of usualPeriod) in which it
+// answered took at most: what a prompt answer takes, however slow the
+// slow ones are. A store that is slow for good (a distant Redis) raises
+// it within two periods; a stall of a second does not, since its answers
+// are few among a period's, nor does an idle spell. Safe for concurrent
+// use; the zero value is ready.
+type usualLatency struct {
 	mu        sync.Mutex
-	start     time.Time     // of the current period
-	cur, prev time.Duration // least of each period; -1: no answer
+	start     time.Time // of the current period
+	cur, prev latencyHistogram
+}
+
+// A latencyHistogram counts answers by latency bucket (bucketOf).
+type latencyHistogram struct {
+	n      int
+	counts [latencyBuckets]int32
+	least  time.Duration
+}
+
+// bucketOf returns d's bucket: 4*log2(d in µs), within the buckets.
+func bucketOf(d time.Duration) int {
+	us := d.Microseconds()
+	if us < 1 {
+		return 0
+	}
+	b := 4*(bits.Len64(uint64(us))-1) + int(us<<2>>(bits.Len64(uint64(us))-1)&3)
+	return min(b, latencyBuckets-1)
+}
+
+// upperOf returns the longest latency of bucket b.
+func upperOf(b int) time.Duration {
+	us := int64(1) << (b / 4) * int64(4+b%4+1) / 4
+	return time.Duration(us) * time.Microsecond
 }
 
 // observe records an answer that took took, at now.
-func (f *latencyFloor) observe(took time.Duration, now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.roll(now)
-	if f.cur < 0 || took < f.cur {
-		f.cur = took
+func (u *usualLatency) observe(took time.Duration, now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.roll(now)
+	h := &u.cur
+	if h.n == 0 || took < h.least {
+		h.least = took
 	}
+	h.n++
+	h.counts[bucketOf(took)]++
 }
 
-// least returns the floor at now: 0 before any answer.
-func (f *latencyFloor) least(now time.Time) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.roll(now)
+// at returns the usual latency at now: 0 before any answer.
+func (u *usualLatency) at(now time.Time) time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.roll(now)
+	n := u.cur.n + u.prev.n
 	switch {
-	case f.cur < 0 && f.prev < 0:
+	case n == 0:
 		return 0
-	case f.cur < 0:
-		return f.prev
-	case f.prev < 0:
-		return f.cur
+	case n < usualMin:
+		if u.prev.n == 0 || (u.cur.n > 0 && u.cur.least < u.prev.least) {
+			return u.cur.least
+		}
+		return u.prev.least
 	}
-	return min(f.cur, f.prev)
+	want := int(usualQuantile * float64(n))
+	seen := 0
+	for b := range latencyBuckets {
+		seen += int(u.cur.counts[b] + u.prev.counts[b])
+		if seen >= want {
+			return upperOf(b)
+		}
+	}
+	return upperOf(latencyBuckets - 1)
 }
 
 // roll starts a new period when the current one is over; a period
-// without answers leaves the previous one's floor in place. f.mu is held.
-func (f *latencyFloor) roll(now time.Time) {
+// without answers leaves the previous one in place. u.mu is held.
+func (u *usualLatency) roll(now time.Time) {
 	switch {
-	case f.start.IsZero():
-		f.start, f.cur, f.prev = now, -1, -1
-	case now.Sub(f.start) >= latencyFloorPeriod:
-		if f.cur >= 0 {
-			f.prev, f.cur = f.cur, -1
+	case u.start.IsZero():
+		u.start = now
+	case now.Sub(u.start) >= usualPeriod:
+		if u.cur.n > 0 {
+			u.prev, u.cur = u.cur, latencyHistogram{}
 		}
-		f.start = now
+		u.start = now
 	}
 }

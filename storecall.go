@@ -25,7 +25,7 @@ type failover struct {
 	once     sync.Once
 	breaker  *breaker
 	local    *memstore.Store
-	floor    latencyFloor // the least latency of the store's recent answers (late.go)
+	usual    usualLatency // the latency of the store's usual answers (late.go)
 }
 
 // failover returns the transport's failover state, set up on first use.
@@ -99,7 +99,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	})
 	if err == nil {
 		now := lim.now()
-		f.floor.observe(now.Sub(asked), now)
+		f.usual.observe(now.Sub(asked), now)
 		noteGrant(d, dec, asked)
 		return dec, nil
 	}
