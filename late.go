@@ -10,22 +10,25 @@ import (
 
 // A grant is late when the request it admits would reach the vendor
 // further from the instant the store charged it than the vendor's counter
-// forgives. The store charges on its own clock at an instant it does not
-// say; what this instance knows is that the instant lies between the start
-// of the call that granted it and the call's answer. So a grant's due
-// instant is bounded below by the call's start (plus the reservation's
-// delay, for a grant made for later), and the request's lag at the vendor,
-// the send instant less the charge's, is at most now less that bound.
+// forgives, because the store's answer was slow. The store charges on its
+// own clock at an instant it does not say; what this instance knows is
+// that the instant lies between the start of the call that granted it and
+// the call's answer (for a grant made for later, the same less the
+// reservation's delay, which the request sleeps from the answer). So the
+// store's part of the request's lag at the vendor is at most the call's
+// latency. What the machine adds after the answer (a late timer, a busy
+// scheduler) a prompt store's grants get too, and is not counted.
 //
 // A uniform lag harms no limit: every charge moves by the same amount. A
 // lag that varies does: a sliding log (or window, or GCRA) that is full
 // frees the unit of its oldest charge Per after that charge, and if that
-// charge's request was sent late, the vendor sees the next grant's request
-// within Per of it, one over. So the lag that counts is the excess over
-// the store's usual latency ([usualLatency]), and a grant is late when that excess is more than
-// lateTolerance of one of its limits. A fixed window is different: its
-// charge counts wherever in the window the request arrives, so a late
-// grant is late only if its window may have ended before the send.
+// charge's request was sent late, the vendor sees the next grant's
+// request within Per of it, one over. So the lag that counts is the
+// call's latency beyond the store's usual latency ([usualLatency]), and a
+// grant is late when that excess is more than lateTolerance of one of its
+// limits. A fixed window is different: its charge counts wherever in the
+// window the request arrives, so a grant is late only if its window may
+// also have ended before the send.
 //
 // A late grant is given back and its demand decided again at once, by the
 // loop that gives back a grant held out of an anchored window's end
@@ -47,17 +50,17 @@ func lateTolerance(l quota.Limit) time.Duration {
 // lateToleranceMax caps [lateTolerance].
 const lateToleranceMax = 50 * time.Millisecond
 
-// lateGrant reports whether d's grant, with its due instant and window
-// end recorded by takeStore, is late if its request is sent now. Each
-// late grant of the same request doubles the tolerance after the first
-// two (lateBackoff), so that a store whose every answer is slow (one slow
-// Cluster node, a Redis moved far away) still lets requests go, after a
-// few decisions each, until its usual latency has risen.
+// lateGrant reports whether d's grant, with the call's latency and its
+// window end recorded by takeStore, is late if its request is sent now.
+// Each late grant of the same request doubles the tolerance after the
+// first two (lateBackoff), so that a store whose every answer is slow
+// (one slow Cluster node, a Redis moved far away) still lets requests go,
+// after a few decisions each, until its usual latency has risen.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
-	if d.due.IsZero() {
-		return false // not a shared store's grant (fail open, or none)
+	if !d.answered {
+		return false // not a store's grant (fail open, or none)
 	}
-	lag := now.Sub(d.due) - lim.failover().usual.at(now)
+	lag := d.took - lim.failover().usual.at(now)
 	if lag <= 0 {
 		return false
 	}

@@ -63,8 +63,8 @@ func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 // takeStore is take without the queue.
 func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	ev.Tries++
-	ev.Fallback = FailDefault                // this decision's, not an earlier try's
-	d.due, d.ends = time.Time{}, time.Time{} // this decision's (late.go)
+	ev.Fallback = FailDefault // this decision's, not an earlier try's
+	d.answered = false        // until this decision grants (late.go)
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
@@ -100,7 +100,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	if err == nil {
 		now := lim.now()
 		f.usual.observe(now.Sub(asked), now)
-		noteGrant(d, dec, asked)
+		noteGrant(d, dec, asked, now)
 		return dec, nil
 	}
 	ev.StoreErr = err
@@ -131,18 +131,18 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		// The mark, then the local store's own id (a Concurrency lease's).
 		ldec.Reservation.ID = localMark + ldec.Reservation.ID
 	}
-	noteGrant(d, ldec, asked)
+	noteGrant(d, ldec, asked, lim.now())
 	return ldec, nil
 }
 
-// noteGrant records in d, for [Limiter.lateGrant], the instants of dec, a
-// decision on it by a call that started at asked: the earliest its grant
-// may be charged for, and the earliest its fixed windows may end.
-func noteGrant(d *demand, dec quota.Decision, asked time.Time) {
+// noteGrant records in d, for [Limiter.lateGrant], how long the call
+// that decided dec took (from asked to answered) and, for fixed windows,
+// the earliest instant the windows it charged may end.
+func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
 	if !dec.OK {
 		return
 	}
-	d.due, d.ends = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked)
+	d.answered, d.took, d.ends = true, answered.Sub(asked), grantWindowEnd(&d.Demand, dec, asked)
 }
 
 // storeFault reports whether err, from a store call made with ctx, means
