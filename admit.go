@@ -270,16 +270,15 @@ type demand struct {
 	reserve bool   // decide without waiting: the caller waits delay (Limiter.Reserve)
 	class   *class // the request's class (class.go), or nil
 
-	rules    []int              // per limit, its index in the rule's Limits; nil: the same index (all apply)
-	held     *quota.Reservation // the granted reservation whose slots the request holds
-	granted  *quota.Reservation // what the decision charged, for a Permit's Cancel
-	delay    time.Duration      // reserve: how long the caller must wait before it acts
-	place    *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
-	sent     time.Time          // when the request was sent (or cleared to be), for learning
-	answered bool               // a store granted it: took and ends are its call's (late.go)
-	took     time.Duration      // how long the call that granted it took
-	ends     time.Time          // for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
-	late     int                // grants given back for coming late (late.go)
+	rules   []int              // per limit, its index in the rule's Limits; nil: the same index (all apply)
+	held    *quota.Reservation // the granted reservation whose slots the request holds
+	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
+	delay   time.Duration      // reserve: how long the caller must wait before it acts
+	place   *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
+	sent    time.Time          // when the request was sent (or cleared to be), for learning
+	due     time.Time          // a store's grant: the earliest instant it may be charged for (late.go); zero: none
+	ends    time.Time          // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
+	late    int                // grants given back for coming late (late.go)
 }
 
 // hasLeases reports whether d has a Concurrency limit.

@@ -10,23 +10,22 @@ import (
 
 // A grant is late when the request it admits would reach the vendor
 // further from the instant the store charged it than the vendor's counter
-// forgives, because the store's answer was slow. The store charges on its
-// own clock at an instant it does not say; what this instance knows is
-// that the instant lies between the start of the call that granted it and
-// the call's answer (for a grant made for later, the same less the
-// reservation's delay, which the request sleeps from the answer). So the
-// store's part of the request's lag at the vendor is at most the call's
-// latency. What the machine adds after the answer (a late timer, a busy
-// scheduler) a prompt store's grants get too, and is not counted.
-//
+// forgives. The store charges on its own clock at an instant it does not
+// say; what this instance knows is that the instant lies between the start
+// of the call that granted it and the call's answer. So a grant's due
+// instant is bounded below by the call's start (plus the reservation's
+// delay, for a grant made for later), and the request's lag at the vendor,
+// the send instant less the charge's, is at most now less that bound:
+// the call's latency, and whatever the machine added after the answer (a
+// late timer, a busy scheduler).
+
 // A uniform lag harms no limit: every charge moves by the same amount. A
 // lag that varies does: a sliding log (or window, or GCRA) that is full
 // frees the unit of its oldest charge Per after that charge, and if that
 // charge's request was sent late, the vendor sees the next grant's
 // request within Per of it, one over. So the lag that counts is the
-// call's latency beyond the store's usual latency ([usualLatency]), and a
-// grant is late when that excess is more than lateTolerance of one of its
-// limits. A fixed window is different: its charge counts wherever in the
+// excess over the store's usual latency ([usualLatency]), and a grant is
+// late when that excess is more than lateTolerance of one of its limits. A fixed window is different: its charge counts wherever in the
 // window the request arrives, so a grant is late only if its window may
 // also have ended before the send.
 //
@@ -57,10 +56,14 @@ const lateToleranceMax = 50 * time.Millisecond
 // (one slow Cluster node, a Redis moved far away) still lets requests go,
 // after a few decisions each, until its usual latency has risen.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
-	if !d.answered {
+	if d.due.IsZero() {
 		return false // not a store's grant (fail open, or none)
 	}
-	lag := d.took - lim.failover().usual.at(now)
+	usual, ok := lim.failover().usual.at(now)
+	if !ok {
+		return false // too few answers yet to tell a late one
+	}
+	lag := now.Sub(d.due) - usual
 	if lag <= 0 {
 		return false
 	}
@@ -128,8 +131,8 @@ const usualPeriod = 10 * time.Second
 // on which every call takes longer, does not make most answers late.
 const usualQuantile = 0.8
 
-// usualMin is how many answers the usual latency needs; with fewer, the
-// fastest of them is used.
+// usualMin is how many answers the usual latency needs; with fewer, no
+// grant is judged late.
 const usualMin = 16
 
 // latencyBuckets is the resolution of [usualLatency]: a quarter of an
@@ -153,7 +156,6 @@ type usualLatency struct {
 type latencyHistogram struct {
 	n      int
 	counts [latencyBuckets]int32
-	least  time.Duration
 }
 
 // bucketOf returns d's bucket: 4*log2(d in µs), within the buckets.
@@ -177,38 +179,30 @@ func (u *usualLatency) observe(took time.Duration, now time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.roll(now)
-	h := &u.cur
-	if h.n == 0 || took < h.least {
-		h.least = took
-	}
-	h.n++
-	h.counts[bucketOf(took)]++
+	u.cur.n++
+	u.cur.counts[bucketOf(took)]++
 }
 
-// at returns the usual latency at now: 0 before any answer.
-func (u *usualLatency) at(now time.Time) time.Duration {
+// at returns the usual latency at now, and false when fewer than
+// usualMin answers count: a cold start's answers are slow (connections,
+// scripts to load), and make no baseline.
+func (u *usualLatency) at(now time.Time) (time.Duration, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.roll(now)
 	n := u.cur.n + u.prev.n
-	switch {
-	case n == 0:
-		return 0
-	case n < usualMin:
-		if u.prev.n == 0 || (u.cur.n > 0 && u.cur.least < u.prev.least) {
-			return u.cur.least
-		}
-		return u.prev.least
+	if n < usualMin {
+		return 0, false
 	}
 	want := int(usualQuantile * float64(n))
 	seen := 0
 	for b := range latencyBuckets {
 		seen += int(u.cur.counts[b] + u.prev.counts[b])
 		if seen >= want {
-			return upperOf(b)
+			return upperOf(b), true
 		}
 	}
-	return upperOf(latencyBuckets - 1)
+	return upperOf(latencyBuckets - 1), true
 }
 
 // roll starts a new period when the current one is over; a period

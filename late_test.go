@@ -71,9 +71,11 @@ func TestLateGrant(t *testing.T) {
 			}}))
 			require.NoError(t, err)
 
-			// A prompt answer first: the store's usual latency.
-			_, err = lim.Wait(context.Background(), "api")
-			require.NoError(t, err)
+			// Prompt answers first: the store's usual latency.
+			for range 20 {
+				_, err = lim.Wait(context.Background(), "api")
+				require.NoError(t, err)
+			}
 			late.Store(0)
 
 			s.lateBy.Store(int64(200 * time.Millisecond))
@@ -84,7 +86,7 @@ func TestLateGrant(t *testing.T) {
 			} else {
 				assert.Zero(t, late.Load(), "late grants decided again")
 			}
-			assert.Equal(t, int64(2), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
+			assert.Equal(t, int64(21), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
 			assert.Equal(t, late.Load(), s.canceled.Load(), "a charge given back per late grant")
 		})
 	}
@@ -103,8 +105,10 @@ func TestLateGrantSlowForGood(t *testing.T) {
 		late.Add(int64(ev.Late))
 	}}))
 	require.NoError(t, err)
-	_, err = lim.Wait(context.Background(), "api")
-	require.NoError(t, err)
+	for range 20 {
+		_, err = lim.Wait(context.Background(), "api")
+		require.NoError(t, err)
+	}
 	late.Store(0)
 
 	s.always.Store(true)
@@ -115,5 +119,5 @@ func TestLateGrantSlowForGood(t *testing.T) {
 	// machine that adds 50 ms to a call.
 	assert.GreaterOrEqual(t, late.Load(), int64(3), "late grants decided again")
 	assert.LessOrEqual(t, late.Load(), int64(6), "late grants decided again")
-	assert.Equal(t, int64(2), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
+	assert.Equal(t, int64(21), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
 }

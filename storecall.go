@@ -63,8 +63,8 @@ func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 // takeStore is take without the queue.
 func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	ev.Tries++
-	ev.Fallback = FailDefault // this decision's, not an earlier try's
-	d.answered = false        // until this decision grants (late.go)
+	ev.Fallback = FailDefault                // this decision's, not an earlier try's
+	d.due, d.ends = time.Time{}, time.Time{} // this decision's (late.go)
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
@@ -135,14 +135,14 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	return ldec, nil
 }
 
-// noteGrant records in d, for [Limiter.lateGrant], how long the call
-// that decided dec took (from asked to answered) and, for fixed windows,
-// the earliest instant the windows it charged may end.
+// noteGrant records in d, for [Limiter.lateGrant], the instants of dec,
+// a decision by a call made from asked to answered: the earliest its grant
+// may be charged for, and the earliest its fixed windows may end.
 func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
 	if !dec.OK {
 		return
 	}
-	d.answered, d.took, d.ends = true, answered.Sub(asked), grantWindowEnd(&d.Demand, dec, asked)
+	d.due, d.ends = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked)
 }
 
 // storeFault reports whether err, from a store call made with ctx, means
