@@ -36,18 +36,19 @@ import (
 // and nothing is admitted that a prompt store would not have admitted.
 
 // lateTolerance is the lag beyond the store's usual latency that a
-// request of limit l may have at the vendor: a fortieth of its window, at
-// most lateToleranceMax. Vendors' counters forgive some jitter between a
-// client's clock and theirs (the examples' webhook, a twentieth of the
-// window); half of that is left to what happens after the check, on the
-// way to the vendor (the HTTP send, a busy machine's scheduling).
-// lateToleranceMax keeps a long window's allowance to a network's jitter.
+// request of limit l may have at the vendor: a twentieth of its window,
+// at most lateToleranceMax. Vendors' counters forgive some jitter between
+// a client's clock and theirs, and a policy's window is often a margin
+// longer than the vendor's (presets/githubquota's Margin), which covers
+// the same; a loaded machine delays some answers by tens of milliseconds,
+// and deciding those again costs quota for nothing. lateToleranceMax
+// keeps a long window's allowance to what a network's jitter is.
 func lateTolerance(l quota.Limit) time.Duration {
-	return min(l.Per/40, lateToleranceMax)
+	return min(l.Per/20, lateToleranceMax)
 }
 
 // lateToleranceMax caps [lateTolerance].
-const lateToleranceMax = 50 * time.Millisecond
+const lateToleranceMax = 100 * time.Millisecond
 
 // lateGrant reports whether d's grant, with the call's latency and its
 // window end recorded by takeStore, is late if its request is sent now.
@@ -63,7 +64,7 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if !ok {
 		return false // too few answers yet to tell a late one
 	}
-	lag := now.Sub(d.due) - usual
+	lag := d.took - usual
 	if lag <= 0 {
 		return false
 	}
@@ -133,7 +134,7 @@ const usualQuantile = 0.8
 
 // usualMin is how many answers the usual latency needs; with fewer, no
 // grant is judged late.
-const usualMin = 16
+const usualMin = 64
 
 // latencyBuckets is the resolution of [usualLatency]: a quarter of an
 // octave, from 1 µs to about an hour.

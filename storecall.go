@@ -142,7 +142,7 @@ func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
 	if !dec.OK {
 		return
 	}
-	d.due, d.ends = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked)
+	d.due, d.ends, d.took = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked), answered.Sub(asked)
 }
 
 // storeFault reports whether err, from a store call made with ctx, means

@@ -83,7 +83,7 @@ func newSlowVendor(t *testing.T) *slowVendor {
 // v.mu is held.
 func (v *slowVendor) count(key string, now time.Time) int {
 	ts := v.times[key]
-	cut := sort.Search(len(ts), func(i int) bool { return ts[i].After(now.Add(-slowPer + slowPer/20)) })
+	cut := sort.Search(len(ts), func(i int) bool { return ts[i].After(now.Add(-slowPer + slowPer/10)) })
 	v.times[key] = ts[cut:]
 	return len(ts) - cut
 }
