@@ -64,16 +64,20 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if !ok {
 		return false // too few answers yet to tell a late one
 	}
-	lag := d.took - usual
-	if lag <= 0 {
+	// The store's part of the lag, and the whole of it: what the machine
+	// adds after the answer (a late timer, a busy scheduler) a prompt
+	// store's grants get too, so it counts only beyond a second tolerance.
+	lag, whole := d.took-usual, now.Sub(d.due)-usual
+	if lag <= 0 && whole <= 0 {
 		return false
 	}
 	for _, b := range d.Limits {
 		l := b.Limit
+		tol := lateBackoff(lateTolerance(l), d.late)
 		switch {
 		case l.Algorithm == Concurrency:
 			// A slot is held from its grant to the response's end.
-		case lag <= lateBackoff(lateTolerance(l), d.late):
+		case lag <= tol && whole <= 2*tol:
 		case l.Algorithm == FixedWindow && now.Before(d.ends):
 			// Still in the window charged: the charge's window ends
 			// at or after d.ends.
