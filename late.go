@@ -90,12 +90,9 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 }
 
 // lateBackoff is tol for a request that had late grants before: doubled
-// for each after the third, up to 2^20 times. Not sooner: after a stall,
-// every waiting request is decided again at once, and a tenth of the
-// answers delayed would otherwise let some go on their second or third
-// late grant.
+// for each after the first, up to 2^20 times.
 func lateBackoff(tol time.Duration, late int) time.Duration {
-	return tol << min(max(late-3, 0), 20)
+	return tol << min(max(late-1, 0), 20)
 }
 
 // grantWindowEnd returns, for a grant dec of demand dm answered by a call

@@ -115,9 +115,9 @@ func TestLateGrantSlowForGood(t *testing.T) {
 	s.lateBy.Store(int64(250 * time.Millisecond))
 	_, err = lim.Wait(context.Background(), "api")
 	require.NoError(t, err)
-	// Tolerances of 100 ms four times, 200, then 400 > 250: five late
+	// Tolerances of 100 ms, 100, 200, then 400 > 250: three late
 	// grants, more on a machine that adds 150 ms to a call.
-	assert.GreaterOrEqual(t, late.Load(), int64(5), "late grants decided again")
-	assert.LessOrEqual(t, late.Load(), int64(8), "late grants decided again")
+	assert.GreaterOrEqual(t, late.Load(), int64(3), "late grants decided again")
+	assert.LessOrEqual(t, late.Load(), int64(6), "late grants decided again")
 	assert.Equal(t, int64(71), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
 }
