@@ -64,6 +64,7 @@ func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *
 	if err := r.buckets(req, d); err != nil {
 		return err
 	}
+	d.anchorLog() // anchor.go: the sliding log of each Anchor limit
 	for _, b := range d.Limits {
 		if b.Tenant != "" {
 			ev.Tenant = b.Tenant

@@ -348,12 +348,14 @@ func (l *learner) forgetStore(id windowID) {
 }
 
 // storeEnd returns when the store's window of now for id ends, at the
-// earliest, as last learned; zero if unknown.
+// earliest, as last learned; zero if unknown, or if the store's windows
+// do not follow the vendor's (they start at a first charge: a sync on
+// them would take the vendor's window for one of ours).
 func (l *learner) storeEnd(id windowID, now time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.windows[id]
-	if p == nil || !p.hasStore {
+	if p == nil || !p.hasStore || !p.learnedStore {
 		return time.Time{}
 	}
 	us := now.UnixMicro()
@@ -472,4 +474,71 @@ func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, boo
 	}
 	u, ok := p.crossing(decided.UnixMicro(), sent.UnixMicro()+p.rtt)
 	return time.UnixMicro(u), ok
+}
+
+// Every request of an Anchor limit is also counted in every vendor
+// window that may hold it, whatever the window's phase: in a sliding log
+// of the limit's Rate over its Per and logMargin, the most a request may
+// take from its decision to the vendor, in a counter of its own (the
+// limit's key with "%o", which no escaped key holds). No interval of Per
+// at the vendor then holds more than Rate: learning admits no more than a
+// limit that knows nothing of the vendor's phase could. Before the
+// store's windows move, they start at a first charge and the vendor's
+// anywhere, so one vendor window may hold the end of one of ours and the
+// start of the next, and twice the quota: the log is what holds then.
+// After a move, it is kept, as a bound that does not depend on the
+// evidence being right: on Redis, a fleet without it after a move was
+// rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
+// off; why is not known). It costs Per/(Per+margin)
+// of the quota under a steady load, and nothing to bursts a window
+// apart.
+
+// anchorLogOf returns the sliding log that anchorLog added to d for its
+// Anchor limit b.
+func (d *demand) anchorLogOf(b quota.Bucket) (quota.Bucket, bool) {
+	if !b.Limit.Anchored {
+		return quota.Bucket{}, false
+	}
+	for _, lb := range d.Limits {
+		if lb.Limit.Name == b.Limit.Name && lb.Key == b.Key+"%o" && !lb.Limit.Anchored {
+			return lb, true
+		}
+	}
+	return quota.Bucket{}, false
+}
+
+// logMargin is how much longer than per the sliding log of an Anchor
+// limit counts a request: a tenth of a window, at most a second. A
+// request that reaches the vendor later than this after the store
+// decided it may be counted in a window the log did not see.
+func logMargin(per time.Duration) time.Duration {
+	return min(per/10, time.Second)
+}
+
+// anchorLog adds to d, for each of its Anchor limits, the sliding log
+// that counts its requests in every vendor window that may hold them.
+func (d *demand) anchorLog() {
+	n := len(d.Limits)
+	for i := range n {
+		b := d.Limits[i]
+		if !b.Limit.Anchored {
+			continue
+		}
+		if d.rules == nil {
+			d.rules = make([]int, n, n+1)
+			for k := range d.rules {
+				d.rules[k] = k
+			}
+		}
+		// The store's fallback decides it on the rule's local copy of the
+		// limit, under the log's key: a counter of its own there too.
+		d.rules = append(d.rules, d.ruleLimit(i))
+		l := b.Limit
+		b.Limit = quota.Limit{Name: l.Name, Rate: l.Rate, Per: l.Per + logMargin(l.Per), Algorithm: quota.SlidingLog}
+		if l.Rate > quota.MaxSlidingLogRate {
+			b.Limit.Algorithm = quota.SlidingWindow // its estimate is never below the log's count
+		}
+		b.Key += "%o"
+		d.Limits = append(d.Limits, b)
+	}
 }

@@ -82,6 +82,12 @@ func snippetOperations(ctx context.Context, policy throttle.Policy, rule throttl
 	if err != nil {
 		return err
 	}
+	gauges, err := otelthrottle.Gauges(otel.GetMeterProvider(), t.Limiter()) // pending and in-flight requests
+	if err != nil {
+		return err
+	}
+	defer gauges.Unregister() // when the transport is retired
+
 	client := &http.Client{Transport: t} // under otelhttp.NewTransport(t), the events go on its spans
 	// snippet end
 	_ = client

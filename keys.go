@@ -19,6 +19,10 @@ import (
 // carrying the rule's path wildcards; it may replace the Body but must
 // leave it readable). An error means the request has no key: it is not
 // sent. Keys are escaped, and long ones hashed, before they reach a store.
+//
+// Validation ([Policy.Validate], [NewTransport], [NewLimiter]) calls each
+// limit's KeyFunc once with a probe request (no body, no headers) to find
+// the path wildcards it reads through [KeyFromPath]; its result is ignored.
 type KeyFunc func(r *http.Request) (string, error)
 
 // maxBodyKeyBytes bounds how much of a request body [KeyFromBody] reads.
@@ -99,14 +103,54 @@ func sensitiveHeader(canonical string) bool {
 
 // KeyFromPath returns a KeyFunc that reads the path wildcard name of the
 // matched rule's Path pattern, e.g. "owner" for "/repos/{owner}/{repo}".
-// An empty value fails with an error wrapping [ErrMissingKey].
+// An empty value fails with an error wrapping [ErrMissingKey]. A limit
+// whose rule's Path has no wildcard name (or no Path) is an invalid policy:
+// [Policy.Validate], [NewTransport] and [NewLimiter] report it, also through
+// [HashKey] and [JoinKeys].
 func KeyFromPath(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
+		if p := probeOf(r); p != nil {
+			p.paths = append(p.paths, name)
+		}
 		if v := r.PathValue(name); v != "" {
 			return v, nil
 		}
 		return "", fmt.Errorf("%w: no path wildcard %q", ErrMissingKey, name)
 	}
+}
+
+// A keyProbe collects the path wildcards a KeyFunc reads when validation
+// calls it with a probe request (see pathKeysRead).
+type keyProbe struct {
+	paths []string // the names KeyFromPath funcs were asked for
+}
+
+type keyProbeKey struct{}
+
+// probeOf returns the probe r carries, or nil for a real request.
+func probeOf(r *http.Request) *keyProbe {
+	p, _ := r.Context().Value(keyProbeKey{}).(*keyProbe)
+	return p
+}
+
+// pathKeysRead returns the path wildcards f reads through [KeyFromPath],
+// found by calling f once with a probe request: no body, no headers, no
+// path values, a context marking it as a probe. KeyFromPath, HashKey and
+// JoinKeys answer a probe exactly; a KeyFunc of the user's is called like
+// any request and its result (error or panic included) is ignored.
+func pathKeysRead(f KeyFunc) (names []string) {
+	p := &keyProbe{}
+	ctx := context.WithValue(context.Background(), keyProbeKey{}, p)
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://probe.invalid/", http.NoBody)
+	if err != nil {
+		return nil
+	}
+	defer func() {
+		recover() // a user's KeyFunc that cannot read a probe says nothing about paths
+		names = p.paths
+	}()
+	f(r)
+	return p.paths
 }
 
 // KeyFromQuery returns a KeyFunc that reads the URL query parameter name.
@@ -210,8 +254,12 @@ func HashKey(f KeyFunc) KeyFunc {
 func JoinKeys(fs ...KeyFunc) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		parts := make([]string, len(fs))
+		probe := probeOf(r) != nil
 		for i, f := range fs {
 			k, err := f(r)
+			if probe {
+				continue // validation asks every part which wildcards it reads
+			}
 			if err != nil {
 				return "", err
 			}

@@ -21,7 +21,8 @@ import (
 // store, so every instance waits or fails before sending: for the answer's
 // Retry-After, until its reset, or for DefaultPause doubling while such
 // answers go on. A response with no quota left pauses until its reset even
-// before a 429. Pauses are capped at MaxPause, get a random jitter added,
+// before a 429. Pauses are capped at MaxPause, get a random jitter added
+// (not a pause until a quota's reset, which ends at the vendor's reset),
 // and are also kept in each instance's memory, so a store that loses them
 // does not send a request early. docs/learning.md has the details.
 type Learning struct {
@@ -88,7 +89,8 @@ type learner struct {
 	mu      sync.Mutex
 	pauses  map[string]time.Time
 	backoff map[string]*backoff.ExponentialBackOff
-	windows map[windowID]*phase // Anchor limits: where the vendor's and the store's windows end (anchor.go)
+	windows map[windowID]*phase    // Anchor limits: where the vendor's and the store's windows end (anchor.go)
+	clocks  map[string]vendorClock // per scope: the vendor's clock offset (vendorclock.go)
 }
 
 // localPause returns the end of the latest pause learned for scope, if it
@@ -233,6 +235,9 @@ func (t *Transport) learn(ctx context.Context, r *rule, d *demand, req *http.Req
 // rule's Sync limit to what the vendor says remains. limited says the
 // answer was "slow down"; status is its HTTP status, or 0.
 func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) {
+	if d != nil {
+		fb.Reset = lim.learned.clockReset(r.scope, d.sent, now, fb) // vendorclock.go: Date's whole seconds
+	}
 	pk := r.pauseKey(d)
 	p := lim.learned.pauseFor(r.pauseID(pk), c, limited, fb, now)
 	var windowEnd time.Time
@@ -248,16 +253,19 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 	if p <= 0 {
 		return
 	}
-	exact := false
-	if r.anchorIdx >= 0 && d != nil && fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() {
-		// Quota spent until the reset: with evidence of where the
-		// vendor's windows end, pause until the latest instant the
-		// window may end, which the reset's rounding only delays.
+	// Quota spent until the reset: the vendor's window ends then (its
+	// rounding only delays it), so the pause ends there, with no jitter,
+	// which would only waste the next window's quota: the instances all
+	// wait on the one shared pause and the store spreads their grants.
+	exact := fb.Remaining == 0 && !fb.HasRetryAfter && !fb.Reset.IsZero() && !fb.Capped
+	if exact && r.anchorIdx >= 0 && d != nil {
+		// With evidence of where the vendor's windows end, pause until the
+		// latest instant the window may end.
 		if i := d.limitOf(r.anchorIdx); i >= 0 {
 			b := d.Limits[i]
 			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now)
 			if ok && end.After(now) && !end.After(fb.Reset.Add(fb.ResetResolution)) {
-				p, exact = min(end.Sub(now), c.maxPause), true
+				p = min(end.Sub(now), c.maxPause)
 			}
 		}
 	}
@@ -308,6 +316,17 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	// The most the limit could admit before the reset: a full burst (or
 	// window) plus what accrues meanwhile.
 	most := int64(l.Capacity()) + int64(float64(l.Rate)*(float64(within)/float64(l.Per))) + 1
+	if lb, ok := d.anchorLogOf(b); ok && windowEnd.IsZero() {
+		// Anchored windows whose end this instance does not know: the
+		// reset may fall in our next window as well as in this one, and
+		// a sync of the windows would fill this one whole. The limit's
+		// log (anchor.go) counts the vendor's window wherever it ends,
+		// within Per of now: the vendor's remaining goes there, and
+		// changes nothing when the log already holds what the vendor
+		// counted.
+		b, l = lb, lb.Limit
+		most = int64(l.Capacity())
+	}
 	if fb.Remaining >= most {
 		return
 	}

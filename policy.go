@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -330,6 +331,9 @@ func (p Policy) compile() (*compiledPolicy, error) {
 				continue
 			}
 			inRule[l.Name] = true
+			checkPathKeys(cr.path, r.Path, l, func(sub, format string, args ...any) {
+				bad(id, field+sub, format, args...)
+			})
 			if l.Tenant != nil && l.Algorithm == Concurrency {
 				bad(id, field+".Tenant", "a concurrency limit cannot be shared among tenants")
 			}
@@ -400,6 +404,29 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		}
 	}
 	return cp, nil
+}
+
+// checkPathKeys reports each path wildcard l's Key or Tenant reads
+// through [KeyFromPath] that the rule's path (p, parsed from src; nil when
+// the rule has none or it did not parse) does not have: every request
+// would fail for want of its key.
+func checkPathKeys(p *pattern.Path, src string, l Limit, bad func(field, format string, args ...any)) {
+	for _, kf := range []struct {
+		field string
+		f     KeyFunc
+	}{{".Key", l.Key}, {".Tenant", l.Tenant}} {
+		if kf.f == nil {
+			continue
+		}
+		for _, name := range pathKeysRead(kf.f) {
+			switch {
+			case src == "":
+				bad(kf.field, "KeyFromPath(%q) reads a wildcard of the rule's path, but the rule has no Path; give it one with {%s}", name, name)
+			case p != nil && !slices.Contains(p.Wildcards(), name):
+				bad(kf.field, "KeyFromPath(%q) names no wildcard of the rule's Path %q; add {%s} to it or read another wildcard", name, src, name)
+			}
+		}
+	}
 }
 
 // validMethod reports whether m is an HTTP token (RFC 9110).

@@ -61,6 +61,14 @@ func TestPolicyValidate(t *testing.T) {
 			{Name: "a", Scope: "s", Limits: []throttle.Limit{ok}},
 			{Name: "b", Scope: "s", Limits: []throttle.Limit{{Name: "ok", Rate: 2, Per: time.Second}}},
 		}}, want: []string{"b Limits[0]"}},
+		{name: "path key on the rule's wildcard", policy: pathKeyRule("/repos/{owner}/{repo}", throttle.KeyFromPath("owner"), nil)},
+		{name: "path key without its wildcard", policy: pathKeyRule("/repos/{owner}", throttle.KeyFromPath("repo"), nil), want: []string{"r Limits[0].Key"}},
+		{name: "path key on a rule without a path", policy: pathKeyRule("", throttle.KeyFromPath("owner"), nil), want: []string{"r Limits[0].Key"}},
+		{name: "path key inside HashKey", policy: pathKeyRule("/a/{b}", throttle.HashKey(throttle.KeyFromPath("c")), nil), want: []string{"r Limits[0].Key"}},
+		{name: "path key after a header key in JoinKeys", policy: pathKeyRule("/a/{b}", throttle.JoinKeys(throttle.KeyFromHeader("X-Team"), throttle.KeyFromPath("c")), nil), want: []string{"r Limits[0].Key"}},
+		{name: "path tenant without its wildcard", policy: pathKeyRule("/a/{b}", nil, throttle.KeyFromPath("team")), want: []string{"r Limits[0].Tenant"}},
+		{name: "path key of a bad path reports the path only", policy: pathKeyRule("/a/{b", throttle.KeyFromPath("c"), nil), want: []string{"r Path"}},
+		{name: "user KeyFunc that panics on a bare request", policy: pathKeyRule("/a", func(r *http.Request) (string, error) { return r.Header["X"][0], nil }, nil)},
 		{name: "every problem is reported", policy: throttle.Policy{Rules: []throttle.Rule{
 			{Name: "a", Path: "x", Limits: []throttle.Limit{{Name: "l", Rate: 0, Per: 0}}},
 			{Name: "b", Host: "a*.com"},
@@ -87,6 +95,35 @@ func TestPolicyValidate(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+}
+
+func pathKeyRule(path string, key, tenant throttle.KeyFunc) throttle.Policy {
+	return throttle.Policy{Rules: []throttle.Rule{{Name: "r", Path: path, Limits: []throttle.Limit{{Name: "l", Rate: 1, Per: time.Second, Key: key, Tenant: tenant}}}}}
+}
+
+// TestPathKeyWithoutWildcardFailsAtConstruction: a KeyFromPath naming a
+// wildcard its rule's Path lacks would fail every request; NewTransport and
+// NewLimiter refuse it and say which rule, which field and what to add.
+func TestPathKeyWithoutWildcardFailsAtConstruction(t *testing.T) {
+	p := throttle.Policy{Rules: []throttle.Rule{{Name: "repos", Path: "/repos/{owner}", Limits: []throttle.Limit{
+		{Name: "per-repo", Rate: 10, Per: time.Minute, Key: throttle.JoinKeys(throttle.KeyFromPath("owner"), throttle.KeyFromPath("repo"))},
+	}}}}
+	const want = `throttle: invalid policy: rule repos: Limits[0].Key: KeyFromPath("repo") names no wildcard of the rule's Path "/repos/{owner}"; add {repo} to it or read another wildcard`
+	_, err := throttle.NewTransport(nil, p)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	assert.ErrorContains(t, err, want)
+	var pe *throttle.PolicyError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "Limits[0].Key", pe.Field)
+
+	_, err = throttle.NewLimiter(p)
+	assert.ErrorIs(t, err, throttle.ErrInvalidPolicy)
+	assert.ErrorContains(t, err, want)
+
+	p.Rules[0].Path = "/repos/{owner}/{repo}"
+	_, err = throttle.NewLimiter(p)
+	assert.NoError(t, err)
 }
 
 func one(limits ...throttle.Limit) throttle.Policy {

@@ -110,3 +110,49 @@ func ExampleSpanHooks() {
 	// call vendor: throttle.decision throttle.rule=api throttle.outcome=allowed
 	// call vendor: throttle.decision throttle.rule=api throttle.outcome=refused throttle.limit=per-minute throttle.wait=60s
 }
+
+// Observe how many requests of a transport are being decided and how many
+// hold concurrency slots. Here one upload holds its slot (its response
+// body not yet closed) when the metrics are read.
+func ExampleGauges() {
+	vendor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "uploaded") }))
+	defer vendor.Close()
+
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+
+	t, err := throttle.NewTransport(nil, throttle.Policy{Rules: []throttle.Rule{{
+		Name:   "upload",
+		Limits: []throttle.Limit{{Name: "slots", Rate: 4, Per: time.Minute, Algorithm: throttle.Concurrency}},
+	}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	reg, err := otelthrottle.Gauges(mp, t.Limiter())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer reg.Unregister()
+
+	resp, err := (&http.Client{Transport: t}).Get(vendor.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(context.Background(), &rm)
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			rule, _ := p.Attributes.Value("throttle.rule")
+			fmt.Println(m.Name, rule.AsString(), p.Value)
+		}
+	}
+	// Output:
+	// throttle.requests.pending upload 0
+	// throttle.requests.in_flight upload 1
+}

@@ -1,6 +1,6 @@
 // Package otelthrottle reports what a [throttle.Transport] does as
 // OpenTelemetry signals: its decisions, learned pauses and store health as
-// metrics ([Hooks]), and the decision on each request as an event on the
+// metrics ([Hooks]), the requests it holds as gauges ([Gauges]), and the decision on each request as an event on the
 // request's span ([SpanHooks]). It depends on the OpenTelemetry APIs only;
 // the application chooses the SDK and exporters (Prometheus, OTLP...)
 // through the MeterProvider it passes and the TracerProvider that starts
@@ -8,6 +8,7 @@
 //
 //	hooks, err := otelthrottle.Hooks(otel.GetMeterProvider(), otelthrottle.SpanHooks(throttle.Hooks{}))
 //	t, err := throttle.NewTransport(nil, policy, throttle.WithHooks(hooks))
+//	reg, err := otelthrottle.Gauges(otel.GetMeterProvider(), t.Limiter()) // reg.Unregister() when t is retired
 //	client := &http.Client{Transport: otelhttp.NewTransport(t)}
 //
 // # Metrics
@@ -43,6 +44,14 @@
 //     active, down: breaker open), 1 for the current state and 0 for the
 //     others, as OpenTelemetry's conventions write a state.
 //
+// [Gauges] adds two instruments observed from limiters' own counts (a
+// Transport's is its Limiter), by throttle.rule:
+//
+//   - throttle.requests.pending (updowncounter, {request}): requests being
+//     decided: waiting for their quota or for the store's answer;
+//   - throttle.requests.in_flight (updowncounter, {request}): requests
+//     holding a slot of a concurrency limit, for rules that have one.
+//
 // The meter is named [ScopeName] and carries the library's version (from
 // the build information; "(devel)" when built in its own repository).
 // Records use the request's context, so exemplars link to its trace.
@@ -75,6 +84,7 @@
 //   - throttle.store.operation: the failed store call, take, pause or
 //     settle;
 //   - throttle.store.state: up, failing or down, on throttle.store.status;
+//   - throttle.rule is the only attribute of the gauges;
 //   - throttle.settlement: refund (the answer reported less than the
 //     estimate charged), extra (more), exact, unreported (the answer said
 //     nothing: the estimate stands) or failed (the store could not

@@ -29,7 +29,8 @@ const checkScope = "redisstore:check"
 // [quota.ErrStoreConfig] and names the cause: a wrong or missing
 // password (NOAUTH, WRONGPASS), an ACL user without a command or key the
 // store needs (NOPERM), a command that is disabled or renamed (EVALSHA,
-// EVAL), a read-only replica (READONLY), a *redis.ClusterClient on a
+// EVAL), a read-only replica (READONLY, on a client with a fixed
+// address; on a Sentinel client it is a failover), a *redis.ClusterClient on a
 // server without Cluster support, or any other client on a Cluster node.
 // Any other error is an outage (Redis unreachable, too slow); when a
 // connection was refused or could not be made, the error says so (a

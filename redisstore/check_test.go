@@ -163,13 +163,6 @@ func TestCheckMisconfigured(t *testing.T) {
 			}
 			// The same set-up is a configuration error at run time too,
 			// on a store nobody checked: a decision, and a pause.
-			// A read-only replica is left out: a plain client retries its
-			// READONLY reply, which the resend mark cannot hear, so the call
-			// ends as ErrResent, an outage; after a Sentinel failover
-			// READONLY is one, for a moment.
-			if tc.name == "ReadOnlyReplica" {
-				return
-			}
 			rs := newStoreOn(t, tc.client(t), redistest.Prefix(t), redisstore.WithBatching(0))
 			for _, n := range []int{1, 4} { // 4 limits: more arguments than Redis reads from a client that has not authenticated
 				d := &quota.Demand{Scope: "vendor", Cost: 1}

@@ -507,10 +507,11 @@ func TestFairShareFleet(t *testing.T) {
 		require.NotEmpty(t, waits[who], "tenant %s sent nothing", who)
 		light = append(light, waits[who]...)
 	}
-	assert.LessOrEqual(t, percentile(light, 95), 2*fleetT, "the light tenants' decided waits (p95)")
-	assert.LessOrEqual(t, percentile(light, 100), 3*fleetT, "the light tenants' decided waits (max)")
+	slack := fleetSlack()
+	assert.LessOrEqual(t, percentile(light, 95), time.Duration(2*slack*float64(fleetT)), "the light tenants' decided waits (p95)")
+	assert.LessOrEqual(t, percentile(light, 100), time.Duration(3*slack*float64(fleetT)), "the light tenants' decided waits (max)")
 	for _, who := range []string{"A", "B"} {
-		assert.InDelta(t, fair, got[who], 0.05*fair, "tenant %s's grants against its max-min share", who)
+		assert.InDelta(t, fair, got[who], 0.05*slack*fair, "tenant %s's grants against its max-min share", who)
 	}
 	assert.GreaterOrEqual(t, share, fleetFloor(), "share of the quota charged")
 	assert.LessOrEqual(t, longest, fleetT/2, "the longest reservation granted to a tenant's request")
@@ -532,4 +533,18 @@ func fleetFloor() float64 {
 		return 0.90
 	}
 	return 0.98
+}
+
+// fleetSlack widens the fleets' bounds on waits and on fair shares: 1, or
+// 1.5 under the race detector. The waits the store decides for a light
+// tenant grow when its own requests arrive bunched, and a loaded machine
+// under -race wakes timers late and together: measured at load average
+// 9-14, p95 20.3 ms against 2T = 20 ms, and a heavy tenant's grants 5.1%
+// off its max-min share, beside other packages (the same runs alone pass
+// within 1x).
+func fleetSlack() float64 {
+	if raceEnabled {
+		return 1.5
+	}
+	return 1
 }

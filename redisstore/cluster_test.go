@@ -25,6 +25,7 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
+	t.Parallel() // beside the conformance variants, after the fleets
 	cl := redistest.StartCluster(t, 3, 0)
 	newCluster := func(t *testing.T) *redis.ClusterClient {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})

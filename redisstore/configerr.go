@@ -1,8 +1,12 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/quotakit/throttle/quota"
 	"github.com/redis/go-redis/v9"
@@ -33,9 +37,24 @@ func (e *configError) Unwrap() []error { return []error{quota.ErrStoreConfig, e.
 // does not follow them (anything but a *redis.ClusterClient): a plain
 // client pointed at a Cluster node. A ClusterClient returns one only when
 // its redirects ran out during a resharding.
+//
+// A READONLY reply (the server is a replica) is a configuration error on a
+// client with a fixed address, and says which address to change. On a
+// Sentinel client it is not: during a failover the demoted master answers
+// READONLY until the client hears of the new one, an outage of a moment.
+// A marked call (a Take, a Cancel) that go-redis retried after a READONLY
+// reply ends as [ErrResent], since the mark cannot hear a plain client's
+// retries; for such a call the store asks the server its ROLE once and, if
+// it is a replica, reports the configuration error instead.
 func (s *Store) configErr(err error) error {
+	if err == nil || errors.Is(err, quota.ErrStoreConfig) {
+		return err
+	}
+	if errors.Is(err, ErrResent) {
+		return s.resentOnReplica(err)
+	}
 	var rerr redis.Error
-	if err == nil || errors.Is(err, quota.ErrStoreConfig) || !errors.As(err, &rerr) {
+	if !errors.As(err, &rerr) {
 		return err
 	}
 	if cause := configCause(rerr.Error(), s.client); cause != "" {
@@ -69,7 +88,10 @@ func configCause(msg string, client redis.UniversalClient) string {
 	case strings.HasPrefix(m, "unknown command"), has("Unknown Redis command called from script"):
 		return "unknown command: the server does not know a command the store uses (disabled or renamed with rename-command, e.g. EVALSHA or EVAL; behind a proxy that runs no scripts, use NewMultiExec)"
 	case strings.HasPrefix(m, "READONLY"), has("-READONLY"):
-		return "read-only replica: the client is connected to a replica; point it at the master (or use a Sentinel or Cluster client)"
+		if sentinelClient(client) {
+			return "" // a failover under way; see configErr
+		}
+		return readOnlyCause(client, "")
 	case has("cluster support disabled"):
 		return "Cluster client on a server that is not a Cluster (cluster support disabled): use redis.NewClient for a single server or Sentinel"
 	case has("SELECT is not allowed in cluster mode"):
@@ -83,3 +105,66 @@ func configCause(msg string, client redis.UniversalClient) string {
 	}
 	return ""
 }
+
+// readOnlyCause says that client's server is a replica (of master, when
+// known) and what to change.
+func readOnlyCause(client redis.UniversalClient, master string) string {
+	where := "the client is connected to a replica"
+	if c, ok := client.(*redis.Client); ok {
+		where = "the client's address " + c.Options().Addr + " is a replica"
+	}
+	if master != "" {
+		where += " of " + master
+	}
+	return "read-only replica: " + where + "; point the client at the master (redis.NewFailoverClient if Sentinel manages it, redis.NewClusterClient for a Cluster)"
+}
+
+// sentinelClient reports whether client is a go-redis Sentinel client
+// (redis.NewFailoverClient, or redis.NewUniversalClient with a
+// MasterName): a *redis.Client whose address go-redis sets to
+// "FailoverClient" and whose dialer asks the Sentinels for the master.
+func sentinelClient(client redis.UniversalClient) bool {
+	c, ok := client.(*redis.Client)
+	return ok && c.Options().Addr == "FailoverClient"
+}
+
+// roleTimeout bounds the ROLE that resentOnReplica sends.
+const roleTimeout = time.Second
+
+// resentOnReplica returns err, an [ErrResent] of a call on s, as a
+// configuration error when the server of a client with a fixed address
+// says it is a replica: go-redis retried the call after a READONLY reply,
+// and the mark refused the retry. Any other answer, or none, leaves err
+// as it is.
+func (s *Store) resentOnReplica(err error) error {
+	c, ok := s.client.(*redis.Client)
+	if !ok || sentinelClient(c) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(roleTimeout, max(s.timeout, 100*time.Millisecond)))
+	defer cancel()
+	role, rerr := c.Do(ctx, "ROLE").Slice()
+	if rerr != nil || len(role) == 0 {
+		return err
+	}
+	if r, _ := role[0].(string); r != "slave" && r != "replica" {
+		return err
+	}
+	master := ""
+	if len(role) >= 3 {
+		host, _ := role[1].(string)
+		port, _ := role[2].(int64)
+		master = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	}
+	return &configError{cause: readOnlyCause(c, master), err: readOnlyResent{err}}
+}
+
+// readOnlyResent is a marked call's [ErrResent] after a READONLY reply:
+// it matches ErrResent, and says what happened.
+type readOnlyResent struct{ err error }
+
+func (e readOnlyResent) Error() string {
+	return "READONLY: the server refused the call's writes, go-redis sent it again, and the store refused the resend"
+}
+
+func (e readOnlyResent) Unwrap() error { return e.err }

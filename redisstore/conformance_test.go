@@ -16,7 +16,8 @@ import (
 // that retries) with the default batching, replay ids, a client that
 // never retries, take.lua for every demand, batching off, and batching
 // from the second call in flight on (so that concurrent cases batch).
-// With -short, only the default and take.lua.
+// With -short, only the default and take.lua. The variants run in
+// parallel, each on a redis-server of its own.
 func TestConformance(t *testing.T) {
 	noRetries := func(o *redis.Options) { o.MaxRetries = -1 }
 	for _, tc := range []struct {
@@ -35,10 +36,12 @@ func TestConformance(t *testing.T) {
 			if testing.Short() && tc.name != "detect" && tc.name != "take.lua only" {
 				t.Skip("short: the default and take.lua only")
 			}
+			t.Parallel()
+			own := redistest.Start(t)
 			prefix := redistest.Prefix(t)
 			newOne := func(t *testing.T, now func() time.Time) quota.Store {
 				opts := append([]redisstore.Option{redisstore.WithNow(now)}, tc.opts...)
-				return newStoreOn(t, newClient(t, srv.Addr(), tc.client...), prefix, opts...)
+				return newStoreOn(t, newClient(t, own.Addr(), tc.client...), prefix, opts...)
 			}
 			storetest.Run(t, storetest.Config{
 				New: newOne,

@@ -165,10 +165,10 @@
 // not match the server (a *redis.ClusterClient on a server without
 // Cluster support; another client on a Cluster node, MOVED). A Transport
 // logs such an error at Error level. [Store.Check] finds each of them at
-// start-up, before any request: call it after [New]. One exception:
-// under [ReplayDetect], go-redis retries a READONLY reply and the resend
-// mark refuses the retry, so a Take on a replica fails with [ErrResent];
-// Check still reports READONLY, as it writes with an unmarked script.
+// start-up, before any request: call it after [New]. A READONLY reply
+// is a configuration error on a client with a fixed address (naming it),
+// and an outage on a Sentinel client, whose demoted master answers
+// READONLY for a moment during a failover.
 //
 // # Client options
 //

@@ -23,23 +23,26 @@ import (
 // value stays within its second, and it keeps every key alive past its
 // arrival time.
 func TestGCRAKeyExpiry(t *testing.T) {
-	c := newClient(t, srv.Addr())
-	noRetries := newClient(t, srv.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
+	noRetries := func(o *redis.Options) { o.MaxRetries = -1 }
 	for _, tc := range []struct {
-		name string
-		c    redis.UniversalClient
-		opts []redisstore.Option
+		name   string
+		client []func(*redis.Options)
+		opts   []redisstore.Option
 	}{
-		{"take_gcra", noRetries, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
-		{"take_gcra detect", c, nil},
-		{"take_gcra replay ids", c, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}},
-		{"take", noRetries, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithGenericTake()}},
-		{"take replay ids", c, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs), redisstore.WithGenericTake()}},
+		{"take_gcra", []func(*redis.Options){noRetries}, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries)}},
+		{"take_gcra detect", nil, nil},
+		{"take_gcra replay ids", nil, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs)}},
+		{"take", []func(*redis.Options){noRetries}, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithGenericTake()}},
+		{"take replay ids", nil, []redisstore.Option{redisstore.WithReplay(redisstore.ReplayIDs), redisstore.WithGenericTake()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A server of its own: every check SCANs the keyspace, which
+			// on the shared server holds the other tests' keys.
+			t.Parallel()
+			own := redistest.Start(t)
+			c := newClient(t, own.Addr())
 			prefix := redistest.Prefix(t)
-			opts := tc.opts
-			s := newStoreOn(t, tc.c, prefix, opts...)
+			s := newStoreOn(t, newClient(t, own.Addr(), tc.client...), prefix, tc.opts...)
 			fast := quota.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}  // stays within a second
 			slow := quota.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take, with a fraction
 			third := quota.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100} // 3 limits: the general path

@@ -86,3 +86,7 @@ func ParseArrival(v string) (us, frac int64, err error) { return parseField(v) }
 // ScriptParts returns the files put between prologue.lua and a script's
 // own file, by script; a part is no script by itself.
 func ScriptParts() map[string][]string { return scriptParts }
+
+// ConfigCause names the configuration mistake behind a Redis error reply
+// on client, or "" (configCause).
+var ConfigCause = configCause

@@ -47,12 +47,19 @@ import (
 )
 
 func main() {
+	// go-redis logs every failed dial; the command reports the error once.
+	redis.SetLogger(quiet{})
 	err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "throttle:", err)
 	}
 	os.Exit(exitCode(err))
 }
+
+// quiet is a go-redis logger that drops what it is given.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // exitCode is 0 for success (-h too), 2 for a wrong command line and 1
 // for any other failure.
@@ -248,7 +255,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return report(out, o.json, checkResult{Policy: o.policy, Rules: len(p.Rules), Redis: "not checked (-offline)"},
 			"%s: %d rules, valid; Redis not checked (-offline)\n", o.policy, len(p.Rules))
 	}
-	client, err := newClient(o, getenv("REDIS_URL"))
+	client, where, err := newClient(o, getenv("REDIS_URL"))
 	if err != nil {
 		return err
 	}
@@ -257,6 +264,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
+	err = runOnRedis(ctx, name, s, p, o, given, out)
+	if err != nil && strings.HasPrefix(err.Error(), "redisstore: ") {
+		// The store's errors (each says "redisstore: ") say which Redis.
+		return fmt.Errorf("store at %s: %w", where, err)
+	}
+	return err
+}
+
+// runOnRedis runs the command name, which needs Redis, on s.
+func runOnRedis(ctx context.Context, name string, s *redisstore.Store, p throttle.Policy, o *options, given map[string]*string, out io.Writer) error {
 
 	switch name {
 	case "check":
@@ -328,31 +345,33 @@ func live(ctx context.Context, s quota.Inspector, r throttle.Rule, match func(qu
 }
 
 // newClient returns the client REDIS_URL (url) names: a Cluster client
-// for -cluster, a Sentinel-backed one for -sentinel, else a plain one.
-func newClient(o *options, url string) (redis.UniversalClient, error) {
+// for -cluster, a Sentinel-backed one for -sentinel, else a plain one;
+// and where it connects, for errors (addresses only, never a password).
+func newClient(o *options, url string) (redis.UniversalClient, string, error) {
+	unset := ""
 	if url == "" {
-		url = "redis://127.0.0.1:6379"
+		url, unset = "redis://127.0.0.1:6379", " (REDIS_URL unset: the default)"
 	}
 	switch {
 	case o.cluster:
 		opts, err := redis.ParseClusterURL(url)
 		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
+			return nil, "", fmt.Errorf("REDIS_URL: %w", err)
 		}
-		return redis.NewClusterClient(opts), nil
+		return redis.NewClusterClient(opts), "Cluster nodes " + strings.Join(opts.Addrs, ", ") + unset, nil
 	case o.sentinel != "":
 		opts, err := redis.ParseFailoverURL(url)
 		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
+			return nil, "", fmt.Errorf("REDIS_URL: %w", err)
 		}
 		opts.MasterName = o.sentinel
-		return redis.NewFailoverClient(opts), nil
+		return redis.NewFailoverClient(opts), "master " + o.sentinel + " of Sentinels " + strings.Join(opts.SentinelAddrs, ", ") + unset, nil
 	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, "", fmt.Errorf("REDIS_URL: %w", err)
 	}
-	return redis.NewClient(opts), nil
+	return redis.NewClient(opts), opts.Addr + unset, nil
 }
 
 // checkResult is what check prints with -json.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -115,6 +116,30 @@ func TestUsageErrors(t *testing.T) {
 	assert.ErrorContains(t, err, `no rule "nope"`)
 	err = run(context.Background(), []string{"-policy", path, "reset", "-rule", "notify", "-limit", "nope"}, env, &out)
 	assert.ErrorContains(t, err, `no limit "nope"`)
+}
+
+// A Redis that cannot be reached: the error names the address REDIS_URL
+// gave (never its password) and the cause.
+func TestUnreachableRedisNamed(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(policy), 0o600))
+	env := func(k string) string {
+		if k == "REDIS_URL" {
+			return "redis://:sekret@" + addr + "/0?max_retries=-1"
+		}
+		return ""
+	}
+	for _, cmd := range []string{"check", "state"} {
+		err := run(context.Background(), []string{"-policy", path, cmd}, env, io.Discard)
+		require.Error(t, err, cmd)
+		assert.ErrorContains(t, err, "store at "+addr+": redisstore: ", cmd)
+		assert.ErrorContains(t, err, "connection refused", cmd)
+		assert.NotContains(t, err.Error(), "sekret", cmd)
+	}
 }
 
 // -h lists the commands and every flag and succeeds; a wrong flag or

@@ -44,6 +44,16 @@ func TestGrafanaDashboardQueriesRealSeries(t *testing.T) {
 	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Minute})
 	h.OnSettle(throttle.SettleEvent{Rule: "api", Charged: 10, Cost: 4})
 	h.OnStoreState(throttle.StoreEvent{State: throttle.StoreFailing, Err: storeErr})
+	// The gauges observe a limiter: one request holds a concurrency slot.
+	lim, err := throttle.NewLimiter(throttle.Policy{Rules: []throttle.Rule{{Name: "api",
+		Limits: []throttle.Limit{{Name: "slots", Rate: 2, Per: time.Minute, Algorithm: throttle.Concurrency}}}}})
+	require.NoError(t, err)
+	reg, err := otelthrottle.Gauges(mp, lim)
+	require.NoError(t, err)
+	defer reg.Unregister()
+	permit, err := lim.Allow(context.Background(), "api")
+	require.NoError(t, err)
+	defer permit.Done()
 
 	srv := httptest.NewServer(promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	defer srv.Close()
@@ -106,7 +116,8 @@ func TestGrafanaDashboardQueriesRealSeries(t *testing.T) {
 		}
 	}
 	for _, m := range []string{"throttle_decisions_total", "throttle_wait_duration_seconds_bucket", "throttle_store_status", "throttle_pauses_active",
-		"throttle_fallbacks_total", "throttle_store_errors_total", "throttle_tenant_decisions_total", "throttle_settlements_total", "throttle_vendor_limited_total"} {
+		"throttle_fallbacks_total", "throttle_store_errors_total", "throttle_tenant_decisions_total", "throttle_settlements_total", "throttle_vendor_limited_total",
+		"throttle_requests_pending", "throttle_requests_in_flight"} {
 		assert.True(t, used[m], "the dashboard shows %s", m)
 	}
 }

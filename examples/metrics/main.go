@@ -74,6 +74,11 @@ func run(ctx context.Context, listen string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	gauges, err := otelthrottle.Gauges(mp, t.Limiter()) // requests being decided, by rule
+	if err != nil {
+		return err
+	}
+	defer gauges.Unregister()
 	client := &http.Client{Transport: t}
 	for range 20 {
 		resp, err := client.Get(vendor.URL + "/items")

@@ -29,5 +29,6 @@ func TestScrape(t *testing.T) {
 	assert.NotEmpty(t, count("refused"))
 	assert.Regexp(t, `throttle_vendor_limited_total\{[^}]*http_response_status_code="429"[^}]*\} 1`, got)
 	assert.Regexp(t, `throttle_pauses_active\{[^}]*\} 1`, got)
+	assert.Regexp(t, `throttle_requests_pending\{[^}]*throttle_rule="api"[^}]*\} 0`, got, "no request is being decided once the loop is over")
 	assert.Regexp(t, `throttle_store_duration_seconds_bucket\{[^}]*le="0.001"\} \d+`, got)
 }
