@@ -60,6 +60,13 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if d.due.IsZero() {
 		return false // not a store's grant (fail open, or none)
 	}
+	if d.Restricted() || d.Shared() {
+		// A class's headroom or a tenant's share: such a demand is
+		// granted at most half an emission interval ahead and, when it
+		// waits, asks once per grant in its line (lane.go); deciding it
+		// again would take its turn from the others.
+		return false
+	}
 	usual, ok := lim.failover().usual.at(now)
 	if !ok {
 		return false // too few answers yet to tell a late one
