@@ -62,6 +62,7 @@ type call struct {
 	start   time.Time
 	decided atomic.Int64 // the delays the stores named for it, summed, ns
 	takes   atomic.Int64 // store decisions made for it
+	cancels atomic.Int64 // grants given back (a late answer's, late.go), each decided again
 	granted atomic.Int64 // the instant (UnixNano, local) it was granted for
 	err     error
 }
@@ -108,6 +109,13 @@ func (s *tapStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision, e
 		}
 	}
 	return dec, err
+}
+
+func (s *tapStore) Cancel(ctx context.Context, r *quota.Reservation) error {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		c.cancels.Add(1)
+	}
+	return s.Store.Cancel(ctx, r)
 }
 
 // classFleet is n instances sending to a vendor under a policy, each
@@ -341,11 +349,13 @@ func TestPriorityFleet(t *testing.T) {
 	r := runPriorityFleet(t, 0.2)
 	for _, c := range r.calls {
 		if c.who == "interactive" {
-			assert.EqualValues(t, 1, c.takes.Load(), "an interactive request asked the store more than once")
+			// Once, or once more per grant given back because its answer
+			// came late (late.go; a loaded machine's lag).
+			assert.EqualValues(t, 1, c.takes.Load()-c.cancels.Load(), "an interactive request asked the store more than once (besides late grants given back)")
 		}
 	}
 	require.GreaterOrEqual(t, len(r.inter), 40, "interactive requests sent")
-	assert.LessOrEqual(t, percentile(r.inter, 100), 2*fleetT, "an interactive request's decided wait")
+	assert.LessOrEqual(t, percentile(r.inter, 100), time.Duration(2*fleetSlack()*float64(fleetT)), "an interactive request's decided wait")
 	assert.GreaterOrEqual(t, r.windows, 3)
 	assert.GreaterOrEqual(t, r.used, fleetFloor(), "share of the quota charged")
 	assert.LessOrEqual(t, r.longest, fleetT/2, "the longest reservation granted to a bulk request")
