@@ -178,19 +178,27 @@ func floorDiv(a, b int64) int64 {
 // end, the vendor's or the store's; ok is false when either is unknown,
 // or when they leave no room, with the longest time a request took to be
 // answered, to send anything.
+//
+// An instance with no evidence of its own (narrower than half a window)
+// holds nothing, even when another instance has moved the store's
+// windows: it would have to hold its requests out of the half window
+// before each of the store's ends, where the vendor's may be. It did,
+// and that collapsed the quota after every move (TestAnchorMove): a
+// reservation ripe in that half window was given back (which refunds
+// nothing of a window that moved since it was granted) and decided again
+// behind the limit's log, whose next room was a log's Per later, in the
+// next such half window; fleets used 5-45% of a window's quota after a
+// move, and requests waited past their MaxWait. The hold is not what
+// keeps the vendor's count: the limit's log (anchorLog) bounds every
+// vendor window whatever its phase. It only keeps the store's window
+// counts where the vendor counts, where that is cheap.
 func (p *phase) zone() (lo, hi int64, ok bool) {
 	if !p.hasStore {
 		return 0, 0, false
 	}
 	lo, hi, ok = p.bounds()
 	if !ok {
-		if !p.learnedStore {
-			return 0, 0, false // the store's windows follow no vendor yet
-		}
-		// No evidence of our own: the store's windows were moved by
-		// another instance, on evidence that left less than half a
-		// window open before their end.
-		return p.sLo - p.per/2, p.sHi, true
+		return 0, 0, false
 	}
 	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
 	lo, hi = min(lo, p.sLo+k*p.per), max(hi, p.sHi+k*p.per)
