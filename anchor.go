@@ -55,7 +55,6 @@ const maxWindows = 4096
 type phase struct {
 	per  int64 // the limit's Per
 	last int64 // when the latest answer was received
-	rtt  int64 // the longest send-to-answer time of the evidence
 
 	// Instant resets: every window end the vendor wrote as R (µs) is
 	// R+c, for c in (cLo, cHi]; ref is one such R.
@@ -98,7 +97,6 @@ func (p *phase) bounds() (lo, hi int64, ok bool) {
 // recv (µs), fb, read by Parse at recv.
 func (p *phase) observe(sent, recv int64, fb quotaheader.Feedback) {
 	p.last = max(p.last, recv)
-	p.rtt = max(p.rtt, recv-sent)
 	res := max(fb.ResetResolution.Microseconds(), 1)
 	if !fb.ResetInstant.IsZero() {
 		r := fb.ResetInstant.UnixMicro()
@@ -172,52 +170,6 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-// zone returns the instants, [lo, hi] modulo per, at which a window may
-// end, the vendor's or the store's; ok is false when either is unknown,
-// or when they leave no room, with the longest time a request took to be
-// answered, to send anything.
-//
-// An instance with no evidence of its own (narrower than half a window)
-// holds nothing, even when another instance has moved the store's
-// windows: it would have to hold its requests out of the half window
-// before each of the store's ends, where the vendor's may be. It did,
-// and that collapsed the quota after every move (TestAnchorMove): a
-// reservation ripe in that half window was given back (which refunds
-// nothing of a window that moved since it was granted) and decided again
-// behind the limit's log, whose next room was a log's Per later, in the
-// next such half window; fleets used 5-45% of a window's quota after a
-// move, and requests waited past their MaxWait. The hold is not what
-// keeps the vendor's count: the limit's log (anchorLog) bounds every
-// vendor window whatever its phase. It only keeps the store's window
-// counts where the vendor counts, where that is cheap.
-func (p *phase) zone() (lo, hi int64, ok bool) {
-	if !p.hasStore {
-		return 0, 0, false
-	}
-	lo, hi, ok = p.bounds()
-	if !ok {
-		return 0, 0, false
-	}
-	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
-	lo, hi = min(lo, p.sLo+k*p.per), max(hi, p.sHi+k*p.per)
-	return lo, hi, hi-lo+p.rtt < p.per
-}
-
-// crossing reports whether [from, to] meets the zone, and if so when the
-// zone it meets is over. A request decided at from and sent at to-rtt
-// reaches the vendor by to.
-func (p *phase) crossing(from, to int64) (until int64, crosses bool) {
-	lo, hi, ok := p.zone()
-	if !ok {
-		return 0, false
-	}
-	k := floorDiv(from-hi+p.per-1, p.per) // the first zone that ends at or after from
-	if lo+k*p.per > to {
-		return 0, false
-	}
-	return hi + k*p.per + 1, true
 }
 
 // anchor reads fb, the answer to a request under rule r whose demand was
@@ -389,14 +341,26 @@ func (l *learner) vendorEnd(id windowID, recv time.Time) (time.Time, bool) {
 	return time.UnixMicro(hi + k*p.per), true
 }
 
-// anchorHold reports whether a request of demand d, decided at decided
-// (the earliest instant its grant may have been charged at) and to be
-// sent now, may reach the vendor in another window of an Anchor limit
-// than the store charged it to; if so, until is when the instants at
-// which those windows may end are past. Where this instance has not
-// learned, within a quarter of a window, where the store's windows end,
-// it asks.
-func (lim *Limiter) anchorHold(ctx context.Context, d *demand, decided, now time.Time) (until time.Time, hold bool) {
+// anchorHold is where a grant of an Anchor limit was once held back from
+// the instants at which the vendor's or the store's windows may end, so
+// that the vendor would count each request in the window the store
+// charged it to. It holds nothing now, and reports no hold: the limit's
+// log (anchorLog) bounds every vendor window whatever its phase, so a
+// request counted by the vendor in another window than the store's
+// costs nothing, and every hold did. A held grant was given back and
+// decided again behind the log's reservations, whose next room was a
+// log's Per later: TestAnchorMove, with a burst ripe at a vendor window's
+// end, lost 22-23 of the window's 30 that way, and the half window held
+// by instances with no evidence of their own collapsed fleets to 5-23 of
+// 30 in the window after a move and 0-5 after (TestAnchoredSearchFleet
+// under load: 25-51% of the quota, with requests refused past their
+// MaxWait).
+//
+// What it still does: where this instance has not learned, within a
+// quarter of a window, where the store's windows end, it asks, so that
+// its syncs of the Anchor limit land in the store's window that is the
+// vendor's once another instance has moved them ([learner.storeEnd]).
+func (lim *Limiter) anchorHold(ctx context.Context, d *demand, _, now time.Time) (until time.Time, hold bool) {
 	for _, b := range d.Limits {
 		if !b.Limit.Anchored {
 			continue
@@ -405,14 +369,8 @@ func (lim *Limiter) anchorHold(ctx context.Context, d *demand, decided, now time
 		if lim.learned.storeStale(id, b.Limit.Per, now) {
 			lim.askStore(ctx, d.Scope, b, id, now)
 		}
-		if u, ok := lim.learned.crossing(id, decided, now); ok {
-			if u.After(until) {
-				until = u
-			}
-			hold = true
-		}
 	}
-	return until, hold
+	return time.Time{}, false
 }
 
 // askStore learns where the store's windows for id, of bucket b, end.
@@ -469,19 +427,6 @@ func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool
 	// A quarter of a window: another instance's move reaches this one
 	// within that.
 	return !p.hasStore || now.UnixMicro()-p.asked > p.per/4
-}
-
-// crossing is [phase.crossing] for id, for a request decided at decided
-// and sent at sent.
-func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.windows[id]
-	if p == nil {
-		return time.Time{}, false
-	}
-	u, ok := p.crossing(decided.UnixMicro(), sent.UnixMicro()+p.rtt)
-	return time.UnixMicro(u), ok
 }
 
 // Every request of an Anchor limit is also counted in every vendor

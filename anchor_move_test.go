@@ -1,7 +1,6 @@
 package throttle_test
 
 import (
-	"os"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -35,13 +34,17 @@ import (
 // phases are seeded (THROTTLE_SEED) and THROTTLE_REPEAT runs more.
 func TestAnchorMove(t *testing.T) {
 	rng := seeded(t)
+	moved := 0
 	for range 2 * repeats(t) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		synctest.Test(t, func(t *testing.T) {
 			store := memstore.New()
-			moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, func() quota.Store { return store })
+			if moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, func() quota.Store { return store }) {
+				moved++
+			}
 		})
 	}
+	assert.NotZero(t, moved, "no run moved the windows")
 }
 
 // TestAnchorMoveRedis is TestAnchorMove on redisstore, each instance its
@@ -52,23 +55,30 @@ func TestAnchorMoveRedis(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	rng := seeded(t)
-	for range repeats(t) {
+	moved := 0
+	for range 2 * repeats(t) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		prefix := redistest.Prefix(t)
-		moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, func() quota.Store {
+		ok := moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, func() quota.Store {
 			rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			t.Cleanup(func() { _ = rc.Close() })
 			s, err := redisstore.New(rc, redisstore.WithPrefix(prefix))
 			require.NoError(t, err)
 			return s
 		})
+		if ok {
+			moved++
+		}
 	}
+	assert.NotZero(t, moved, "no run moved the windows")
 }
 
 // moveFleet runs one fleet of TestAnchorMove for run, on the stores that
 // newStore returns, against a vendor whose windows start phase after the
-// epoch's and whose answers take up to latency each way.
-func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() quota.Store) {
+// epoch's and whose answers take up to latency each way. It reports
+// whether the windows moved: they need not, when the store's windows,
+// which start at a first charge, already end where the vendor's do.
+func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() quota.Store) bool {
 	const rate, per = 30, time.Second
 	v := &coarseVendor{rate: rate, per: per, phase: phase, skew: 300 * time.Millisecond,
 		maxLatency: latency, accepted: map[int64]int{}}
@@ -77,23 +87,7 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() 
 		moves int
 		moved time.Time // the first move
 	)
-	dbg := os.Getenv("DBG") != ""
-	hooks := throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
-		if dbg && ev.Outcome != throttle.Allowed {
-			t.Logf("%v (window %v) decision %v limit=%s wait=%v", time.Now().UnixMilli()%100000, v.window(time.Now()), ev.Outcome, ev.Limit, ev.Wait)
-		}
-	}, OnSync: func(ev throttle.SyncEvent) {
-		if dbg {
-			t.Logf("%v sync %+v", time.Now().UnixMilli()%100000, ev)
-		}
-	}, OnPause: func(ev throttle.PauseEvent) {
-		if dbg {
-			t.Logf("%v pause %v", time.Now().UnixMilli()%100000, ev.Pause)
-		}
-	}, OnAnchor: func(ev throttle.AnchorEvent) {
-		if dbg {
-			t.Logf("%v anchor %+v", time.Now().UnixMilli()%100000, ev)
-		}
+	hooks := throttle.Hooks{OnAnchor: func(ev throttle.AnchorEvent) {
 		assert.NoError(t, ev.Err)
 		if !ev.Moved {
 			return
@@ -112,7 +106,11 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() 
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.False(t, moved.IsZero(), "the windows never moved (phase %v)", phase)
+	if moved.IsZero() {
+		assert.Zero(t, v.rejected, "the vendor rejected requests")
+		t.Logf("phase %v: the windows did not move (the store's already ended where the vendor's do); rejected %d", phase, v.rejected)
+		return false
+	}
 	// The vendor's windows that start after the first move and end before
 	// the run does.
 	from, to := v.window(moved)+1, v.window(end)
@@ -141,4 +139,5 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() 
 	assert.Zero(t, v.rejected, "the vendor rejected requests")
 	assert.GreaterOrEqual(t, len(after), 3, "too few windows after the move to tell")
 	assert.GreaterOrEqual(t, float64(total), 0.9*float64(most), "the fleet used %v after the move", after)
+	return true
 }
