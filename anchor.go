@@ -34,14 +34,12 @@ import (
 // The evidence of this instance's answers is intersected (modulo Per).
 // While it leaves less than half a window open, the store is asked to
 // keep its windows ending inside it, or to move them to its latest
-// instant (never earlier than the vendor's); and a request is sent only
-// when no instant between its decision and its arrival may be one of the
-// vendor's or the store's window ends: one decided before such an instant
-// and sent after gives its grant back and is decided again once it is
-// past. No request is then counted by the vendor in a window the store
-// did not charge it to. Evidence that contradicts what is known (a vendor
-// whose windows start at the first request after a quiet spell, as
-// GitHub's, moves them) replaces it.
+// instant (never earlier than the vendor's). Evidence that contradicts
+// what is known (a vendor whose windows start at the first request after
+// a quiet spell, as GitHub's, moves them) replaces it. No request is held
+// back from the instants where those windows end ([Limiter.anchorHold]
+// says why): what keeps every vendor window within the limit is the
+// limit's log (anchorLog), whatever the phase.
 
 // A windowID names the counter of an Anchor limit.
 type windowID struct{ scope, limit, key string }
@@ -440,10 +438,16 @@ func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool
 // anywhere, so one vendor window may hold the end of one of ours and the
 // start of the next, and twice the quota: the log is what holds then.
 // After a move, it is kept, as a bound that does not depend on the
-// evidence being right: on Redis, a fleet without it after a move was
-// rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
-// off; why is not known). It costs Per/(Per+margin)
-// of the quota under a steady load, and nothing to bursts a window
+// evidence being right. Without it (7 rejections in one run of
+// TestAnchoredSearchFleet with pauses and Sync off), a vendor window is
+// bounded only by the store's window count, which holds only while the
+// vendor counts every request in the window the store charged it to; the
+// store's windows end up to the evidence's width after the vendor's, and
+// a loaded machine delays requests by more than that (the fleet logs how
+// many straddle), so the vendor's window k+1 gets the tail of our window k
+// and all of our k+1. It costs Per/(Per+margin) of the quota under a
+// steady load (a saturated fleet's bursts are a log's Per apart, so one
+// vendor window in about ten gets none), and nothing to bursts a window
 // apart.
 
 // anchorLogOf returns the sliding log that anchorLog added to d for its
