@@ -133,7 +133,7 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() 
 	// time those windows span.
 	span := time.Duration(to-from) * per
 	most := rate * int(span/(per+per/10))
-	t.Logf("phase %v: moved %v after the start (%d moves); accepted in the %d windows after the move %v (%d of %d, %.0f%% of the windows' quota, %.0f%% of the log's), rejected %d (%d from the move's window on)",
+	t.Logf("phase %v: moved %v after the start (%d moves); accepted in the %d windows after the move %v (%d of %d, %.0f%% of the windows' quota, %.0f%% of the least the log lets through), rejected %d (%d from the move's window on)",
 		phase, moved.Sub(start).Round(time.Millisecond), moves, len(after), after, total, len(after)*rate,
 		100*float64(total)/float64(len(after)*rate), 100*float64(total)/float64(most), v.rejected, rejectedAfter)
 	assert.Zero(t, v.rejected, "the vendor rejected requests")
