@@ -137,7 +137,9 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() 
 		phase, moved.Sub(start).Round(time.Millisecond), moves, len(after), after, total, len(after)*rate,
 		100*float64(total)/float64(len(after)*rate), 100*float64(total)/float64(most), v.rejected, rejectedAfter)
 	assert.Zero(t, v.rejected, "the vendor rejected requests")
-	assert.GreaterOrEqual(t, len(after), 3, "too few windows after the move to tell")
+	if most == 0 {
+		return false // moved too late in the run to tell (a loaded machine)
+	}
 	assert.GreaterOrEqual(t, float64(total), 0.9*float64(most), "the fleet used %v after the move", after)
 	return true
 }
