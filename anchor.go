@@ -34,12 +34,14 @@ import (
 // The evidence of this instance's answers is intersected (modulo Per).
 // While it leaves less than half a window open, the store is asked to
 // keep its windows ending inside it, or to move them to its latest
-// instant (never earlier than the vendor's). Evidence that contradicts
-// what is known (a vendor whose windows start at the first request after
-// a quiet spell, as GitHub's, moves them) replaces it. No request is held
-// back from the instants where those windows end ([Limiter.anchorHold]
-// says why): what keeps every vendor window within the limit is the
-// limit's log (anchorLog), whatever the phase.
+// instant (never earlier than the vendor's); and a request is sent only
+// when no instant between its decision and its arrival may be one of the
+// vendor's or the store's window ends: one decided before such an instant
+// and sent after gives its grant back and is decided again once it is
+// past. No request is then counted by the vendor in a window the store
+// did not charge it to. Evidence that contradicts what is known (a vendor
+// whose windows start at the first request after a quiet spell, as
+// GitHub's, moves them) replaces it.
 
 // A windowID names the counter of an Anchor limit.
 type windowID struct{ scope, limit, key string }
@@ -53,6 +55,7 @@ const maxWindows = 4096
 type phase struct {
 	per  int64 // the limit's Per
 	last int64 // when the latest answer was received
+	rtt  int64 // the longest send-to-answer time of the evidence
 
 	// Instant resets: every window end the vendor wrote as R (µs) is
 	// R+c, for c in (cLo, cHi]; ref is one such R.
@@ -95,6 +98,7 @@ func (p *phase) bounds() (lo, hi int64, ok bool) {
 // recv (µs), fb, read by Parse at recv.
 func (p *phase) observe(sent, recv int64, fb quotaheader.Feedback) {
 	p.last = max(p.last, recv)
+	p.rtt = max(p.rtt, recv-sent)
 	res := max(fb.ResetResolution.Microseconds(), 1)
 	if !fb.ResetInstant.IsZero() {
 		r := fb.ResetInstant.UnixMicro()
@@ -168,6 +172,44 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// zone returns the instants, [lo, hi] modulo per, at which a window may
+// end, the vendor's or the store's; ok is false when either is unknown,
+// or when they leave no room, with the longest time a request took to be
+// answered, to send anything.
+func (p *phase) zone() (lo, hi int64, ok bool) {
+	if !p.hasStore {
+		return 0, 0, false
+	}
+	lo, hi, ok = p.bounds()
+	if !ok {
+		if !p.learnedStore {
+			return 0, 0, false // the store's windows follow no vendor yet
+		}
+		// No evidence of our own: the store's windows were moved by
+		// another instance, on evidence that left less than half a
+		// window open before their end.
+		return p.sLo - p.per/2, p.sHi, true
+	}
+	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
+	lo, hi = min(lo, p.sLo+k*p.per), max(hi, p.sHi+k*p.per)
+	return lo, hi, hi-lo+p.rtt < p.per
+}
+
+// crossing reports whether [from, to] meets the zone, and if so when the
+// zone it meets is over. A request decided at from and sent at to-rtt
+// reaches the vendor by to.
+func (p *phase) crossing(from, to int64) (until int64, crosses bool) {
+	lo, hi, ok := p.zone()
+	if !ok {
+		return 0, false
+	}
+	k := floorDiv(from-hi+p.per-1, p.per) // the first zone that ends at or after from
+	if lo+k*p.per > to {
+		return 0, false
+	}
+	return hi + k*p.per + 1, true
 }
 
 // anchor reads fb, the answer to a request under rule r whose demand was
@@ -339,26 +381,14 @@ func (l *learner) vendorEnd(id windowID, recv time.Time) (time.Time, bool) {
 	return time.UnixMicro(hi + k*p.per), true
 }
 
-// anchorHold is where a grant of an Anchor limit was once held back from
-// the instants at which the vendor's or the store's windows may end, so
-// that the vendor would count each request in the window the store
-// charged it to. It holds nothing now, and reports no hold: the limit's
-// log (anchorLog) bounds every vendor window whatever its phase, so a
-// request counted by the vendor in another window than the store's
-// costs nothing, and every hold did. A held grant was given back and
-// decided again behind the log's reservations, whose next room was a
-// log's Per later: TestAnchorMove, with a burst ripe at a vendor window's
-// end, lost 22-23 of the window's 30 that way, and the half window held
-// by instances with no evidence of their own collapsed fleets to 5-23 of
-// 30 in the window after a move and 0-5 after (TestAnchoredSearchFleet
-// under load: 25-51% of the quota, with requests refused past their
-// MaxWait).
-//
-// What it still does: where this instance has not learned, within a
-// quarter of a window, where the store's windows end, it asks, so that
-// its syncs of the Anchor limit land in the store's window that is the
-// vendor's once another instance has moved them ([learner.storeEnd]).
-func (lim *Limiter) anchorHold(ctx context.Context, d *demand, _, now time.Time) (until time.Time, hold bool) {
+// anchorHold reports whether a request of demand d, decided at decided
+// (the earliest instant its grant may have been charged at) and to be
+// sent now, may reach the vendor in another window of an Anchor limit
+// than the store charged it to; if so, until is when the instants at
+// which those windows may end are past. Where this instance has not
+// learned, within a quarter of a window, where the store's windows end,
+// it asks.
+func (lim *Limiter) anchorHold(ctx context.Context, d *demand, decided, now time.Time) (until time.Time, hold bool) {
 	for _, b := range d.Limits {
 		if !b.Limit.Anchored {
 			continue
@@ -367,8 +397,14 @@ func (lim *Limiter) anchorHold(ctx context.Context, d *demand, _, now time.Time)
 		if lim.learned.storeStale(id, b.Limit.Per, now) {
 			lim.askStore(ctx, d.Scope, b, id, now)
 		}
+		if u, ok := lim.learned.crossing(id, decided, now); ok {
+			if u.After(until) {
+				until = u
+			}
+			hold = true
+		}
 	}
-	return time.Time{}, false
+	return until, hold
 }
 
 // askStore learns where the store's windows for id, of bucket b, end.
@@ -427,6 +463,19 @@ func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool
 	return !p.hasStore || now.UnixMicro()-p.asked > p.per/4
 }
 
+// crossing is [phase.crossing] for id, for a request decided at decided
+// and sent at sent.
+func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	if p == nil {
+		return time.Time{}, false
+	}
+	u, ok := p.crossing(decided.UnixMicro(), sent.UnixMicro()+p.rtt)
+	return time.UnixMicro(u), ok
+}
+
 // Every request of an Anchor limit is also counted in every vendor
 // window that may hold it, whatever the window's phase: in a sliding log
 // of the limit's Rate over its Per and logMargin, the most a request may
@@ -438,16 +487,14 @@ func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool
 // anywhere, so one vendor window may hold the end of one of ours and the
 // start of the next, and twice the quota: the log is what holds then.
 // After a move, it is kept, as a bound that does not depend on the
-// evidence being right. Without it (7 rejections in one run of
-// TestAnchoredSearchFleet with pauses and Sync off), a vendor window is
-// bounded only by the store's window count, which holds only while the
-// vendor counts every request in the window the store charged it to; the
-// store's windows end up to the evidence's width after the vendor's, and
-// a loaded machine delays requests by more than that (the fleet logs how
-// many straddle), so the vendor's window k+1 gets the tail of our window k
-// and all of our k+1. It costs Per/(Per+margin) of the quota under a
-// steady load (a saturated fleet's bursts are a log's Per apart, so one
-// vendor window in about ten gets none), and nothing to bursts a window
+// evidence being right: on Redis, a fleet without it after a move was
+// rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
+// off). Likely why: without it, a vendor window is bounded by the
+// store's window count only while the vendor counts each request in the
+// window the store charged it to, and on a loaded machine requests reach
+// the vendor later than the holds allow for (TestAnchoredSearchFleet logs
+// how many land in another window than their grant's). It costs Per/(Per+margin)
+// of the quota under a steady load, and nothing to bursts a window
 // apart.
 
 // anchorLogOf returns the sliding log that anchorLog added to d for its
