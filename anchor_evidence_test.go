@@ -116,20 +116,6 @@ func (v *coarseVendor) window(t time.Time) int64 {
 	return k
 }
 
-// rejectedAfter returns the requests the vendor rejected in its windows
-// after window k.
-func (v *coarseVendor) rejectedAfter(k int64) int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	n := 0
-	for w, r := range v.rejectedIn {
-		if w > k {
-			n += r
-		}
-	}
-	return n
-}
-
 // totals returns what the vendor accepted and rejected in all, and the
 // number of windows that accepted anything.
 func (v *coarseVendor) totals() (accepted, rejected, windows int) {
