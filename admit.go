@@ -96,13 +96,16 @@ func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *
 // obtain decides d, the demand of a request under rule r whose pause key
 // is pk, as of now, and waits as long as d.MaxWait allows: for a pause
 // this instance learned, a slot, or the reservation's instant. A grant
-// that the vendor may count in another window of an Anchor limit than the
-// store charged it to (anchor.go) is given back, and d decided again once
-// the instants at which those windows may end are past.
+// that must not be sent as it is (obtainOnce's [heldGrant]) is given
+// back, and d decided again once the instant the hold names is past: a
+// grant that the vendor may count in another window of an Anchor limit
+// than the store charged it to (anchor.go), and a grant whose answer came
+// so late that the vendor would count it elsewhere than the store did
+// (late.go), which is decided again at once.
 func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
 	for {
 		err := lim.obtainOnce(ctx, r, d, pk, now, ev)
-		h, ok := err.(anchorHeld)
+		h, ok := err.(heldGrant)
 		if !ok {
 			if err == nil {
 				d.sent = lim.now()
@@ -116,26 +119,28 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 		cancel()
 		d.granted, d.held = nil, nil
 		now = lim.now()
-		wait := h.until.Sub(now)
-		if wait > d.MaxWait {
-			ev.Outcome, ev.Wait = Refused, ev.Wait+wait
-			return &LimitError{Rule: r.id, RetryAfter: wait}
+		if wait := h.until.Sub(now); wait > 0 {
+			if wait > d.MaxWait {
+				ev.Outcome, ev.Wait = Refused, ev.Wait+wait
+				return &LimitError{Rule: r.id, RetryAfter: wait}
+			}
+			ev.Outcome, ev.Wait = Waited, ev.Wait+wait
+			if _, err := lim.sleep(ctx, wait, nil); err != nil {
+				ev.Outcome = GaveUp
+				return &LimitError{Rule: r.id, Err: err}
+			}
+			d.MaxWait -= wait
+			now = lim.now()
 		}
-		ev.Outcome, ev.Wait = Waited, ev.Wait+wait
-		if _, err := lim.sleep(ctx, wait, nil); err != nil {
-			ev.Outcome = GaveUp
-			return &LimitError{Rule: r.id, Err: err}
-		}
-		d.MaxWait -= wait
-		now = lim.now()
 	}
 }
 
-// anchorHeld is obtainOnce's answer for a grant that must not be sent
-// before until (see [Limiter.anchorHold]).
-type anchorHeld struct{ until time.Time }
+// heldGrant is obtainOnce's answer for a grant that must be given back
+// and its demand decided again, not before until: see [Limiter.anchorHold]
+// and [Limiter.lateGrant].
+type heldGrant struct{ until time.Time }
 
-func (anchorHeld) Error() string { return "throttle: held for an anchored window's end" }
+func (heldGrant) Error() string { return "throttle: grant held back, to be decided again" }
 
 // obtainOnce is one decision of obtain.
 func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
@@ -204,11 +209,17 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 		}
 	}
 	// A request with a place in the queue is the queue's to move
-	// (queue.go); the others are held out of the instants where an Anchor
-	// limit's windows may end.
+	// (queue.go); the others are decided again when their grant came late
+	// (late.go), and held out of the instants where an Anchor limit's
+	// windows may end.
 	if d.place == nil {
-		if until, hold := lim.anchorHold(ctx, d, decided, lim.now()); hold {
-			return anchorHeld{until}
+		now := lim.now()
+		if lim.lateGrant(d, now) {
+			ev.Late++
+			return heldGrant{now}
+		}
+		if until, hold := lim.anchorHold(ctx, d, decided, now); hold {
+			return heldGrant{until}
 		}
 	}
 	return nil
@@ -266,6 +277,10 @@ type demand struct {
 	delay   time.Duration      // reserve: how long the caller must wait before it acts
 	place   *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
 	sent    time.Time          // when the request was sent (or cleared to be), for learning
+	due     time.Time          // a store's grant: the earliest instant it may be charged for (late.go); zero: none
+	ends    time.Time          // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
+	took    time.Duration      // with due: how long the call that granted it took
+	late    int                // grants given back for coming late (late.go)
 }
 
 // hasLeases reports whether d has a Concurrency limit.

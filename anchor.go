@@ -489,7 +489,11 @@ func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, boo
 // After a move, it is kept, as a bound that does not depend on the
 // evidence being right: on Redis, a fleet without it after a move was
 // rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
-// off; why is not known). It costs Per/(Per+margin)
+// off). Likely why: without it, a vendor window is bounded by the
+// store's window count only while the vendor counts each request in the
+// window the store charged it to, and on a loaded machine requests reach
+// the vendor later than the holds allow for (TestAnchoredSearchFleet logs
+// how many land in another window than their grant's). It costs Per/(Per+margin)
 // of the quota under a steady load, and nothing to bursts a window
 // apart.
 

@@ -39,6 +39,10 @@ type coarseVendor struct {
 	per, phase time.Duration
 	skew       time.Duration
 	maxLatency time.Duration
+	// From fineFrom on (never if zero), the reset is told to the
+	// millisecond, as a delay (X-RateLimit-Reset-After, Discord's),
+	// rounded up: evidence narrow enough for the windows to move.
+	fineFrom time.Time
 
 	mu         sync.Mutex
 	accepted   map[int64]int
@@ -86,7 +90,12 @@ func (v *coarseVendor) RoundTrip(req *http.Request) (*http.Response, error) {
 	h.Set("X-RateLimit-Limit", strconv.Itoa(v.rate))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(v.rate-used))
 	h.Set("X-RateLimit-Used", strconv.Itoa(used))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSec, 10))
+	if !v.fineFrom.IsZero() && !now.Add(-v.skew).Before(v.fineFrom) {
+		ms := (end.Sub(now) + time.Millisecond - 1) / time.Millisecond
+		h.Set("X-RateLimit-Reset-After", strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64))
+	} else {
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSec, 10))
+	}
 	h.Set("X-RateLimit-Resource", "search")
 	status := http.StatusOK
 	if !ok {
@@ -105,20 +114,6 @@ func (v *coarseVendor) window(t time.Time) int64 {
 		k--
 	}
 	return k
-}
-
-// rejectedAfter returns the requests the vendor rejected in its windows
-// after window k.
-func (v *coarseVendor) rejectedAfter(k int64) int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	n := 0
-	for w, r := range v.rejectedIn {
-		if w > k {
-			n += r
-		}
-	}
-	return n
 }
 
 // totals returns what the vendor accepted and rejected in all, and the

@@ -118,6 +118,7 @@ type DecisionEvent struct {
 	Class  string // the request's [Class], if it has one
 	Tenant string // the tenant of its first shared limit ([Limit].Tenant), escaped; a key, so hash secrets
 	Tries  int    // store decisions made for it: more than 1 when it waited in line to ask again (lane.go)
+	Late   int    // grants given back because their answer came too late to send on them, each decided again (late.go)
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -25,6 +25,7 @@ type failover struct {
 	once     sync.Once
 	breaker  *breaker
 	local    *memstore.Store
+	usual    usualLatency // the latency of the store's usual answers (late.go)
 }
 
 // failover returns the transport's failover state, set up on first use.
@@ -62,7 +63,8 @@ func (lim *Limiter) take(ctx context.Context, r *rule, d *demand, ev *DecisionEv
 // takeStore is take without the queue.
 func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *DecisionEvent) (quota.Decision, error) {
 	ev.Tries++
-	ev.Fallback = FailDefault // this decision's, not an earlier try's
+	ev.Fallback = FailDefault                // this decision's, not an earlier try's
+	d.due, d.ends = time.Time{}, time.Time{} // this decision's (late.go)
 	if lim.hooks.OnDecision != nil {
 		start := time.Now()
 		defer func() { ev.StoreTime += time.Since(start) }()
@@ -81,6 +83,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	// for may still run while the request goes on and changes d (its
 	// MaxWait, when it waits for a slot).
 	sd := d.Demand
+	asked := lim.now()
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = lim.store.Take(ctx, &sd)
@@ -95,6 +98,9 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		}
 	})
 	if err == nil {
+		now := lim.now()
+		f.usual.observe(now.Sub(asked), now)
+		noteGrant(d, dec, asked, now)
 		return dec, nil
 	}
 	ev.StoreErr = err
@@ -116,6 +122,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		ld.Limits[i].Key, ld.Limits[i].Cost, ld.Limits[i].Tenant = b.Key, b.Cost, b.Tenant
 	}
 	// Not dec: an abandoned store call may still write it.
+	asked = lim.now()
 	ldec, lerr := f.local.Take(ctx, &ld)
 	if lerr != nil {
 		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: local fallback: %w (store: %w)", r.id, ErrStoreUnavailable, lerr, err)
@@ -124,7 +131,18 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		// The mark, then the local store's own id (a Concurrency lease's).
 		ldec.Reservation.ID = localMark + ldec.Reservation.ID
 	}
+	noteGrant(d, ldec, asked, lim.now())
 	return ldec, nil
+}
+
+// noteGrant records in d, for [Limiter.lateGrant], the instants of dec,
+// a decision by a call made from asked to answered: the earliest its grant
+// may be charged for, and the earliest its fixed windows may end.
+func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
+	if !dec.OK {
+		return
+	}
+	d.due, d.ends, d.took = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked), answered.Sub(asked)
 }
 
 // storeFault reports whether err, from a store call made with ctx, means

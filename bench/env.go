@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,20 +138,31 @@ func (e *env) stats(ctx context.Context) (serverStats, error) {
 // snapshot is what the contenders' clients sent and what Redis did, at
 // one instant.
 type snapshot struct {
-	sent int64
-	srv  serverStats
-	cpu  time.Duration // this process's CPU: the clients' side
+	sent   int64
+	srv    serverStats
+	cpu    time.Duration // this process's CPU: the clients' side
+	allocs int64         // heap objects this process allocated (runtime/metrics)
 }
 
 // snap takes a snapshot.
 func (e *env) snap(ctx context.Context) (snapshot, error) {
 	srv, err := e.stats(ctx)
-	return snapshot{sent: e.sent.n.Load(), srv: srv, cpu: processCPU()}, err
+	return snapshot{sent: e.sent.n.Load(), srv: srv, cpu: processCPU(), allocs: heapAllocs()}, err
 }
 
 // since returns what happened between o and s.
 func (s snapshot) since(o snapshot) snapshot {
-	return snapshot{sent: s.sent - o.sent, srv: s.srv.sub(o.srv), cpu: s.cpu - o.cpu}
+	return snapshot{sent: s.sent - o.sent, srv: s.srv.sub(o.srv), cpu: s.cpu - o.cpu, allocs: s.allocs - o.allocs}
+}
+
+// heapAllocs returns how many heap objects this process has allocated.
+func heapAllocs() int64 {
+	m := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(m[0].Value.Uint64())
 }
 
 // redisVersion returns the server's version, or "?".

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -62,10 +63,9 @@ var guardRows = []guardRow{
 	{"gcra-1-limit-batched", 64, gOurs1, gEvalsha},
 }
 
-// guardContenders returns the contenders of the guard, in the order of
-// the constants above.
-func guardContenders(e *env) ([]contender, error) {
-	c := e.client(redis.Options{})
+// guardContenders returns the contenders of the guard on client c, in the
+// order of the constants above.
+func guardContenders(c *redis.Client) ([]contender, error) {
 	returnOne := redis.NewScript("return 1")
 	cts := []contender{{name: "EVALSHA `return 1`", decide: func(ctx context.Context) (bool, time.Duration, error) {
 		return true, 0, returnOne.Run(ctx, c, nil).Err()
@@ -104,6 +104,17 @@ type guardFile struct {
 	// path every row takes moves them all.
 	row, all [3]float64
 	ratios   map[string]float64 // by "measure row", guardRatioKey
+
+	// count is the tolerance of each of guardCounts: a row fails when
+	// its measured count exceeds the recorded one by more than count[k]
+	// per decision. counts holds the recorded ones, by "count row".
+	count  [2]float64
+	counts map[string]float64
+
+	// instr is the tolerance of the instruction counts (callgrind.go): a
+	// row fails when its instructions per decision over its yardstick's
+	// exceed the recorded ratio by more than instr times it.
+	instr float64
 }
 
 // guardMeasures are the ratios the guard takes of each row: of
@@ -114,6 +125,25 @@ type guardFile struct {
 // part of a decision's cost to show in throughput on a loaded machine;
 // the script's own time shows them.
 var guardMeasures = [3]string{"tput", "redis", "client"}
+
+// guardCounts are what the guard counts per decision of each row that
+// decides one demand per call (no batches: its concurrency is at most
+// redisstore.BatchInFlight): the commands Redis ran (cmds: INFO
+// commandstats, the script call and every command it ran), and the heap
+// objects this program allocated (allocs: runtime/metrics, the bench's
+// loop included, the same for every row). Unlike the ratios, load does
+// not move them: a command more in a script, or an allocation more per
+// call, shows whatever the machine is doing, and the tolerances are a
+// small part of one.
+var guardCounts = [2]string{"cmds", "allocs"}
+
+// guardInstr names, in guard.txt, a row's instructions per decision in
+// redis-server over its yardstick's (callgrind.go), for the rows at
+// concurrency 1: a cost, so larger is slower.
+const guardInstr = "instr"
+
+// counted reports whether the guard counts r's commands and allocations.
+func (r guardRow) counted() bool { return r.conc <= redisstore.BatchInFlight }
 
 // guardAll is the name of the geometric mean of all rows in guard.txt.
 const guardAll = "all"
@@ -129,7 +159,7 @@ func guardRatioKey(measure, row string) string { return measure + " " + row }
 // "MEASURE ROW RATIO" per ratio (MEASURE one of guardMeasures; ROW a
 // row's name or "all"), fields separated by white space.
 func readGuardFile(name string) (guardFile, error) {
-	g := guardFile{ratios: map[string]float64{}}
+	g := guardFile{ratios: map[string]float64{}, counts: map[string]float64{}}
 	f, err := os.Open(name)
 	if err != nil {
 		return g, err
@@ -159,6 +189,37 @@ func readGuardFile(name string) (guardFile, error) {
 					return g, fmt.Errorf("%s:%d: %w", name, n, err)
 				}
 			}
+		case "tolerance-count":
+			if len(fs) != 1+len(guardCounts) {
+				return g, fmt.Errorf("%s:%d: want a tolerance per count (%s)", name, n, strings.Join(guardCounts[:], ", "))
+			}
+			for k := range g.count {
+				if g.count[k], err = strconv.ParseFloat(fs[1+k], 64); err == nil && g.count[k] <= 0 {
+					err = errors.New("a tolerance not above 0")
+				}
+				if err != nil {
+					return g, fmt.Errorf("%s:%d: %w", name, n, err)
+				}
+			}
+		case "tolerance-instr":
+			if len(fs) != 2 {
+				return g, fmt.Errorf("%s:%d: want tolerance-instr TOLERANCE", name, n)
+			}
+			if g.instr, err = strconv.ParseFloat(fs[1], 64); err == nil && (g.instr <= 0 || g.instr >= 1) {
+				err = errors.New("a tolerance not in (0, 1)")
+			}
+			if err != nil {
+				return g, fmt.Errorf("%s:%d: %w", name, n, err)
+			}
+		case guardCounts[0], guardCounts[1], guardInstr:
+			if len(fs) != 3 {
+				return g, fmt.Errorf("%s:%d: want COUNT ROW VALUE", name, n)
+			}
+			v, err := strconv.ParseFloat(fs[2], 64)
+			if err != nil || v < 0 {
+				return g, fmt.Errorf("%s:%d: bad count %q", name, n, fs[2])
+			}
+			g.counts[guardRatioKey(fs[0], fs[1])] = v
 		case guardMeasures[0], guardMeasures[1], guardMeasures[2]:
 			if len(fs) != 3 {
 				return g, fmt.Errorf("%s:%d: want MEASURE ROW RATIO", name, n)
@@ -175,7 +236,7 @@ func readGuardFile(name string) (guardFile, error) {
 	if err := sc.Err(); err != nil {
 		return g, err
 	}
-	if g.row[0] == 0 || g.all[0] == 0 {
+	if g.row[0] == 0 || g.all[0] == 0 || g.count[0] == 0 {
 		return g, fmt.Errorf("%s: a tolerance line is missing", name)
 	}
 	return g, nil
@@ -192,7 +253,13 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	if recorded.row[0] == 0 {
 		recorded.row, recorded.all = [3]float64{0.45, 0.45, 0.35}, [3]float64{0.25, 0.20, 0.15}
 	}
-	cts, err := guardContenders(e)
+	if recorded.count[0] == 0 {
+		recorded.count = [2]float64{0.1, 0.5}
+	}
+	if recorded.instr == 0 {
+		recorded.instr = 0.03
+	}
+	cts, err := guardContenders(e.client(redis.Options{}))
 	if err != nil {
 		return err
 	}
@@ -298,6 +365,81 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	}
 	t.row(append(cellsOut, verdict)...)
 	t.write(os.Stdout)
+
+	fmt.Printf("\nCounts per decision, over all rounds, of the rows that decide one demand per call: commands Redis ran (cmds: the script call and every command it ran) and heap objects this program allocated (allocs: runtime/metrics, the loop included). Load does not move them; a count fails above its recorded value plus %.2f (cmds) / %.2f (allocs).\n\n", recorded.count[0], recorded.count[1])
+	ct := table{head: []string{"row"}}
+	for _, k := range guardCounts {
+		ct.head = append(ct.head, k+" recorded", k+" measured")
+	}
+	ct.head = append(ct.head, "")
+	for _, r := range guardRows {
+		if !r.counted() {
+			continue
+		}
+		var total cell
+		for _, c := range cells[r.conc][r.row] {
+			total.add(c)
+		}
+		n := float64(max(total.ok, 1))
+		got := [2]float64{float64(total.did.srv.cmds) / n, float64(total.did.allocs) / n}
+		out := []string{guardRowName(r)}
+		verdict := "ok"
+		for k, name := range guardCounts {
+			key := guardRatioKey(name, guardRowName(r))
+			measured[key] = got[k]
+			rec := "–"
+			if v, have := recorded.counts[key]; have {
+				rec = fmt.Sprintf("%.2f (fails above %.2f)", v, v+recorded.count[k])
+				if got[k] > v+recorded.count[k] {
+					verdict = "**FAIL**"
+					failed = append(failed, fmt.Sprintf("%s: %s %.2f per decision, above %.2f (recorded %.2f, tolerance %.2f)", guardRowName(r), name, got[k], v+recorded.count[k], v, recorded.count[k]))
+				}
+			}
+			out = append(out, rec, fmt.Sprintf("%.2f", got[k]))
+		}
+		ct.row(append(out, verdict)...)
+	}
+	ct.write(os.Stdout)
+
+	if !haveCallgrind() {
+		fmt.Println("\nInstructions: not counted (valgrind and callgrind_control are not installed).")
+	} else {
+		var use []int
+		for _, r := range guardRows {
+			if r.conc == 1 {
+				for _, i := range []int{r.base, r.row} {
+					if !slices.Contains(use, i) {
+						use = append(use, i)
+					}
+				}
+			}
+		}
+		instr, err := countInstructions(ctx, guardContenders, use)
+		if err != nil {
+			return fmt.Errorf("counting instructions: %w", err)
+		}
+		fmt.Printf("\nInstructions redis-server ran per decision (callgrind, %d decisions one at a time, the event loop, parsing and reply included), and a row's over its yardstick's: load does not move them; a ratio fails above its recorded value times %.2f.\n\n", callgrindCalls, 1+recorded.instr)
+		it := table{head: []string{"row", "instructions", "yardstick", "instructions", "ratio recorded", "ratio measured", ""}}
+		for _, r := range guardRows {
+			if r.conc != 1 {
+				continue
+			}
+			key := guardRatioKey(guardInstr, r.id)
+			v := instr[r.row] / instr[r.base]
+			measured[key] = v
+			rec, verdict := "–", "ok"
+			if want, have := recorded.counts[key]; have {
+				bound := want * (1 + recorded.instr)
+				rec = fmt.Sprintf("%.3f (fails above %.3f)", want, bound)
+				if v > bound {
+					verdict = "**FAIL**"
+					failed = append(failed, fmt.Sprintf("%s: instructions %.3f x its yardstick's, above %.3f (recorded %.3f, tolerance %.2f)", r.id, v, bound, want, recorded.instr))
+				}
+			}
+			it.row(r.id, fmt.Sprintf("%.0f", instr[r.row]), cts[r.base].name, fmt.Sprintf("%.0f", instr[r.base]), rec, fmt.Sprintf("%.3f", v), verdict)
+		}
+		it.write(os.Stdout)
+	}
 	if cfg.write {
 		return writeGuardFile(cfg.file, recorded, measured)
 	}
@@ -326,18 +468,38 @@ func perOp(c cell, cpu time.Duration) float64 {
 // tolerances.
 func writeGuardFile(name string, g guardFile, measured map[string]float64) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# The ratios the guard checks (bench -guard, run by .ci/run; guard.go).
-# For each row, its decisions per second (tput) and its yardstick's time
-# per decision over its own, Redis's running the scripts (redis) and the
-# bench's CPU (client),
-# each the median over rounds of the ratios measured in the same round;
-# "all" is the geometric mean of the rows'. A ratio fails when it
-# measures below (1 - tolerance) x its value here: tolerance-row gives
-# one row's (tput, redis, client), tolerance-all the mean's. Written by -guard-write on %s; bench/README.md
-# ("The guard") says when and how to record them again.
+	fmt.Fprintf(&b, `# What the guard checks (bench -guard, run by .ci/run; guard.go).
+# tput, redis, client: for each row, its decisions per second (tput) and
+# its yardstick's time per decision over its own, Redis's running the
+# scripts (redis) and the bench's CPU (client), each the median over
+# rounds of the ratios measured in the same round; "all" is the
+# geometric mean of the rows'. A ratio fails when it measures below
+# (1 - tolerance) x its value here: tolerance-row gives one row's (tput,
+# redis, client), tolerance-all the mean's. Written by -guard-write on
+# %s; bench/README.md ("The guard") says when and how to record them
+# again.
 tolerance-row %.2f %.2f %.2f
 tolerance-all %.2f %.2f %.2f
-`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2])
+# Counts per decision (cmds, allocs) of the rows that decide one demand
+# per call; one fails above its value here plus tolerance-count's. instr:
+# a row's instructions in redis-server per decision over its
+# yardstick's (callgrind); one fails above its value here times
+# 1 + tolerance-instr.
+tolerance-count %.2f %.2f
+tolerance-instr %.2f
+`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2], g.count[0], g.count[1], g.instr)
+	for _, r := range guardRows {
+		if key := guardRatioKey(guardInstr, r.id); r.conc == 1 && measured[key] > 0 {
+			fmt.Fprintf(&b, "%s %s %.3f\n", guardInstr, r.id, measured[key])
+		}
+	}
+	for _, k := range guardCounts {
+		for _, r := range guardRows {
+			if r.counted() {
+				fmt.Fprintf(&b, "%s %s %.2f\n", k, guardRowName(r), measured[guardRatioKey(k, guardRowName(r))])
+			}
+		}
+	}
 	for m := range guardMeasures {
 		for _, r := range guardRows {
 			fmt.Fprintf(&b, "%s %s %.3f\n", guardMeasures[m], guardRowName(r), measured[guardRatioKey(guardMeasures[m], guardRowName(r))])

@@ -83,7 +83,7 @@ func main() {
 	flag.BoolVar(&cfg.guard, "guard", false, "run only the guard (guard.go): our tracked rows against their yardsticks, checked against -guard-file; exits 1 when a row is slower than recorded")
 	flag.StringVar(&cfg.gcfg.file, "guard-file", "guard.txt", "guard: the recorded ratios and tolerance")
 	flag.BoolVar(&cfg.gcfg.write, "guard-write", false, "guard: record the measured ratios in -guard-file instead of checking them")
-	flag.IntVar(&cfg.gcfg.rounds, "guard-rounds", 25, "guard: rounds per concurrency")
+	flag.IntVar(&cfg.gcfg.rounds, "guard-rounds", 20, "guard: rounds per concurrency")
 	flag.DurationVar(&cfg.gcfg.slice, "guard-d", 200*time.Millisecond, "guard: each contender's time in a round")
 	flag.Parse()
 	cfg.gcfg.rounds = max(cfg.gcfg.rounds, 1)

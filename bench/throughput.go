@@ -48,6 +48,7 @@ func (c *cell) add(o cell) {
 	c.did.srv.cmds += o.did.srv.cmds
 	c.did.srv.cpu += o.did.srv.cpu
 	c.did.cpu += o.did.cpu
+	c.did.allocs += o.did.allocs
 	c.lat = append(c.lat, o.lat...)
 	if c.err == nil {
 		c.err = o.err
@@ -59,8 +60,8 @@ func (c *cell) opsPerSec() float64 { return float64(c.ok) / c.elapsed.Seconds() 
 
 // throughput runs the throughput part: every contender at every
 // concurrency for cfg.dur, split into cfg.rounds slices in which the
-// contenders take turns, so that noise on a shared machine falls on all
-// of them alike. All share one client (go-redis defaults, a pool of 128),
+// contenders take turns (in reverse order every other round), so that
+// noise on a shared machine falls on all of them alike. All share one client (go-redis defaults, a pool of 128),
 // except the rows marked as using the client without retries.
 func throughput(ctx context.Context, e *env, cfg config) error {
 	cts, err := throughputContenders(e, cfg.variants)
@@ -77,9 +78,18 @@ func throughput(ctx context.Context, e *env, cfg config) error {
 		res[i] = make([]cell, len(cfg.concs))
 	}
 	slice := cfg.dur / time.Duration(cfg.rounds)
+	order := make([]int, len(cts))
+	for i := range order {
+		order[i] = i
+	}
 	for j, conc := range cfg.concs {
 		for range cfg.rounds {
-			for i, ct := range cts {
+			// In reverse every other round: a contender that runs right
+			// after another (whose goroutines, timers or garbage are still
+			// about) is not always the same one.
+			slices.Reverse(order)
+			for _, i := range order {
+				ct := cts[i]
 				c, err := measure(ctx, e, ct, conc, slice)
 				if err != nil {
 					return fmt.Errorf("%s at concurrency %d: %w", ct.name, conc, err)
@@ -249,7 +259,7 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 	}
 	fmt.Println("- \"EVALSHA reading TIME only\" and the \"floor\" rows are yardsticks, not limiters: floor_gcra.lua reads Redis's clock, GETs each limit's arrival time and moves it with INCRBY, and does nothing else a limiter must (keys never expire; no pause, wait, retry time or guard against a call sent twice). No decision on Redis's clock in one script call can cost Redis less.")
 	fmt.Println("- x/time/rate decides in process (one limiter shared by the goroutines): it makes no Redis call, and a refusal counts as a decision.")
-	fmt.Println("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries. GCRA demands of one scope go together in one call (a batch) only while 8 calls of the scope are in flight (the default, redisstore.BatchInFlight), so only at c=64 here; \"batching off\" rows use WithBatching(0): one call per decision at every concurrency.")
+	fmt.Printf("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries. GCRA demands of one scope go together in one call (a batch) only while %d calls of the scope are in flight (the default, redisstore.BatchInFlight), so not at c=1; \"batching off\" rows use WithBatching(0): one call per decision at every concurrency.\n", redisstore.BatchInFlight)
 	fmt.Println()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -71,6 +72,10 @@ func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
 		ds := make([]*quota.Demand, 2+rng.IntN(7))
 		for i := range ds {
 			ds[i] = randomDemandOf(rng, limits)
+			if i > 0 && rng.IntN(3) == 0 { // the one before again (sent as "=", take_batch.lua)
+				again := *ds[i-1]
+				ds[i] = &again
+			}
 		}
 		stepStart := time.Now()
 		got, errs := redisstore.TakeBatch(batched, ds)
@@ -101,6 +106,13 @@ func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
 	}
 	t.Logf("outcomes: %v", seen)
 	assert.Len(t, seen, 4, "every kind of outcome occurs: %v", seen)
+}
+
+// TestDemandFieldsAlike: alike (batch.go), which lets a batch send a
+// demand as "=" when it equals the one before, compares Demand's five
+// fields; a sixth must be compared there too.
+func TestDemandFieldsAlike(t *testing.T) {
+	assert.Equal(t, 5, reflect.TypeFor[quota.Demand]().NumField(), "quota.Demand gained a field: compare it in alike (batch.go)")
 }
 
 // TestTakeBatchResent: a batch sent again by go-redis (its reply lost) is

@@ -37,6 +37,7 @@ type resendMark struct {
 	notRun int     // sendings refused before they ran, as far as is known
 	buf    [8]byte // holds first's bytes when they fit: no allocation to write them
 	cmd    markedCmd
+	all    [12]any // the command's arguments when they fit (Store.send)
 }
 
 // newResendMark returns a mark whose first sending writes first, with its
@@ -124,18 +125,27 @@ func (s *Store) run(ctx context.Context, script luaScript, mark *resendMark, key
 		}
 		return script.Eval(ctx, s.client, keys, args...)
 	}
-	cmd := s.send(ctx, mark, "evalsha", script.Hash(), keys, args)
+	cmd := s.send(ctx, mark, evalshaArg, script.hashArg, keys, args)
 	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
 	}
 	mark.heard(cmd.Err())
-	return s.send(ctx, mark, "eval", script.src, keys, args)
+	return s.send(ctx, mark, evalArg, script.srcArg, keys, args)
 }
 
+// The command names, boxed once: a string made an interface value
+// allocates.
+var evalshaArg, evalArg any = "evalsha", "eval"
+
 // send sends one marked EVALSHA or EVAL, as redis.Script's methods build
-// it.
-func (s *Store) send(ctx context.Context, mark *resendMark, name, script string, keys []string, args []any) *redis.Cmd {
-	all := make([]any, 0, 3+len(keys)+len(args))
+// it: name, then script (the SHA or the source), boxed by the caller. The
+// arguments go in the mark's own array when they fit.
+func (s *Store) send(ctx context.Context, mark *resendMark, name, script any, keys []string, args []any) *redis.Cmd {
+	n := 3 + len(keys) + len(args)
+	all := mark.all[:0]
+	if n > len(mark.all) {
+		all = make([]any, 0, n)
+	}
 	all = append(all, name, script, len(keys))
 	for _, k := range keys {
 		all = append(all, k)

@@ -70,7 +70,9 @@ func TestReservationsBlock(t *testing.T) {
 	ran := st["evalsha"].Calls - st["evalsha"].Failed + st["eval"].Calls
 	noScript := st["evalsha"].Failed + st["evalsha"].Rejected
 	t.Logf("scripts run: %d for %d requests, NOSCRIPT: %d (%+v)", ran, requests, noScript, st["evalsha"])
-	assert.Equal(t, int64(requests), ran, "one script per request")
+	// Batching (4 callers per store, more than BatchInFlight) decides
+	// several demands in one script at times: never more than one each.
+	assert.LessOrEqual(t, ran, int64(requests), "at most one script per request")
 	assert.LessOrEqual(t, noScript, int64(8*4), "NOSCRIPT at most once per caller, when the script was not yet loaded")
 	assert.Equal(t, noScript, st["eval"].Calls, "one EVAL after each NOSCRIPT")
 }

@@ -82,13 +82,17 @@ var storeScripts = []luaScript{
 type luaScript struct {
 	*redis.Script
 	src string
+	// hashArg and srcArg are the SHA and src as arguments of a command,
+	// boxed once (Store.send).
+	hashArg, srcArg any
 }
 
 // newScript returns the script of the embedded file name: prologue.lua,
 // then the file.
 func newScript(name string) luaScript {
 	src := composeScript(name)
-	return luaScript{redis.NewScript(src), src}
+	sc := redis.NewScript(src)
+	return luaScript{Script: sc, src: src, hashArg: sc.Hash(), srcArg: src}
 }
 
 // composeScript returns the text of the script of the embedded file name:

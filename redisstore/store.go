@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -51,6 +52,11 @@ var _ quota.Store = (*Store)(nil)
 // a *redis.Ring. See the package documentation for the key layout, the
 // Cluster trade-off and what happens when Redis fails. New does not
 // contact Redis.
+//
+// New logs a warning (with [slog.Default]) when the client's ReadTimeout
+// or WriteTimeout is shorter than [MinClientTimeout]: a slow reply would
+// then fail as if Redis were down. [Store.Check] reports the same as an
+// error matching quota.ErrStoreConfig.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -86,6 +92,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: unknown Replay %d", s.replay)
 	}
 	s.replayArg = s.replayMS
+	if err := s.checkTimeouts(); err != nil {
+		slog.Warn("redisstore: client timeouts shorter than redisstore.MinClientTimeout; Store.Check reports this as an error", "err", err)
+	}
 	var b [9]byte
 	_, _ = rand.Read(b[:]) // never fails; see crypto/rand.Read
 	s.idBase = base64.RawURLEncoding.EncodeToString(b[:]) + "."

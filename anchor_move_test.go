@@ -1,0 +1,161 @@
+package throttle_test
+
+import (
+	"os"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/memstore"
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/redisstore"
+)
+
+// TestAnchorMove forces the shared windows to move in the middle of a
+// saturated fleet (8 instances of 16 callers, GitHub search: 30 per 1 s
+// window starting anywhere, on a vendor clock 300 ms ahead): the vendor
+// tells its reset in whole seconds for the first second of the run, then
+// to the millisecond (as a delay), which narrows the evidence to a round
+// trip at once. After the first move the vendor rejects nothing, and the
+// fleet should use, in the vendor's windows that start after the move and
+// end before the run does, at least 90% of what the limit's log (Per plus
+// its margin, anchor.go) lets through in that time. It does not on this
+// version (skipMoves): the window after a move took 5-23 of its 30 and
+// the next ones 0-5. Without the holds (anchorHold) it did, in 20 of 20
+// runs, with 0 rejections; but then the Redis fleets were rejected under
+// load (docs/learning.md).
+//
+// The in-process store runs in a synctest bubble, on virtual time, so the
+// windows and latencies are exact whatever the machine's load; the
+// phases are seeded (THROTTLE_SEED) and THROTTLE_REPEAT runs more.
+func TestAnchorMove(t *testing.T) {
+	skipMoves(t)
+	rng := seeded(t)
+	moved := 0
+	for range 2 * repeats(t) {
+		phase := time.Duration(rng.Int64N(int64(time.Second)))
+		synctest.Test(t, func(t *testing.T) {
+			store := memstore.New()
+			if moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, func() quota.Store { return store }) {
+				moved++
+			}
+		})
+	}
+	assert.NotZero(t, moved, "no run moved the windows")
+}
+
+// TestAnchorMoveRedis is TestAnchorMove on redisstore, each instance its
+// own client, on real time (so shorter).
+func TestAnchorMoveRedis(t *testing.T) {
+	skipMoves(t)
+	if testing.Short() {
+		t.Skip("runs a fleet against real-time windows for about 5 s")
+	}
+	srv := redistest.Start(t)
+	rng := seeded(t)
+	moved := 0
+	for range 2 * repeats(t) {
+		phase := time.Duration(rng.Int64N(int64(time.Second)))
+		prefix := redistest.Prefix(t)
+		ok := moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, func() quota.Store {
+			rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { _ = rc.Close() })
+			s, err := redisstore.New(rc, redisstore.WithPrefix(prefix))
+			require.NoError(t, err)
+			return s
+		})
+		if ok {
+			moved++
+		}
+	}
+	assert.NotZero(t, moved, "no run moved the windows")
+}
+
+// skipMoves skips the tests of moves unless THROTTLE_ANCHOR_MOVE is set:
+// they fail on this version, which holds grants out of the instants where
+// windows end and loses the quota after a move (docs/learning.md, "Known:
+// a move costs quota"), and they are kept to reproduce it.
+func skipMoves(t *testing.T) {
+	t.Helper()
+	if os.Getenv("THROTTLE_ANCHOR_MOVE") == "" {
+		t.Skip("reproduces the quota lost after a move (known); set THROTTLE_ANCHOR_MOVE=1 to run")
+	}
+}
+
+// moveFleet runs one fleet of TestAnchorMove for run, on the stores that
+// newStore returns, against a vendor whose windows start phase after the
+// epoch's and whose answers take up to latency each way. It reports
+// whether the windows moved: they need not, when the store's windows,
+// which start at a first charge, already end where the vendor's do.
+func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() quota.Store) bool {
+	const rate, per = 30, time.Second
+	v := &coarseVendor{rate: rate, per: per, phase: phase, skew: 300 * time.Millisecond,
+		maxLatency: latency, accepted: map[int64]int{}}
+	var (
+		mu    sync.Mutex
+		moves int
+		moved time.Time // the first move
+	)
+	hooks := throttle.Hooks{OnAnchor: func(ev throttle.AnchorEvent) {
+		assert.NoError(t, ev.Err)
+		if !ev.Moved {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if moves++; moved.IsZero() {
+			moved = time.Now()
+		}
+	}}
+	start := time.Now()
+	v.fineFrom = start.Add(time.Second)
+	failed := searchFleet(t, run, 0, v, 8, 16, true, newStore, hooks)
+	end := start.Add(run)
+	assert.Zero(t, failed, "requests failed")
+
+	mu.Lock()
+	defer mu.Unlock()
+	if moved.IsZero() {
+		assert.Zero(t, v.rejected, "the vendor rejected requests")
+		t.Logf("phase %v: the windows did not move (the store's already ended where the vendor's do); rejected %d", phase, v.rejected)
+		return false
+	}
+	// The vendor's windows that start after the first move and end before
+	// the run does.
+	from, to := v.window(moved)+1, v.window(end)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var after []int
+	total := 0
+	for k := from; k < to; k++ {
+		after = append(after, v.accepted[k])
+		total += v.accepted[k]
+	}
+	rejectedAfter := 0
+	for k, n := range v.rejectedIn {
+		if k >= from-1 {
+			rejectedAfter += n
+		}
+	}
+	// What the log lets through at least meanwhile, under a load that
+	// saturates it: rate per Per plus its margin (a tenth of Per), in the
+	// time those windows span.
+	span := time.Duration(to-from) * per
+	most := rate * int(span/(per+per/10))
+	t.Logf("phase %v: moved %v after the start (%d moves); accepted in the %d windows after the move %v (%d of %d, %.0f%% of the windows' quota, %.0f%% of the least the log lets through), rejected %d (%d from the move's window on)",
+		phase, moved.Sub(start).Round(time.Millisecond), moves, len(after), after, total, len(after)*rate,
+		100*float64(total)/float64(len(after)*rate), 100*float64(total)/float64(most), v.rejected, rejectedAfter)
+	assert.Zero(t, v.rejected, "the vendor rejected requests")
+	if most == 0 {
+		return false // moved too late in the run to tell (a loaded machine)
+	}
+	assert.GreaterOrEqual(t, float64(total), 0.9*float64(most), "the fleet used %v after the move", after)
+	return true
+}
