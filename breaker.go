@@ -31,6 +31,19 @@ type Breaker struct {
 	// retransmission timeout) up to four times this. A failed call runs on
 	// and a grant it makes late is given back. Zero or less means 2 s.
 	CallTimeout time.Duration
+
+	// LateGrants gives back a grant whose answer came later than the
+	// store's usual latency by more than a twentieth of one of its limits'
+	// windows (at most 100 ms), and decides the request again at once, so
+	// that a slow reply is not sent after the instant the store charged
+	// (late.go; docs/when-redis-fails.md, "A late answer"). Off by default:
+	// on a loaded machine the process's own lag makes grants late too, and
+	// each one given back may lose its unit to the reservations ahead
+	// (measured: a stacked fleet's share of the quota fell from 95% to
+	// 57.5% beside a race-enabled suite; an interactive class's decided
+	// wait reached 57 ms where its fleet test allows 30). Turn it on when the store, not the
+	// machine, is what is slow, and the vendor forgives little.
+	LateGrants bool
 }
 
 // Defaults of [Breaker].

@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func (s *lateStore) Cancel(ctx context.Context, r *quota.Reservation) error {
 	return s.Store.Cancel(ctx, r)
 }
 
-// A grant whose answer comes late is given back and decided again before
+// With Breaker.LateGrants, a grant whose answer comes late is given back and decided again before
 // the call goes, for every algorithm that counts when a call is made;
 // under a fixed window, only when its window may have ended before the
 // call goes (here a day's window, which a 200 ms delay does not cross).
@@ -58,15 +59,17 @@ func TestLateGrant(t *testing.T) {
 		{"sliding window", throttle.SlidingWindow, 10 * time.Second, true},
 		{"GCRA", throttle.GCRA, 10 * time.Second, true},
 		{"fixed window, within it", throttle.FixedWindow, 24 * time.Hour, false},
+		{"sliding log, Breaker.LateGrants off (the default)", throttle.SlidingLog, 10 * time.Second, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := &lateStore{Store: memstore.New()}
 			var late atomic.Int64
+			b := throttle.Breaker{LateGrants: !strings.Contains(c.name, "off")}
 			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
 				Name:   "api",
 				Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: c.per, Algorithm: c.alg}},
-			}}}, throttle.WithStore(s), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+			}}}, throttle.WithStore(s), throttle.WithBreaker(b), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
 			}}))
 			require.NoError(t, err)
@@ -101,7 +104,7 @@ func TestLateGrantSlowForGood(t *testing.T) {
 	lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
 		Name:   "api",
 		Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: 10 * time.Second, Algorithm: throttle.SlidingLog}},
-	}}}, throttle.WithStore(s), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+	}}}, throttle.WithStore(s), throttle.WithBreaker(throttle.Breaker{LateGrants: true}), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 		late.Add(int64(ev.Late))
 	}}))
 	require.NoError(t, err)

@@ -119,6 +119,7 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 					Key: throttle.KeyFromHeader("X-Category")},
 			},
 		}}}, throttle.WithStore(newStoreOn(t, rdb, prefix)),
+			throttle.WithBreaker(throttle.Breaker{LateGrants: true}),
 			throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
 			}}))
