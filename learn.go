@@ -113,6 +113,27 @@ func (lim *Limiter) learn(ctx context.Context, r *rule, d *demand, req *http.Req
 	return ls
 }
 
+// learnFrom is [Limiter.learn] for an answer that comes already parsed,
+// from [Permit.Report] (a call without HTTP): fb is what the answer said
+// of its quota and limited whether it said "slow down". fb is capped at
+// the rule's MaxPause, as [quotaheader.Parse] caps what it reads, and
+// reported ([Limiter.report]) as learn reports a response. Nothing is
+// learned when the rule's Learning is Off.
+func (lim *Limiter) learnFrom(ctx context.Context, r *rule, d *demand, limited bool, fb quotaheader.Feedback) {
+	if r.Learn.Off {
+		return
+	}
+	now := lim.now()
+	c := lim.learnConfig(r, "") // no host: the rule's settings and the defaults
+	if !fb.Reset.IsZero() && fb.Reset.After(now.Add(c.maxPause)) {
+		fb.Reset, fb.Capped = now.Add(c.maxPause), true
+	}
+	if fb.RetryAfter > c.maxPause {
+		fb.RetryAfter, fb.Capped = c.maxPause, true
+	}
+	lim.report(ctx, r, d, c, limited, fb, 0, now)
+}
+
 // wait returns how much longer after now the pause that ls found holds
 // the request back: zero when none does.
 func (ls lesson) wait(now time.Time) time.Duration {
@@ -402,10 +423,6 @@ func (l *learner) localPause(scope string, now time.Time) (time.Time, bool) {
 // DefaultMaxPause caps learned pauses and retry waits when a rule sets no
 // other: 10 minutes.
 const DefaultMaxPause = quotaheader.DefaultMaxPause
-
-// storeCallTimeout bounds store calls made after the caller's part is
-// done: recording a pause, returning a reservation.
-const storeCallTimeout = time.Second
 
 // LearnedPause reports how much longer the rule that matches req is held
 // back by the latest pause this transport learned from a response (its

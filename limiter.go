@@ -273,18 +273,7 @@ func (p *Permit) Settle(ctx context.Context, cost int) error {
 // Learning.Sync set, the vendor's remaining count lowers that limit. Nothing is learned when the
 // rule's Learning is Off.
 func (p *Permit) Report(ctx context.Context, limited bool, fb quotaheader.Feedback) {
-	if p.r.Learn.Off {
-		return
-	}
-	now := p.lim.now()
-	c := p.lim.learnConfig(p.r, "")
-	if !fb.Reset.IsZero() && fb.Reset.After(now.Add(c.maxPause)) {
-		fb.Reset, fb.Capped = now.Add(c.maxPause), true
-	}
-	if fb.RetryAfter > c.maxPause {
-		fb.RetryAfter, fb.Capped = c.maxPause, true
-	}
-	p.lim.report(ctx, p.r, p.d, c, limited, fb, 0, now)
+	p.lim.learnFrom(ctx, p.r, p.d, limited, fb) // learn.go
 }
 
 // checkLeases fails if a rule has a Concurrency limit but the store is not

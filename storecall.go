@@ -17,6 +17,12 @@ import (
 // does not use IDs otherwise.
 const localMark = "throttle:local-fallback"
 
+// storeCallTimeout bounds store calls made after the caller's part is
+// done, on a context of their own that the caller's ending does not
+// cancel: learning (a pause, a sync, an anchor), a settlement, giving
+// back a reservation, renewing or freeing in-flight slots.
+const storeCallTimeout = time.Second
+
 // failover is the part of a Transport that deals with a failing store: the
 // breaker in front of it and the local store that stands in for it. It is
 // set up on first use.
