@@ -265,3 +265,41 @@ func TestLimiterSharesTheTransportsCounters(t *testing.T) {
 	_, err = lim.Allow(context.Background(), "api")
 	require.ErrorIs(t, err, throttle.ErrLimited, "one by HTTP, one by the Limiter: the quota of 2 is spent")
 }
+
+// TestPermitReportCaps checks that Permit.Report caps a hand-built
+// Feedback at the rule's MaxPause, as quotaheader.Parse caps what it
+// reads: the pause is MaxPause and the event says Capped.
+func TestPermitReportCaps(t *testing.T) {
+	const maxPause = 2 * time.Second
+	for _, c := range []struct {
+		name    string
+		limited bool
+		fb      func(now time.Time) quotaheader.Feedback
+	}{
+		{"RetryAfter", true, func(time.Time) quotaheader.Feedback {
+			return quotaheader.Feedback{Limit: -1, Remaining: -1, Used: -1, RetryAfter: time.Hour, HasRetryAfter: true}
+		}},
+		{"Reset", false, func(now time.Time) quotaheader.Feedback {
+			return quotaheader.Feedback{Limit: -1, Remaining: 0, Used: -1, Reset: now.Add(time.Hour)}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			p := throttle.Policy{Rules: []throttle.Rule{{Name: "v", Wait: waiters.FailFast(),
+				Learn:  throttle.Learning{Jitter: -1, MaxPause: maxPause},
+				Limits: []throttle.Limit{{Name: "v", Rate: 1000, Per: time.Second}}}}}
+			var got []throttle.PauseEvent
+			lim, err := throttle.NewLimiter(p, throttle.WithStore(memstore.New(memstore.WithClock(func() time.Time { return now }))),
+				throttle.WithClock(func() time.Time { return now }),
+				throttle.WithHooks(throttle.Hooks{OnPause: func(ev throttle.PauseEvent) { got = append(got, ev) }}))
+			require.NoError(t, err)
+			pm, err := lim.Allow(t.Context(), "v")
+			require.NoError(t, err)
+			pm.Report(t.Context(), c.limited, c.fb(now))
+			pm.Done()
+			require.Len(t, got, 1)
+			assert.Equal(t, maxPause, got[0].Pause)
+			assert.True(t, got[0].Capped)
+		})
+	}
+}
