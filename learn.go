@@ -30,7 +30,8 @@ type Learning struct {
 	MaxPause time.Duration // caps every learned pause; zero means [DefaultMaxPause]
 
 	// DefaultPause is the first pause after a "slow down" answer that says
-	// nothing about when to resume. Zero means 5 s (GitHub wants 60).
+	// nothing about when to resume. Zero means the vendor profile's, else
+	// 5 s (GitHub's profile: 60 s).
 	DefaultPause time.Duration
 
 	// Jitter is the most added, at random, to a pause. Zero means a tenth
@@ -94,10 +95,10 @@ type lesson struct {
 
 // learn is where a response enters learning, once per response: it
 // parses resp, the answer to req under rule r whose demand was d, into
-// one [quotaheader.Feedback], asks the rule's Limited whether it says
-// "slow down", and reports it ([Limiter.report]), which decides and
-// records the pause, the anchor and the sync. Nothing is learned when the
-// rule's Learning is Off.
+// one [quotaheader.Feedback], asks Limited (the rule's, the profile's or
+// [quotaheader.DefaultLimited]) whether it says "slow down", and reports
+// it ([Limiter.report]), which decides and applies the anchor, the sync
+// and the pause. Nothing is learned when the rule's Learning is Off.
 func (lim *Limiter) learn(ctx context.Context, r *rule, d *demand, req *http.Request, resp *http.Response) lesson {
 	if r.Learn.Off {
 		return lesson{}
@@ -256,7 +257,7 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	}
 	s, ok := lim.store.(quota.Syncer)
 	if !ok {
-		return // NewTransport checked; a store swapped in since cannot sync
+		return // not reached: NewLimiter refuses a Sync on such a store
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
@@ -282,7 +283,8 @@ func syncMargin(l quota.Limit) time.Duration {
 // the pause ends there, with no jitter, which would only waste the next
 // window's quota: the instances all wait on the one shared pause and the
 // store spreads their grants. With evidence of where the vendor's windows
-// end (Anchor), the pause ends at the latest instant the window may end.
+// end (Anchor), the pause ends at the latest instant the window may end,
+// when that is after now and no later than the reset, to its resolution.
 func (lim *Limiter) pauseOf(r *rule, d *demand, id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) (p time.Duration, exact bool) {
 	p = lim.learned.pauseFor(id, c, limited, fb, now)
 	if p <= 0 {
@@ -301,8 +303,11 @@ func (lim *Limiter) pauseOf(r *rule, d *demand, id string, c learnConfig, limite
 	return p, exact
 }
 
-// pauseFor returns how long r's scope must pause after an answer that
-// limited says was "slow down" (or not) and whose feedback is fb.
+// pauseFor returns how long pause id must last after an answer that
+// limited says was "slow down" (or not) and whose feedback is fb, at most
+// c.maxPause: the answer's retry time; until its reset, when the quota is
+// spent; else, for "slow down", an exponential backoff per id from
+// c.defaultPause, which an answer that is not "slow down" ends.
 func (l *learner) pauseFor(id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) time.Duration {
 	if !limited {
 		l.mu.Lock()
@@ -361,8 +366,9 @@ func (lim *Limiter) recordPause(ctx context.Context, r *rule, pk string, p time.
 	}
 }
 
-// record keeps a pause of d for scope locally and returns it with jitter
-// added, for the store.
+// record keeps a pause of d from now for id locally, with jitter added
+// unless exact (r's Learning.Jitter; zero: a tenth of d, at most 1 s) and
+// rounded up to the microsecond, and returns it, for the store.
 func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exact bool) time.Duration {
 	j := r.Learn.Jitter
 	if exact {
@@ -393,9 +399,11 @@ func (l *learner) keep(id string, until time.Time) {
 	}
 }
 
-// learner holds what a transport learned: the latest pause per scope, as a
-// local copy of what it recorded in the store, and the backoff state of
-// scopes whose "slow down" answers carried no retry time.
+// learner holds what a Limiter (or the Transport on it) learned: the
+// latest pause per pause id (a scope, or one key of its PauseBy limit), as
+// a local copy of what it recorded in the store, the backoff state of
+// pause ids whose "slow down" answers carried no retry time, and the
+// evidence of the vendor's windows and clock.
 type learner struct {
 	mu      sync.Mutex
 	pauses  map[string]time.Time
@@ -404,17 +412,17 @@ type learner struct {
 	clocks  map[string]vendorClock // per scope: the vendor's clock offset (vendorclock.go)
 }
 
-// localPause returns the end of the latest pause learned for scope, if it
+// localPause returns the end of the latest pause learned for id, if it
 // is after now.
-func (l *learner) localPause(scope string, now time.Time) (time.Time, bool) {
+func (l *learner) localPause(id string, now time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	until, ok := l.pauses[scope]
+	until, ok := l.pauses[id]
 	if !ok {
 		return time.Time{}, false
 	}
 	if !until.After(now) {
-		delete(l.pauses, scope)
+		delete(l.pauses, id)
 		return time.Time{}, false
 	}
 	return until, true
