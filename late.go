@@ -57,8 +57,10 @@ const lateToleranceMax = 100 * time.Millisecond
 // (one slow Cluster node, a Redis moved far away) still lets requests go,
 // after a few decisions each, until its usual latency has risen.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
-	if !lim.failure.settings.LateGrants || d.due.IsZero() {
-		return false // off ([Breaker].LateGrants), or not a store's grant (fail open, or none)
+	if d.due.IsZero() {
+		// Off ([Breaker].LateGrants: takeStore records due only then), a
+		// failure mode's grant (no store charged it), or none.
+		return false
 	}
 	if d.Restricted() || d.Shared() {
 		// A class's headroom or a tenant's share: such a demand is

@@ -89,7 +89,10 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	// for may still run while the request goes on and changes d (its
 	// MaxWait, when it waits for a slot).
 	sd := d.Demand
-	asked := lim.now()
+	var asked time.Time
+	if f.settings.LateGrants {
+		asked = lim.now()
+	}
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = lim.store.Take(ctx, &sd)
@@ -104,9 +107,11 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		}
 	})
 	if err == nil {
-		now := lim.now()
-		f.usual.observe(now.Sub(asked), now)
-		noteGrant(d, dec, asked, now)
+		if f.settings.LateGrants { // late.go's bookkeeping, only when asked for
+			now := lim.now()
+			f.usual.observe(now.Sub(asked), now)
+			noteGrant(d, dec, asked, now)
+		}
 		return dec, nil
 	}
 	ev.StoreErr = err
@@ -128,7 +133,6 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		ld.Limits[i].Key, ld.Limits[i].Cost, ld.Limits[i].Tenant = b.Key, b.Cost, b.Tenant
 	}
 	// Not dec: an abandoned store call may still write it.
-	asked = lim.now()
 	ldec, lerr := f.local.Take(ctx, &ld)
 	if lerr != nil {
 		return quota.Decision{}, fmt.Errorf("throttle: rule %s: %w: local fallback: %w (store: %w)", r.id, ErrStoreUnavailable, lerr, err)
@@ -137,8 +141,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		// The mark, then the local store's own id (a Concurrency lease's).
 		ldec.Reservation.ID = localMark + ldec.Reservation.ID
 	}
-	noteGrant(d, ldec, asked, lim.now())
-	return ldec, nil
+	return ldec, nil // a failure mode's grant: never late (d.due stays zero)
 }
 
 // noteGrant records in d, for [Limiter.lateGrant], the instants of dec,
