@@ -115,11 +115,15 @@ func TestResetAll(t *testing.T) {
 	_, err = rawPing(raw, r)
 	assert.Error(t, err, "the open connection was reset")
 
-	// New connections work.
+	// New connections work: the fresh client's one connection is accepted
+	// (counted from here: the setup's client may have dialed another one
+	// meanwhile, which a clean-clone CI run once counted as a fourth).
+	before := p.Stats().Accepted
+	require.GreaterOrEqual(t, before, 2)
 	fresh := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	defer fresh.Close()
 	assert.NoError(t, fresh.Ping(ctx).Err())
-	assert.Equal(t, 3, p.Stats().Accepted)
+	assert.Equal(t, before+1, p.Stats().Accepted)
 }
 
 func TestRefuse(t *testing.T) {
