@@ -28,11 +28,11 @@ const schema = "v1"
 //	P v1:{S}:p:KEY        pause end, µs (string)
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
 //	P v1:{S}:s:ID         the costs a reservation was settled to (string)
-//	P v1:{S}:tA:NAME:KEY  fair shares: active tenants, member tenant, score its last demand µs (zset)
+//	P v1:{S}:zA:NAME:KEY  fair shares: the state, members 'a'..tenant (score its last demand µs),
+//	                      'v'..tenant (score -its share clock µs), '#c' and '#e' (share.lua) (zset)
 //	P v1:{S}:kA:NAME:KEY  fair shares: claims, member tenant, score the claim's place µs (zset)
 //	P v1:{S}:eA:NAME:KEY  fair shares: claims, member tenant, score the claim's instant µs (zset)
 //	P v1:{S}:oA:NAME:KEY  lent headroom: class notes, member the headroom, score its latest note µs (zset)
-//	P v1:{S}:vA:NAME:N:KEY:TENANT  fair shares: a tenant's share clock, µs (string); N = len(KEY)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
 //	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
 //

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"strconv"
-
 	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
@@ -23,7 +21,7 @@ func sharedLimits(d *quota.Demand) int {
 	return n
 }
 
-// appendShares appends share.lua's five keys and eight arguments per
+// appendShares appends share.lua's four keys and eight arguments per
 // entry of d (sharedLimits), in the order of the limits.
 func (s *Store) appendShares(keys []string, args []any, d *quota.Demand) ([]string, []any) {
 	ks := newKeys(s.prefix, d.Scope)
@@ -38,18 +36,18 @@ func (s *Store) appendShares(keys []string, args []any, d *quota.Demand) ([]stri
 		if b.Noted() {
 			note = b.Headroom
 		}
-		keys = append(keys, ks.shareTenants(b), ks.shareClaims(b), ks.shareEnds(b), ks.shareClock(b), ks.classNotes(b))
+		keys = append(keys, ks.shares(b), ks.shareClaims(b), ks.shareEnds(b), ks.classNotes(b))
 		args = append(args, i+1, b.Tenant, l.ShareUnit(int64(d.CostOf(i))), l.ShareAhead(), l.Per, l.ShareUnit(1), wait, note)
 	}
 	return keys, args
 }
 
-// shareTenants, shareClaims, shareEnds and shareClock are the keys of b's
-// fair share (keys.go): its active tenants, its claims by place and by
-// end, and the share clock of b's tenant; classNotes holds the notes of
-// its classes.
-func (k keys) shareTenants(b *quota.Bucket) string {
-	return k.base + "t" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
+// shares, shareClaims and shareEnds are the keys of b's fair share
+// (keys.go): its state (active tenants, share clocks and marks; see
+// share.lua), and its claims by place and by end; classNotes holds the
+// notes of its classes.
+func (k keys) shares(b *quota.Bucket) string {
+	return k.base + "z" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
 }
 
 func (k keys) shareClaims(b *quota.Bucket) string {
@@ -58,12 +56,6 @@ func (k keys) shareClaims(b *quota.Bucket) string {
 
 func (k keys) shareEnds(b *quota.Bucket) string {
 	return k.base + "e" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
-}
-
-// shareClock puts the length of the key before it, so that no key and
-// tenant pair reads as another.
-func (k keys) shareClock(b *quota.Bucket) string {
-	return k.base + "v" + algTag(&b.Limit) + b.Limit.Name + ":" + strconv.Itoa(len(b.Key)) + ":" + b.Key + ":" + b.Tenant
 }
 
 func (k keys) classNotes(b *quota.Bucket) string {

@@ -8,15 +8,36 @@
 -- Units as in prologue.lua.
 --
 -- An entry is a limit shared among tenants or whose class is noted
--- (quota.Bucket.Noted). It has five keys (keys.go), after take.lua's
+-- (quota.Bucket.Noted). It has four keys (keys.go), after take.lua's
 -- limit and replay keys:
---   tenants  zset: tenant -> instant of its last demand; those after
---            now - Per are the active ones
+--   shares   zset, the counter's fair-share state, in one key so that a
+--            decision reads it with one ZMSCORE and writes it with one
+--            ZADD (take_share.lua decides a demand of GCRA limits with it
+--            in three commands more than take_gcra.lua):
+--              'a'..tenant  score: the instant of its last demand; those
+--                           after now - Per are the active ones
+--              'v'..tenant  score: -(its share clock); the clock counts
+--                           as 0 when it is not after now
+--              '#c'         score: -(the latest instant at which a claim
+--                           lapses); no claim is live once it has passed,
+--                           and the claims below are not read
+--              '#e'         score: -(the key's expiry), on a grid of 1 s
+--                           (below)
+--            Scores of the active marks are instants (>= 0), the others
+--            negative: ZCOUNT over (max(now - Per, -1), +inf) counts the
+--            active tenants, and ZREMRANGEBYSCORE over [-now, now - Per]
+--            drops at once the tenants no longer active, the clocks no
+--            longer after now and a lapsed '#c'. It runs when a tenant
+--            becomes active, so the key holds at most two members per
+--            tenant active since, and '#e'. The key expires at the end of
+--            the second after the one holding the latest of now + Per, the
+--            clocks and the claims' lapse (the GCRA keys' rule,
+--            take_gcra.lua): PEXPIREAT is sent only when that moves to a
+--            later second, which '#e' tells. Test clocks (slack > 0) use
+--            PEXPIRE.
 --   claims   zset: tenant -> the place of its claim
 --   ends     zset: tenant -> the instant of its claim; it lapses
 --            max(T, CLAIM_GRACE) after it
---   clock    string: the demand's tenant's share clock; it expires when
---            the clock is no longer after now (it then counts as 0)
 --   notes    zset: headroom -> instant of its latest note
 -- and eight arguments, after take.lua's limit arguments:
 --   the limit's index in the demand (1-based), the tenant ("": none),
@@ -34,25 +55,74 @@
 local MAX_SHARE_STEP = 1125899906842624 -- 2^50 (quotamath.MaxShareStep)
 local CLAIM_GRACE = 250000 -- µs (quotamath.ClaimGrace)
 
+-- shareHeld reads the live claims of share's counter (those not lapsed:
+-- others' lapsed ones are dropped) for share.tenant, whose place is
+-- place: the place of its own live claim, if it has one, replaces it.
+-- It returns the place, and when other tenants' live claims at a lower
+-- place hold the demand back, until when: T after the latest of their
+-- instants, or after now if that is later. Only when '#c' says a claim
+-- may be live (the same in take_share.lua).
+local function shareHeld(claims, ends, tenant, place, claim)
+  local span = claim
+  if span < CLAIM_GRACE then span = CLAIM_GRACE end
+  local gone = redis.call('ZRANGE', ends, '-inf', fmt('%d', now - span), 'BYSCORE')
+  if #gone > 0 then
+    redis.call('ZREM', ends, unpack(gone))
+    redis.call('ZREM', claims, unpack(gone))
+  end
+  local waiting = redis.call('ZSCORE', claims, tenant)
+  if waiting then place = tonumber(waiting) end -- a waiting tenant keeps its place
+  local lower = redis.call('ZRANGE', claims, '-inf', fmt('(%d', place), 'BYSCORE')
+  local last
+  for _, other in ipairs(lower) do
+    if other ~= tenant then
+      local at = tonumber(redis.call('ZSCORE', ends, other))
+      if not last or at > last then last = at end
+    end
+  end
+  if last then
+    if last < now then last = now end
+    return place, last + claim
+  end
+  return place, nil
+end
+
+-- shareExpire makes the shares key, written just before, live until the
+-- end of the second after the one holding need (or for need - now, and
+-- slack, under a test clock), unless mark, the expiry '#e' holds (or nil),
+-- is as late already. It returns the expiry '#e' now holds.
+local function shareExpire(key, need, mark)
+  if slack > 0 then
+    local ttl = math.ceil((need - now) / 1000) + slack
+    if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then redis.call('PEXPIRE', key, ttl, 'NX') end
+    return mark
+  end
+  local expiry = (floor(need / GRID) + 2) * GRID
+  if mark and expiry <= mark then return mark end
+  redis.call('PEXPIREAT', key, fmt('%d', expiry / 1000))
+  redis.call('ZADD', key, fmt('%d', -expiry), '#e')
+  return expiry
+end
+
 -- sharesBegin notes the classes and makes the tenant of each of the count
 -- entries active, and reads their state. It returns the entries and, by
 -- limit index, the headroom lent to the demand: a note of a smaller
 -- headroom in the last T holds it (the entry's lend: when the latest such
 -- note stops holding it), else it is lent. An entry's held is, when other
 -- tenants' live claims at a lower place than the demand's hold it back,
--- until when: T after the latest of their instants, or after now.
+-- until when (shareHeld).
 local function sharesBegin(count, firstArg, firstKey)
   local shared, lent = {}, {}
   for s = 1, count do
-    local arg, key = firstArg + 8 * (s - 1), firstKey + 5 * (s - 1)
+    local arg, key = firstArg + 8 * (s - 1), firstKey + 4 * (s - 1)
     local share = {
       limit = tonumber(ARGV[arg]), tenant = ARGV[arg + 1], unit = tonumber(ARGV[arg + 2]),
       ahead = tonumber(ARGV[arg + 3]), claim = tonumber(ARGV[arg + 5]), wait = tonumber(ARGV[arg + 6]),
-      claims = KEYS[key + 1], ends = KEYS[key + 2], clockKey = KEYS[key + 3],
+      key = KEYS[key], claims = KEYS[key + 1], ends = KEYS[key + 2],
     }
     local note = tonumber(ARGV[arg + 7])
     if note >= 0 then
-      local notes = KEYS[key + 4]
+      local notes = KEYS[key + 3]
       redis.call('ZREMRANGEBYSCORE', notes, '-inf', fmt('%d', now - share.claim))
       if note > 0 then
         local live = redis.call('ZRANGE', notes, 0, -1, 'WITHSCORES')
@@ -66,35 +136,28 @@ local function sharesBegin(count, firstArg, firstKey)
       redis.call('PEXPIRE', notes, math.ceil(share.claim / 1000) + slack)
     end
     if share.tenant ~= '' then
-      local tenants, window = KEYS[key], tonumber(ARGV[arg + 4])
-      redis.call('ZREMRANGEBYSCORE', tenants, '-inf', fmt('%d', now - window))
-      redis.call('ZADD', tenants, fmt('%d', now), share.tenant)
-      redis.call('PEXPIRE', tenants, math.ceil(window / 1000) + slack)
-      share.n = redis.call('ZCARD', tenants)
-      share.clock = tonumber(redis.call('GET', share.clockKey)) or 0
+      local window = tonumber(ARGV[arg + 4])
+      share.vclock = 'v' .. share.tenant
+      local active = 'a' .. share.tenant
+      local got = redis.call('ZMSCORE', share.key, active, share.vclock, '#c', '#e')
+      local seen = tonumber(got[1])
+      share.n = redis.call('ZCOUNT', share.key, fmt('(%d', math.max(now - window, -1)), '+inf')
+      if not seen or seen <= now - window then
+        -- Newly active: drop what no longer matters (see above).
+        share.n = share.n + 1
+        redis.call('ZREMRANGEBYSCORE', share.key, fmt('%d', -now), fmt('%d', now - window))
+      end
+      share.clock = -(tonumber(got[2]) or 0)
+      share.lapse = -(tonumber(got[3]) or 0)
       share.place = share.clock
       if share.place < now then share.place = now end
-      local span = share.claim
-      if span < CLAIM_GRACE then span = CLAIM_GRACE end
-      local gone = redis.call('ZRANGE', share.ends, '-inf', fmt('%d', now - span), 'BYSCORE')
-      if #gone > 0 then
-        redis.call('ZREM', share.ends, unpack(gone))
-        redis.call('ZREM', share.claims, unpack(gone))
+      if share.lapse > now then
+        share.place, share.held = shareHeld(share.claims, share.ends, share.tenant, share.place, share.claim)
       end
-      local waiting = redis.call('ZSCORE', share.claims, share.tenant)
-      if waiting then share.place = tonumber(waiting) end -- a waiting tenant keeps its place
-      local lower = redis.call('ZRANGE', share.claims, '-inf', fmt('(%d', share.place), 'BYSCORE')
-      local last
-      for _, tenant in ipairs(lower) do
-        if tenant ~= share.tenant then
-          local at = tonumber(redis.call('ZSCORE', share.ends, tenant))
-          if not last or at > last then last = at end
-        end
-      end
-      if last then
-        if last < now then last = now end
-        share.held = last + share.claim
-      end
+      share.mark = tonumber(got[4])
+      if share.mark then share.mark = -share.mark end
+      redis.call('ZADD', share.key, fmt('%d', now), active)
+      share.mark = shareExpire(share.key, now + window, share.mark)
     end
     shared[s] = share
   end
@@ -139,6 +202,11 @@ local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause,
         for _, key in ipairs({share.claims, share.ends}) do
           if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
         end
+        local lapse = refused + span
+        if lapse > share.lapse then
+          redis.call('ZADD', share.key, fmt('%d', -lapse), '#c')
+          share.mark = shareExpire(share.key, lapse, share.mark)
+        end
       end
     end
   end
@@ -157,9 +225,12 @@ local function sharesCharged(shared, instant)
       local step = share.unit * share.n
       if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
       clock = clock + step
-      redis.call('SET', share.clockKey, fmt('%d', clock), 'PX', math.ceil((clock - now) / 1000) + slack)
-      redis.call('ZREM', share.claims, share.tenant)
-      redis.call('ZREM', share.ends, share.tenant)
+      redis.call('ZADD', share.key, fmt('%d', -clock), share.vclock)
+      shareExpire(share.key, clock, share.mark)
+      if share.lapse > now then
+        redis.call('ZREM', share.claims, share.tenant)
+        redis.call('ZREM', share.ends, share.tenant)
+      end
     end
   end
 end

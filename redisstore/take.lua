@@ -4,7 +4,7 @@
 --
 -- KEYS: the demand's pause keys (ARGV[4] of them), then one key per limit,
 -- then, when ARGV[5] > 0, the key that remembers this decision's reply,
--- then 5 per share.lua entry, then the ARGV[6]
+-- then 4 per share.lua entry, then the ARGV[6]
 -- concurrency keys of leases released earlier (see below). All share one
 -- hash tag {scope}; no other key is touched.
 --

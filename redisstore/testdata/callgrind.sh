@@ -11,8 +11,9 @@
 # by N: the count is then the same to within ~150 instructions run to run. __rand_int__ in a
 # key or argument is replaced by redis-benchmark with a random number per
 # call (e.g. a fresh replay key). The script run is prologue.lua (from
-# SCRIPT.lua's directory, when there is one) followed by SCRIPT.lua, as
-# scripts.go composes it; a copy from before the shared prologue is run
+# SCRIPT.lua's directory, when there is one), the script's parts
+# (scriptParts: take.lua's share.lua and slidinglog.lua), then SCRIPT.lua,
+# as scripts.go composes it; a copy from before the shared prologue is run
 # alone. Needs valgrind and redis-tools.
 #
 # The arguments start with the prologue's two (ARGV[1] "" for TIME, ARGV[2]
@@ -28,8 +29,13 @@ valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port 
 vpid=$!
 for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.2; done
 prologue=$(dirname "$lua")/prologue.lua
+# The parts scripts.go puts between the prologue and a script (scriptParts).
+parts=
+case "$(basename "$lua")" in
+take.lua) parts="share.lua slidinglog.lua" ;;
+esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
-	cat "$prologue" "$lua" >"$dir/script.lua"
+	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")") >"$dir/script.lua"
 else
 	cp "$lua" "$dir/script.lua"
 fi
