@@ -31,13 +31,17 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua slidinglog.lua
+//go:embed share.lua share_state.lua slidinglog.lua take_share.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
 // the script's own file. share.lua holds take.lua's fair shares,
-// slidinglog.lua its sliding logs with reservations ahead.
-var scriptParts = map[string][]string{"take.lua": {"share.lua", "slidinglog.lua"}}
+// slidinglog.lua its sliding logs with reservations ahead, and
+// share_state.lua what take.lua and take_share.lua share of fair shares.
+var scriptParts = map[string][]string{
+	"take.lua":       {"share_state.lua", "share.lua", "slidinglog.lua"},
+	"take_share.lua": {"share_state.lua"},
+}
 
 var (
 	takeScript = newScript("take.lua")
@@ -47,6 +51,9 @@ var (
 	// take_batch.lua is take_gcra.lua for several demands of one scope
 	// at once (WithBatching, batch.go).
 	takeBatchScript = newScript("take_batch.lua")
+	// take_share.lua is take.lua for a demand of one or two GCRA limits,
+	// one of them shared among tenants (see Store.Take).
+	takeShareScript = newScript("take_share.lua")
 	// take_window.lua is take.lua for a demand of one fixed-window or
 	// sliding-window limit (see Store.Take).
 	takeWindowScript = newScript("take_window.lua")
@@ -72,7 +79,7 @@ var (
 // empty reply it has before Exec). TestCheck compares it with the
 // package's .lua files.
 var storeScripts = []luaScript{
-	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript,
+	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript, takeShareScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
 	syncScript, anchorScript, settleScript,
 }

@@ -7,7 +7,8 @@ import (
 
 // This file holds the Go side of lent headrooms and fair shares
 // (quota.Bucket.Classed, Headroom and Tenant): take.lua decides them with
-// share.lua, whose keys and arguments are built here.
+// share.lua, and take_share.lua the common demand with a tenant; their
+// keys and arguments are built here.
 
 // sharedLimits returns how many limits of d are shared among tenants or
 // have noted classes (quota.Bucket.Noted): share.lua's entries.
@@ -19,6 +20,41 @@ func sharedLimits(d *quota.Demand) int {
 		}
 	}
 	return n
+}
+
+// shareFast reports whether take_share.lua decides d: one or two GCRA
+// limits of whole microseconds, one of them shared among tenants, at most
+// one pause key, and no reply to remember (replayMS == 0, checked by the
+// caller). Every other demand with a tenant goes to take.lua.
+func shareFast(d *quota.Demand) bool {
+	if len(d.Limits) > 2 || len(d.Pauses) > 1 {
+		return false
+	}
+	shared := 0
+	for i := range d.Limits {
+		b := &d.Limits[i]
+		if b.Limit.Algorithm != quota.GCRA || !quotamath.Of(b.Limit).Exact() {
+			return false
+		}
+		if b.Tenant != "" {
+			shared++
+		}
+	}
+	return shared == 1
+}
+
+// appendShare appends take_share.lua's keys and arguments for d's shared
+// limit (shareFast): its keys shares, claims and ends, and share.lua's
+// first seven arguments of an entry.
+func (s *Store) appendShare(keys []string, args []any, d *quota.Demand) ([]string, []any) {
+	i := 0
+	for d.Limits[i].Tenant == "" {
+		i++
+	}
+	b, ks, l := &d.Limits[i], newKeys(s.prefix, d.Scope), quotamath.Of(d.Limits[i].Limit)
+	keys = append(keys, ks.shares(b), ks.shareClaims(b), ks.shareEnds(b))
+	args = append(args, i+1, b.Tenant, l.ShareUnit(int64(d.CostOf(i))), l.ShareAhead(), l.Per, l.ShareUnit(1), max(d.MaxWait, 0).Microseconds())
+	return keys, args
 }
 
 // appendShares appends share.lua's four keys and eight arguments per

@@ -210,6 +210,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
 		!d.Limits[0].Noted() && d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
+	share := !s.generic && s.replayMS == 0 && !gcraOnly && shareFast(d) // share.go
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
 	switch {
@@ -225,6 +226,10 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		if mode := gcraMode(s.replayMS, gcraExact(d)); mode != "" {
 			args = append(args, mode)
 		}
+	case share:
+		script = takeShareScript
+		args, mark = s.scriptArgs(8+2*len(d.Limits), id, true)
+		keys, args = s.appendShare(keys, appendGCRAPairs(append(args, maxWait), d), d)
 	default:
 		var err error
 		if carried, err = s.releases.carry(ctx, d.Scope); err != nil {
@@ -255,7 +260,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	cmd := s.run(ctx, script, mark, keys, args...)
-	if window || gcraOnly {
+	if window || gcraOnly || share {
 		res, err := cmd.Result()
 		if err != nil {
 			s.reload.note(err)

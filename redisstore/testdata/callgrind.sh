@@ -12,7 +12,7 @@
 # key or argument is replaced by redis-benchmark with a random number per
 # call (e.g. a fresh replay key). The script run is prologue.lua (from
 # SCRIPT.lua's directory, when there is one), the script's parts
-# (scriptParts: take.lua's share.lua and slidinglog.lua), then SCRIPT.lua,
+# (scriptParts, e.g. take.lua's share.lua), then SCRIPT.lua,
 # as scripts.go composes it; a copy from before the shared prologue is run
 # alone. Needs valgrind and redis-tools.
 #
@@ -32,7 +32,8 @@ prologue=$(dirname "$lua")/prologue.lua
 # The parts scripts.go puts between the prologue and a script (scriptParts).
 parts=
 case "$(basename "$lua")" in
-take.lua) parts="share.lua slidinglog.lua" ;;
+take.lua) parts="share_state.lua share.lua slidinglog.lua" ;;
+take_share.lua) parts=share_state.lua ;;
 esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
 	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")") >"$dir/script.lua"

@@ -1,0 +1,131 @@
+-- take_share.lua: take.lua for a demand of one or two GCRA limits, one of
+-- them shared among tenants (quota.Bucket.Tenant), at most one pause key,
+-- whole microseconds and no reply to remember (Take picks it then). It
+-- makes the same decision as take.lua with share.lua and writes the same
+-- keys with the same values: the GCRA keys as take_gcra.lua does, the
+-- fair share's state as share.lua describes it. Kept apart so that a
+-- tenant's decision costs Redis what a plain one does (take_gcra.lua)
+-- and three commands more while no claim is live: one ZMSCORE (the
+-- tenant's last demand and share clock, the claims' lapse and the key's
+-- expiry), one ZCOUNT (the active tenants) and one ZADD (its demand and
+-- clock); PEXPIREAT once a second, ZREMRANGEBYSCORE when a tenant becomes
+-- active. shareHeld and shareExpire are share.lua's (share_state.lua).
+--
+-- Units as in prologue.lua.
+--
+-- KEYS: the pause key if any, then one key per limit, then the shared
+-- limit's three fair-share keys: shares, claims, ends (share.lua). All
+-- share one hash tag {scope}; no other key is touched.
+--
+-- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
+-- ARGV[3]  MaxWait, at most T/2 (quotamath.RestrictedWait)
+-- then 2 per limit, as take_gcra.lua's: charge = cost*T, allowance =
+--          (Burst-h)*T - cost*T, limit i's at ARGV[2 + 2*i], ARGV[3 + 2*i]
+-- then the shared limit's entry, share.lua's first seven arguments: its
+--          index (1-based), the tenant, unit, ahead, window, claim, wait
+--
+-- Reply: take_gcra.lua's.
+
+local limits = (#ARGV - 10) / 2
+local e = 4 + 2 * limits -- the entry's first argument
+local instant, pause, first = now, -1, 1
+if #KEYS - limits == 4 then
+  local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
+  if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
+  first = 2
+end
+local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
+local old2, binding = 0, -1
+local earliest = old1 - ARGV[5]
+if earliest > instant then instant, binding = earliest, 0 end
+if limits == 2 then
+  old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
+  earliest = old2 - ARGV[7]
+  if earliest > instant then instant, binding = earliest, 1 end
+end
+
+-- The fair share (share.lua's sharesBegin, for one tenant).
+local key, tenant, window = KEYS[first + limits], ARGV[e + 1], tonumber(ARGV[e + 4])
+local active, vclock = 'a' .. tenant, 'v' .. tenant
+local got = redis.call('ZMSCORE', key, active, vclock, '#c', '#e')
+local seen = tonumber(got[1])
+local n = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf')
+if not seen or seen <= now - window then
+  n = n + 1
+  redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
+end
+local clock, lapse, mark = -(tonumber(got[2]) or 0), -(tonumber(got[3]) or 0), tonumber(got[4])
+if mark then mark = -mark end
+local place, held = clock, nil
+if place < now then place = now end
+if lapse > now then
+  place, held = shareHeld(KEYS[first + limits + 1], KEYS[first + limits + 2], tenant, place, tonumber(ARGV[e + 5]))
+end
+
+if held or (instant > now and instant - now > tonumber(ARGV[3])) then
+  -- Refused (share.lua's sharesRefusal): until the claims holding it
+  -- back let it go, if later than the limits do.
+  local refused = instant
+  if held and held >= refused then refused, binding, pause = held, ARGV[e] - 1, -1 end
+  local need = now + window
+  if refused - now <= tonumber(ARGV[e + 6]) then
+    local claims, ends, span = KEYS[first + limits + 1], KEYS[first + limits + 2], tonumber(ARGV[e + 5])
+    if span < CLAIM_GRACE then span = CLAIM_GRACE end
+    redis.call('ZADD', claims, fmt('%d', place), tenant)
+    redis.call('ZADD', ends, fmt('%d', refused), tenant)
+    local ttl = math.ceil((refused + span - now) / 1000) + slack
+    if redis.call('PEXPIRE', claims, ttl, 'NX') == 0 then redis.call('PEXPIRE', claims, ttl, 'GT') end
+    if redis.call('PEXPIRE', ends, ttl, 'NX') == 0 then redis.call('PEXPIRE', ends, ttl, 'GT') end
+    if refused + span > lapse then
+      lapse = refused + span
+      redis.call('ZADD', key, fmt('%d', now), active, fmt('%d', -lapse), '#c')
+      if lapse > need then need = lapse end
+    else
+      redis.call('ZADD', key, fmt('%d', now), active)
+    end
+  else
+    redis.call('ZADD', key, fmt('%d', now), active)
+  end
+  shareExpire(key, need, mark)
+  return fmt('0 %d %d %d', refused - now, binding, pause)
+end
+
+-- Granted: charge the limits (take_gcra.lua's rule), then the clock.
+local tat1, tat2
+for i = 1, limits do
+  local old = old1
+  if i == 2 then old = old2 end
+  local tat = old
+  if tat < instant then tat = instant end
+  tat = tat + ARGV[2 + 2 * i]
+  local limitKey = KEYS[first + i - 1]
+  if slack > 0 then
+    redis.call('SET', limitKey, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+    redis.call('INCRBY', limitKey, fmt('%d', tat - old))
+  else
+    redis.call('SET', limitKey, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+  end
+  if i == 1 then tat1 = tat else tat2 = tat end
+end
+-- min(max(clock, instant), instant + C*T) + min(unit*n, 2^50)
+if clock < instant then clock = instant end
+local ahead = instant + ARGV[e + 3]
+if clock > ahead then clock = ahead end
+local step = ARGV[e + 2] * n
+if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
+clock = clock + step
+redis.call('ZADD', key, fmt('%d', now), active, fmt('%d', -clock), vclock)
+local need = now + window
+if clock > need then need = clock end
+shareExpire(key, need, mark)
+if lapse > now then
+  redis.call('ZREM', KEYS[first + limits + 1], tenant)
+  redis.call('ZREM', KEYS[first + limits + 2], tenant)
+end
+
+if instant == now and old1 <= now and old2 <= now then
+  return tat1 -- every bucket was idle: TAT = now + charge (take_gcra.lua)
+end
+if limits == 1 then return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1) end
+return fmt('1 %d -1 -1 %d -1 %d %d', instant - now, now, tat1, tat2)
