@@ -21,20 +21,17 @@
 --              '#c'         score: -(the latest instant at which a claim
 --                           lapses); no claim is live once it has passed,
 --                           and the claims below are not read
---              '#e'         score: -(the key's expiry), on a grid of 1 s
---                           (below)
 --            Scores of the active marks are instants (>= 0), the others
 --            negative: ZCOUNT over (max(now - Per, -1), +inf) counts the
 --            active tenants, and ZREMRANGEBYSCORE over [-now, now - Per]
 --            drops at once the tenants no longer active, the clocks no
 --            longer after now and a lapsed '#c'. It runs when a tenant
 --            becomes active, so the key holds at most two members per
---            tenant active since, and '#e'. The key expires at the end of
---            the second after the one holding the latest of now + Per, the
---            clocks and the claims' lapse (the GCRA keys' rule,
---            take_gcra.lua): PEXPIREAT is sent only when that moves to a
---            later second, which '#e' tells. Test clocks (slack > 0) use
---            PEXPIRE.
+--            tenant active since. The key expires at the end of the second
+--            after the one holding the latest of the last demand + Per,
+--            the clocks and the claims' lapse (the GCRA keys' rule,
+--            take_gcra.lua), never earlier (share_state.lua's
+--            shareExpire).
 --   claims   zset: tenant -> the place of its claim
 --   ends     zset: tenant -> the instant of its claim; it lapses
 --            max(T, CLAIM_GRACE) after it
@@ -87,7 +84,7 @@ local function sharesBegin(count, firstArg, firstKey)
       local window = tonumber(ARGV[arg + 4])
       share.vclock = 'v' .. share.tenant
       local active = 'a' .. share.tenant
-      local got = redis.call('ZMSCORE', share.key, active, share.vclock, '#c', '#e')
+      local got = redis.call('ZMSCORE', share.key, active, share.vclock, '#c')
       local seen = tonumber(got[1])
       share.n = redis.call('ZCOUNT', share.key, fmt('(%d', math.max(now - window, -1)), '+inf')
       if not seen or seen <= now - window then
@@ -102,10 +99,11 @@ local function sharesBegin(count, firstArg, firstKey)
       if share.lapse > now then
         share.place, share.held = shareHeld(share.claims, share.ends, share.tenant, share.place, share.claim)
       end
-      share.mark = tonumber(got[4])
-      if share.mark then share.mark = -share.mark end
+      share.bound = seen and seen + window
+      if got[2] and (not share.bound or share.clock > share.bound) then share.bound = share.clock end
       redis.call('ZADD', share.key, fmt('%d', now), active)
-      share.mark = shareExpire(share.key, now + window, share.mark)
+      shareExpire(share.key, now + window, share.bound)
+      if not share.bound or share.bound < now + window then share.bound = now + window end
     end
     shared[s] = share
   end
@@ -153,7 +151,7 @@ local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause,
         local lapse = refused + span
         if lapse > share.lapse then
           redis.call('ZADD', share.key, fmt('%d', -lapse), '#c')
-          share.mark = shareExpire(share.key, lapse, share.mark)
+          shareExpire(share.key, lapse, share.bound)
         end
       end
     end
@@ -174,7 +172,7 @@ local function sharesCharged(shared, instant)
       if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
       clock = clock + step
       redis.call('ZADD', share.key, fmt('%d', -clock), share.vclock)
-      shareExpire(share.key, clock, share.mark)
+      shareExpire(share.key, clock, share.bound)
       if share.lapse > now then
         redis.call('ZREM', share.claims, share.tenant)
         redis.call('ZREM', share.ends, share.tenant)

@@ -40,20 +40,19 @@ local function shareHeld(claims, ends, tenant, place, claim)
   return place, nil
 end
 
--- shareExpire makes the shares key, written just before, live until the
--- end of the second after the one holding need (or for need - now, and
--- slack, under a test clock), unless mark, the expiry '#e' holds (or nil),
--- is as late already. It returns the expiry '#e' now holds.
-local function shareExpire(key, need, mark)
+-- shareExpire makes the shares key, written just before, live at least
+-- until the end of the second after the one holding need (or for need -
+-- now, and slack, under a test clock). bound is the latest of the tenant's
+-- last demand + Per and its share clock as read (nil if neither was
+-- there): each was written with such an expiry and none is ever
+-- shortened (GT), so PEXPIREAT is sent only when need lies in a later
+-- second than bound, about once a second.
+local function shareExpire(key, need, bound)
   if slack > 0 then
     local ttl = math.ceil((need - now) / 1000) + slack
     if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then redis.call('PEXPIRE', key, ttl, 'NX') end
-    return mark
+  elseif not bound or floor(need / GRID) > floor(bound / GRID) then
+    local at = fmt('%d', (floor(need / GRID) + 2) * 1000)
+    if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
   end
-  local expiry = (floor(need / GRID) + 2) * GRID
-  if mark and expiry <= mark then return mark end
-  redis.call('PEXPIREAT', key, fmt('%d', expiry / 1000))
-  redis.call('ZADD', key, fmt('%d', -expiry), '#e')
-  return expiry
 end
-

@@ -6,9 +6,9 @@
 -- fair share's state as share.lua describes it. Kept apart so that a
 -- tenant's decision costs Redis what a plain one does (take_gcra.lua)
 -- and three commands more while no claim is live: one ZMSCORE (the
--- tenant's last demand and share clock, the claims' lapse and the key's
--- expiry), one ZCOUNT (the active tenants) and one ZADD (its demand and
--- clock); PEXPIREAT once a second, ZREMRANGEBYSCORE when a tenant becomes
+-- tenant's last demand and share clock, and the claims' lapse), one
+-- ZCOUNT (the active tenants) and one ZADD (its demand and clock);
+-- PEXPIREAT about once a second, ZREMRANGEBYSCORE when a tenant becomes
 -- active. shareHeld and shareExpire are share.lua's (share_state.lua).
 --
 -- Units as in prologue.lua.
@@ -47,15 +47,16 @@ end
 -- The fair share (share.lua's sharesBegin, for one tenant).
 local key, tenant, window = KEYS[first + limits], ARGV[e + 1], tonumber(ARGV[e + 4])
 local active, vclock = 'a' .. tenant, 'v' .. tenant
-local got = redis.call('ZMSCORE', key, active, vclock, '#c', '#e')
+local got = redis.call('ZMSCORE', key, active, vclock, '#c')
 local seen = tonumber(got[1])
 local n = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf')
 if not seen or seen <= now - window then
   n = n + 1
   redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
 end
-local clock, lapse, mark = -(tonumber(got[2]) or 0), -(tonumber(got[3]) or 0), tonumber(got[4])
-if mark then mark = -mark end
+local clock, lapse = -(tonumber(got[2]) or 0), -(tonumber(got[3]) or 0)
+local bound = seen and seen + window -- shareExpire's
+if got[2] and (not bound or clock > bound) then bound = clock end
 local place, held = clock, nil
 if place < now then place = now end
 if lapse > now then
@@ -86,7 +87,7 @@ if held or (instant > now and instant - now > tonumber(ARGV[3])) then
   else
     redis.call('ZADD', key, fmt('%d', now), active)
   end
-  shareExpire(key, need, mark)
+  shareExpire(key, need, bound)
   return fmt('0 %d %d %d', refused - now, binding, pause)
 end
 
@@ -118,7 +119,7 @@ clock = clock + step
 redis.call('ZADD', key, fmt('%d', now), active, fmt('%d', -clock), vclock)
 local need = now + window
 if clock > need then need = clock end
-shareExpire(key, need, mark)
+shareExpire(key, need, bound)
 if lapse > now then
   redis.call('ZREM', KEYS[first + limits + 1], tenant)
   redis.call('ZREM', KEYS[first + limits + 2], tenant)
