@@ -32,7 +32,7 @@ const schema = "v1"
 //	                      'v'..tenant (score -its share clock µs), '#c' and '#e' (share.lua) (zset)
 //	P v1:{S}:kA:NAME:KEY  fair shares: claims, member tenant, score the claim's place µs (zset)
 //	P v1:{S}:eA:NAME:KEY  fair shares: claims, member tenant, score the claim's instant µs (zset)
-//	P v1:{S}:oA:NAME:KEY  lent headroom: class notes, member the headroom, score its latest note µs (zset)
+//	P v1:{S}:hA:NAME:KEY  lent headroom: class notes, headroom -> its latest note µs (hash)
 //	P v1:{S}:x:NAME:KEY   MULTI/EXEC mode: window counter (string)
 //	P v1:{S}:q:KEY        MULTI/EXEC mode: pause, as the key's TTL (string)
 //

@@ -114,7 +114,7 @@ func checkLayout(t *testing.T, nodes []*redis.Client, prefix string, scopes []st
 			}
 			assert.True(t, found, "key %.80q: tag %.40q is no scope's", k, tag)
 			assert.NotContains(t, tag, "{")
-			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:", "zg", "kg", "eg", "ow"}, tail[:2], "key %.80q", k)
+			assert.Contains(t, []string{"g:", "f:", "l:", "w:", "c:", "p:", "r:", "s:", "zg", "kg", "eg", "hw"}, tail[:2], "key %.80q", k)
 			if cluster {
 				slot, err := n.ClusterKeySlot(c, k).Result()
 				require.NoError(t, err)

@@ -37,10 +37,12 @@ var luaFiles embed.FS
 // scriptParts lists, by script, the files put between prologue.lua and
 // the script's own file. share.lua holds take.lua's fair shares,
 // slidinglog.lua its sliding logs with reservations ahead, and
-// share_state.lua what take.lua and take_share.lua share of fair shares.
+// share_state.lua what take.lua, take_share.lua and take_window.lua
+// share of fair shares and class notes.
 var scriptParts = map[string][]string{
-	"take.lua":       {"share_state.lua", "share.lua", "slidinglog.lua"},
-	"take_share.lua": {"share_state.lua"},
+	"take.lua":        {"share_state.lua", "share.lua", "slidinglog.lua"},
+	"take_share.lua":  {"share_state.lua"},
+	"take_window.lua": {"share_state.lua"},
 }
 
 var (

@@ -57,6 +57,13 @@ func (s *Store) appendShare(keys []string, args []any, d *quota.Demand) ([]strin
 	return keys, args
 }
 
+// appendNote appends take_window.lua's key and arguments for the class
+// of b, a noted window limit of a demand of scope: the notes' key, the
+// headroom and T.
+func (s *Store) appendNote(keys []string, args []any, b *quota.Bucket, scope string) ([]string, []any) {
+	return append(keys, newKeys(s.prefix, scope).classNotes(b)), append(args, b.Headroom, quotamath.Of(b.Limit).ShareUnit(1))
+}
+
 // appendShares appends share.lua's four keys and eight arguments per
 // entry of d (sharedLimits), in the order of the limits.
 func (s *Store) appendShares(keys []string, args []any, d *quota.Demand) ([]string, []any) {
@@ -95,5 +102,5 @@ func (k keys) shareEnds(b *quota.Bucket) string {
 }
 
 func (k keys) classNotes(b *quota.Bucket) string {
-	return k.base + "o" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
+	return k.base + "h" + algTag(&b.Limit) + b.Limit.Name + ":" + b.Key
 }

@@ -35,7 +35,8 @@
 --   claims   zset: tenant -> the place of its claim
 --   ends     zset: tenant -> the instant of its claim; it lapses
 --            max(T, CLAIM_GRACE) after it
---   notes    zset: headroom -> instant of its latest note
+--   notes    hash: headroom -> instant of its latest note
+--            (share_state.lua's classNote)
 -- and eight arguments, after take.lua's limit arguments:
 --   the limit's index in the demand (1-based), the tenant ("": none),
 --   unit     cost*T (T = Per/Rate; this and the other spans are taken
@@ -67,18 +68,9 @@ local function sharesBegin(count, firstArg, firstKey)
     }
     local note = tonumber(ARGV[arg + 7])
     if note >= 0 then
-      local notes = KEYS[key + 3]
-      redis.call('ZREMRANGEBYSCORE', notes, '-inf', fmt('%d', now - share.claim))
-      if note > 0 then
-        local live = redis.call('ZRANGE', notes, 0, -1, 'WITHSCORES')
-        for x = 1, #live, 2 do
-          local ends = tonumber(live[x + 1]) + share.claim
-          if tonumber(live[x]) < note and (not share.lend or ends > share.lend) then share.lend = ends end
-        end
-        if not share.lend then lent[share.limit] = note end
-      end
-      redis.call('ZADD', notes, fmt('%d', now), fmt('%d', note))
-      redis.call('PEXPIRE', notes, math.ceil(share.claim / 1000) + slack)
+      local headroom
+      headroom, share.lend = classNote(KEYS[key + 3], note, share.claim)
+      if headroom > 0 then lent[share.limit] = headroom end
     end
     if share.tenant ~= '' then
       local window = tonumber(ARGV[arg + 4])

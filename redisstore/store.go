@@ -209,7 +209,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	script := takeScript
 	var args []any
 	window := !s.generic && s.replayMS == 0 && len(d.Limits) == 1 && len(d.Pauses) <= 1 && d.Limits[0].Tenant == "" &&
-		!d.Limits[0].Noted() && d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
+		d.Limits[0].Limit.Windowed() && !d.Limits[0].Limit.Anchored
 	share := !s.generic && s.replayMS == 0 && !gcraOnly && shareFast(d) // share.go
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
@@ -219,6 +219,9 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		l := &d.Limits[0].Limit
 		args, mark = s.scriptArgs(6, id, true)
 		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate-d.Limits[0].Headroom, d.CostOf(0), phaseArg(l))
+		if d.Limits[0].Noted() {
+			keys, args = s.appendNote(keys, args, &d.Limits[0], d.Scope) // share.go
+		}
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/quotakit/throttle/internal/redistest"
-	"github.com/quotakit/throttle/storetest"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
+	"github.com/quotakit/throttle/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -9,8 +9,9 @@
 -- Units as in prologue.lua.
 --
 -- KEYS: the pause key if any, then the limit's key (a hash: window index
--- -> count, keys.go). Both share the hash tag {scope}; no other key is
--- touched.
+-- -> count, keys.go), then its class notes' key when the demand's class is
+-- noted (quota.Bucket.Noted; share.lua). All share the hash tag {scope};
+-- no other key is touched.
 --
 -- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
 -- ARGV[3]  the algorithm: FIXED_WINDOW or SLIDING_WINDOW
@@ -20,6 +21,12 @@
 -- ARGV[6]  Rate
 -- ARGV[7]  cost (at most Rate; Go checks)
 -- ARGV[8]  the windows' phase F: window k starts at F + k*Per
+-- ARGV[9], ARGV[10]  only when the class is noted: the demand's headroom
+--          h (Rate above is the limit's less h) and T, rounded up
+--          (share.lua's note and claim). The headroom is lent, as in
+--          take.lua, when no class with a smaller one is active
+--          (share_state.lua's classNote); a demand refused while it is
+--          held is refused until it may be lent, if that is sooner.
 --
 -- Reply: a string of integers, "1 delay -1 -1 now remaining window" when
 -- granted (remaining: what the window admits now, after the charge, when
@@ -31,15 +38,25 @@ local maxWait = ARGV[4]
 
 local instant, pause = now, -1
 local key = KEYS[1]
-if #KEYS == 2 then
+local noted = #ARGV == 10
+if #KEYS == 2 and not noted or #KEYS == 3 then
   local pauseEnd = tonumber(redis.call('GET', key))
   if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
   key = KEYS[2]
 end
+local pausedUntil = instant -- a lent headroom is no sooner
 -- MaxWait is parsed only when there is a wait, and the cost goes to
 -- HINCRBY as it came (Redis formats a Lua number with %.17g, which costs
 -- more than the parse saved).
 local per, rate, cost, phase = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+-- admits: Rate less the headroom, unless it is lent; rate, without it,
+-- is what remaining counts from (take.lua).
+local admits, lend = rate, nil
+if noted then
+  local lent
+  lent, lend = classNote(KEYS[#KEYS], tonumber(ARGV[9]), tonumber(ARGV[10]))
+  admits = rate + lent
+end
 local step, steps = 1, per -- the sliding window's weight steps, below
 if not per then
   local p, s, w = string.match(ARGV[5], '^(%d+):(%d+):(%d+)$')
@@ -52,7 +69,7 @@ if fixed then
     -- Charge the window of t, and give the cost back if that overfills
     -- it (nothing is charged on refusal): one command when there is room.
     count = redis.call('HINCRBY', key, fmt('%d', window), ARGV[7])
-    if count > rate then
+    if count > admits then
       redis.call('HINCRBY', key, fmt('%d', window), fmt('%d', -cost))
       count, window = nil, window + 1
     end
@@ -60,7 +77,7 @@ if fixed then
   if not count then
     -- The first window from this one with room for the cost sets the
     -- instant.
-    local room = rate - cost
+    local room = admits - cost
     while (tonumber(redis.call('HGET', key, fmt('%d', window))) or 0) > room do
       window = window + 1
     end
@@ -74,7 +91,7 @@ else
   -- s = 1, W = Per while Per*Rate <= 2^52, else the least s with W*Rate
   -- <= 2^52, which Go sends; so every product here stays below 2^52,
   -- exact in a double, and so does the floor of the quotient.
-  local roomIfEmpty = rate - cost
+  local roomIfEmpty = admits - cost
   while true do
     local start = window * per + phase
     local counts = redis.call('HMGET', key, fmt('%d', window - 1), fmt('%d', window))
@@ -95,6 +112,10 @@ else
   end
 end
 if instant > now and instant - now > tonumber(maxWait) then
+  if lend then
+    if lend < pausedUntil then lend = pausedUntil end
+    if lend < instant then instant, binding, pause = lend, 0, -1 end
+  end
   return fmt('0 %d %d %d', instant - now, binding, pause)
 end
 if not count then
@@ -124,12 +145,12 @@ end
 -- State).
 local remaining = 0
 if instant == now then
-  remaining = rate - count
+  remaining = rate - count -- below 0 when a lent headroom is used
   if not fixed and prev > 0 then
     local gone = now - window * per - phase -- steps of the window gone
     if step > 1 then gone = floor(gone / step) end
     remaining = remaining - math.ceil(prev * (steps - gone) / steps)
-    if remaining < 0 then remaining = 0 end
   end
+  if remaining < 0 then remaining = 0 end
 end
 return fmt('1 %d -1 -1 %d %d %d', instant - now, now, remaining, window)

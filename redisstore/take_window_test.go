@@ -57,6 +57,15 @@ func compareWindowTakes(t *testing.T, alg quota.Algorithm, seed uint64) {
 		if rng.IntN(2) == 0 {
 			d.Pauses = []string{"p"}
 		}
+		// Classes noted on the counter (share.lua's notes, take_window.lua
+		// since issue 31): a top class, and a class with a headroom of 1
+		// lent while no top class is active.
+		switch rng.IntN(4) {
+		case 0:
+			d.Limits[0].Classed = true
+		case 1:
+			d.Limits[0].Headroom, d.Cost = 1, 1+rng.IntN(2)
+		}
 		stepStart := time.Now()
 		want, err := slow.Take(ctx(t), d)
 		require.NoError(t, err)
@@ -82,6 +91,12 @@ func compareWindowTakes(t *testing.T, alg quota.Algorithm, seed uint64) {
 		gt, err := c.PTTL(ctx(t), fastPrefix+k).Result()
 		require.NoError(t, err)
 		samePTTL(t, wt.Milliseconds(), gt.Milliseconds(), spans[b.Limit.Name+":"+b.Key], time.Since(readStart), where+": PTTL of "+k)
+		notes := "v1:{s}:h" + k[len("v1:{s}:"):]
+		wn, err := c.HGetAll(ctx(t), slowPrefix+notes).Result()
+		require.NoError(t, err)
+		gn, err := c.HGetAll(ctx(t), fastPrefix+notes).Result()
+		require.NoError(t, err)
+		assert.Equal(t, wn, gn, "%s: notes %s", where, notes)
 		clock.Advance(time.Duration(rng.IntN(700)) * time.Microsecond)
 	}
 	t.Logf("outcomes: %v", seen)

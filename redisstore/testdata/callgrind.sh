@@ -33,7 +33,7 @@ prologue=$(dirname "$lua")/prologue.lua
 parts=
 case "$(basename "$lua")" in
 take.lua) parts="share_state.lua share.lua slidinglog.lua" ;;
-take_share.lua) parts=share_state.lua ;;
+take_share.lua | take_window.lua) parts=share_state.lua ;;
 esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
 	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")") >"$dir/script.lua"
