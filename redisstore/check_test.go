@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,25 +238,27 @@ func TestCheckClusterNode(t *testing.T) {
 }
 
 // scriptSource returns the script that the store runs for the file name:
-// prologue.lua, then the file (scripts.go).
+// prologue.lua, its parts, then the file, includes expanded (scripts.go).
 func scriptSource(t *testing.T, name string) string {
-	src := ""
-	for _, f := range slices.Concat([]string{"prologue.lua"}, redisstore.ScriptParts()[name], []string{name}) {
-		text, err := os.ReadFile(f)
-		require.NoError(t, err)
-		src += string(text)
-	}
-	return src
+	t.Helper()
+	return redisstore.ComposeScript(name)
 }
 
 // isPart reports whether the .lua file name is a part of scripts
-// (prologue.lua, or one of redisstore.ScriptParts), not one by itself.
+// (prologue.lua, one of redisstore.ScriptParts, or a file another
+// includes), not one by itself.
 func isPart(name string) bool {
 	if name == "prologue.lua" {
 		return true
 	}
 	for _, parts := range redisstore.ScriptParts() {
 		if slices.Contains(parts, name) {
+			return true
+		}
+	}
+	files, _ := filepath.Glob("*.lua")
+	for _, f := range files {
+		if text, err := os.ReadFile(f); err == nil && strings.Contains(string(text), "-- #include "+name+"\n") {
 			return true
 		}
 	}

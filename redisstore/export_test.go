@@ -87,6 +87,9 @@ func ParseArrival(v string) (us, frac int64, err error) { return parseField(v) }
 // own file, by script; a part is no script by itself.
 func ScriptParts() map[string][]string { return scriptParts }
 
+// ComposeScript returns the text the store runs for the file name.
+func ComposeScript(name string) string { return composeScript(name) }
+
 // ConfigCause names the configuration mistake behind a Redis error reply
 // on client, or "" (configCause).
 var ConfigCause = configCause

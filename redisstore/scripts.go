@@ -31,18 +31,16 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua share_state.lua slidinglog.lua take_share.lua
+//go:embed share.lua share_state.lua class_note.lua slidinglog.lua take_share.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
 // the script's own file. share.lua holds take.lua's fair shares,
 // slidinglog.lua its sliding logs with reservations ahead, and
-// share_state.lua what take.lua, take_share.lua and take_window.lua
-// share of fair shares and class notes.
+// share_state.lua what take.lua and take_share.lua share of fair shares.
 var scriptParts = map[string][]string{
-	"take.lua":        {"share_state.lua", "share.lua", "slidinglog.lua"},
-	"take_share.lua":  {"share_state.lua"},
-	"take_window.lua": {"share_state.lua"},
+	"take.lua":       {"share_state.lua", "share.lua", "slidinglog.lua"},
+	"take_share.lua": {"share_state.lua"},
 }
 
 var (
@@ -105,19 +103,35 @@ func newScript(name string) luaScript {
 }
 
 // composeScript returns the text of the script of the embedded file name:
-// prologue.lua, its parts, then the file. The names are those embedded
-// above (go:embed), so reading cannot fail but for a misspelt name,
-// which every test of the package would show at once.
+// prologue.lua, its parts, then the file, each line "-- #include F" of
+// them replaced by the text of F (a block of code, where a function would
+// cost a closure per call). The names are those embedded above
+// (go:embed), so reading cannot fail but for a misspelt name, which every
+// test of the package would show at once.
 func composeScript(name string) string {
 	var src strings.Builder
 	for _, f := range slices.Concat([]string{"prologue.lua"}, scriptParts[name], []string{name}) {
-		text, err := luaFiles.ReadFile(f)
-		if err != nil {
-			panic("redisstore: " + err.Error())
+		for line := range strings.Lines(readLua(f)) {
+			if inc, ok := strings.CutPrefix(strings.TrimSpace(line), includeMark); ok {
+				src.WriteString(readLua(inc))
+				continue
+			}
+			src.WriteString(line)
 		}
-		src.Write(text)
 	}
 	return src.String()
+}
+
+// includeMark begins a line that composeScript replaces by a file's text.
+const includeMark = "-- #include "
+
+// readLua returns the text of the embedded file name.
+func readLua(name string) string {
+	text, err := luaFiles.ReadFile(name)
+	if err != nil {
+		panic("redisstore: " + err.Error())
+	}
+	return string(text)
 }
 
 // algoCodes are the algorithm codes of the scripts' arguments. prologue.lua

@@ -58,7 +58,7 @@
 -- tenants' live claims at a lower place than the demand's hold it back,
 -- until when (shareHeld).
 local function sharesBegin(count, firstArg, firstKey)
-  local shared, lent = {}, {}
+  local shared, lentBy = {}, {}
   for s = 1, count do
     local arg, key = firstArg + 8 * (s - 1), firstKey + 4 * (s - 1)
     local share = {
@@ -68,9 +68,12 @@ local function sharesBegin(count, firstArg, firstKey)
     }
     local note = tonumber(ARGV[arg + 7])
     if note >= 0 then
-      local headroom
-      headroom, share.lend = classNote(KEYS[key + 3], note, share.claim)
-      if headroom > 0 then lent[share.limit] = headroom end
+      local noteKey, claim, lent, lend = KEYS[key + 3], share.claim, 0, nil
+      do
+        -- #include class_note.lua
+      end
+      share.lend = lend
+      if lent > 0 then lentBy[share.limit] = lent end
     end
     if share.tenant ~= '' then
       local window = tonumber(ARGV[arg + 4])
@@ -99,7 +102,7 @@ local function sharesBegin(count, firstArg, firstKey)
     end
     shared[s] = share
   end
-  return shared, lent
+  return shared, lentBy
 end
 
 -- sharesRefusal returns take.lua's reply refusing the demand, whose

@@ -1,8 +1,7 @@
--- share_state.lua: what take.lua (share.lua), take_share.lua and
--- take_window.lua share of fair shares and lent headrooms: the bounds, the
--- reading of the claims, the expiry of the shares key, and the class
--- notes, whose layouts share.lua describes. It is no script of its own:
--- scripts.go puts it after prologue.lua in each.
+-- share_state.lua: what take.lua (share.lua) and take_share.lua share of
+-- fair shares: the bounds, the reading of the claims and the expiry of the
+-- shares key, whose layout share.lua describes. It is no script of its
+-- own: scripts.go puts it after prologue.lua in both.
 --
 -- Units as in prologue.lua.
 
@@ -56,36 +55,4 @@ local function shareExpire(key, need, bound)
     local at = fmt('%d', (floor(need / GRID) + 2) * 1000)
     if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
   end
-end
-
--- classNote notes a demand of headroom note (>= 0) on the counter whose
--- notes are in key (a hash: headroom -> the instant of its latest note;
--- notes no longer active are left, one field per headroom ever noted),
--- T being claim. It returns the headroom lent to the demand: note, when
--- no note of a smaller headroom is active (after now - T), else 0; and
--- then when the latest of those stops holding it (T after it), else nil.
--- The key lives at least until the end of the second after the one
--- holding now + T (PEXPIREAT GT when that moves past the demand's own
--- previous note's; PEXPIRE under a test clock).
-local function classNote(key, note, claim)
-  local notes = redis.call('HGETALL', key)
-  local lend, own
-  for x = 1, #notes, 2 do
-    local h, at = tonumber(notes[x]), tonumber(notes[x + 1])
-    if h == note then
-      own = at
-    elseif h < note and at > now - claim and (not lend or at + claim > lend) then
-      lend = at + claim
-    end
-  end
-  redis.call('HSET', key, fmt('%d', note), fmt('%d', now))
-  if slack > 0 then
-    local ttl = math.ceil(claim / 1000) + slack
-    if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then redis.call('PEXPIRE', key, ttl, 'NX') end
-  elseif not own or floor((now + claim) / GRID) > floor((own + claim) / GRID) then
-    local at = fmt('%d', (floor((now + claim) / GRID) + 2) * 1000)
-    if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
-  end
-  if note > 0 and not lend then return note, nil end
-  return 0, lend
 end

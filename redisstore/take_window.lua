@@ -25,7 +25,7 @@
 --          h (Rate above is the limit's less h) and T, rounded up
 --          (share.lua's note and claim). The headroom is lent, as in
 --          take.lua, when no class with a smaller one is active
---          (share_state.lua's classNote); a demand refused while it is
+--          (class_note.lua); a demand refused while it is
 --          held is refused until it may be lent, if that is sooner.
 --
 -- Reply: a string of integers, "1 delay -1 -1 now remaining window" when
@@ -53,8 +53,8 @@ local per, rate, cost, phase = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(AR
 -- is what remaining counts from (take.lua).
 local admits, lend = rate, nil
 if noted then
-  local lent
-  lent, lend = classNote(KEYS[#KEYS], tonumber(ARGV[9]), tonumber(ARGV[10]))
+  local noteKey, note, claim, lent = KEYS[#KEYS], tonumber(ARGV[9]), tonumber(ARGV[10]), 0
+  -- #include class_note.lua
   admits = rate + lent
 end
 local step, steps = 1, per -- the sliding window's weight steps, below

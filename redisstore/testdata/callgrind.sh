@@ -12,7 +12,7 @@
 # key or argument is replaced by redis-benchmark with a random number per
 # call (e.g. a fresh replay key). The script run is prologue.lua (from
 # SCRIPT.lua's directory, when there is one), the script's parts
-# (scriptParts, e.g. take.lua's share.lua), then SCRIPT.lua,
+# (scriptParts, e.g. take.lua's share.lua; includes expanded), then SCRIPT.lua,
 # as scripts.go composes it; a copy from before the shared prologue is run
 # alone. Needs valgrind and redis-tools.
 #
@@ -33,10 +33,12 @@ prologue=$(dirname "$lua")/prologue.lua
 parts=
 case "$(basename "$lua")" in
 take.lua) parts="share_state.lua share.lua slidinglog.lua" ;;
-take_share.lua | take_window.lua) parts=share_state.lua ;;
+take_share.lua) parts=share_state.lua ;;
 esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
-	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")") >"$dir/script.lua"
+	# Each line "-- #include F" is replaced by F's text (composeScript).
+	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")" |
+		awk '/^[ \t]*-- #include /{f=$3; while ((getline l < f) > 0) print l; close(f); next} {print}') >"$dir/script.lua"
 else
 	cp "$lua" "$dir/script.lua"
 fi
