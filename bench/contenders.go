@@ -188,6 +188,19 @@ func hierarchy(key string, rate int) []quota.Bucket {
 	return []quota.Bucket{bucket("all", quota.GCRA, rate, ""), bucket("per-key", quota.GCRA, rate, key)}
 }
 
+// shared returns the buckets of bs, the first shared among tenants as
+// tenant (if not empty) and of a class with the headroom (Classed).
+func shared(bs func(key string, rate int) []quota.Bucket, tenant string, headroom int) func(key string, rate int) []quota.Bucket {
+	return func(key string, rate int) []quota.Bucket {
+		b := bs(key, rate)
+		b[0].Tenant = tenant
+		if headroom > 0 {
+			b[0].Headroom, b[0].Classed = headroom, true
+		}
+		return b
+	}
+}
+
 // withSlots returns the buckets of a GCRA limit and a Concurrency limit of
 // rate slots.
 func withSlots(key string, rate int) []quota.Bucket {

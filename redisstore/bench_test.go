@@ -59,6 +59,14 @@ func BenchmarkDecision(b *testing.B) {
 	lim := func(name string, a quota.Algorithm) quota.Bucket {
 		return quota.Bucket{Limit: quota.Limit{Name: name, Rate: 1_000_000, Per: time.Second, Algorithm: a}, Key: "k"}
 	}
+	tenant := func(b quota.Bucket, name string) quota.Bucket {
+		b.Tenant = name
+		return b
+	}
+	class := func(b quota.Bucket, headroom int) quota.Bucket {
+		b.Headroom, b.Classed = headroom, true
+		return b
+	}
 	demand := func(bs ...quota.Bucket) *quota.Demand {
 		return &quota.Demand{Scope: "bench", Limits: bs, Cost: 1}
 	}
@@ -92,6 +100,13 @@ func BenchmarkDecision(b *testing.B) {
 		{"fixed-window", "evalsha", take(detect, demand(lim("f1", quota.FixedWindow)))},
 		{"fixed-window-ids", "evalsha", take(ids, demand(lim("f1i", quota.FixedWindow)))},
 		{"sliding-window", "evalsha", take(detect, demand(lim("w1", quota.SlidingWindow)))},
+		// Shared limits (issue 31): a tenant (take_share.lua), and classes
+		// noted on a window (take_window.lua with class_note.lua), a top
+		// class and one with a headroom lent while no top class is active.
+		{"gcra-tenant", "evalsha", take(detect, demand(tenant(lim("g1s", quota.GCRA), "acme")))},
+		{"fixed-window-class", "evalsha", take(detect, demand(class(lim("f1c", quota.FixedWindow), 200)))},
+		{"sliding-window-class", "evalsha", take(detect, demand(class(lim("w1c", quota.SlidingWindow), 200)))},
+		{"sliding-window-top-class", "evalsha", take(detect, demand(class(lim("w1t", quota.SlidingWindow), 0)))},
 	}
 	baseline.nsPerOp, baseline.p50 = map[int]float64{}, map[int]float64{}
 	for _, conc := range []int{1, 8, 64} {
