@@ -58,6 +58,14 @@ const schema = "v1"
 // counter starts from empty (a burst more at most).
 //
 // A is a limit key's algorithm letter (g or G, f, l or w; see algTag).
+//
+// Fair shares and class notes took their present keys in issue 31 (zA:
+// one sorted set for a counter's tenants and clocks, where tA: and one vA:
+// string per tenant were; hA: a hash of notes, where oA: was a sorted
+// set). An older instance reads and writes only the old keys: while both
+// versions run, each orders its own demands' tenants and classes, and
+// the limit itself (g:, f:, w:...) is shared and charged by both, so
+// nothing is admitted beyond it. The old keys expire within their TTLs.
 
 // keys builds the keys of one scope.
 type keys struct {
