@@ -30,13 +30,12 @@
 --            tenant active since. The key expires at the end of the second
 --            after the one holding the latest of the last demand + Per,
 --            the clocks and the claims' lapse (the GCRA keys' rule,
---            take_gcra.lua), never earlier (share_state.lua's
---            shareExpire).
+--            take_gcra.lua), never earlier (share_expire.lua).
 --   claims   zset: tenant -> the place of its claim
 --   ends     zset: tenant -> the instant of its claim; it lapses
 --            max(T, CLAIM_GRACE) after it
 --   notes    hash: headroom -> instant of its latest note
---            (share_state.lua's classNote)
+--            (class_note.lua)
 -- and eight arguments, after take.lua's limit arguments:
 --   the limit's index in the demand (1-based), the tenant ("": none),
 --   unit     cost*T (T = Per/Rate; this and the other spans are taken
@@ -56,7 +55,7 @@
 -- headroom in the last T holds it (the entry's lend: when the latest such
 -- note stops holding it), else it is lent. An entry's held is, when other
 -- tenants' live claims at a lower place than the demand's hold it back,
--- until when (shareHeld).
+-- until when (share_held.lua).
 local function sharesBegin(count, firstArg, firstKey)
   local shared, lentBy = {}, {}
   for s = 1, count do
@@ -92,12 +91,17 @@ local function sharesBegin(count, firstArg, firstKey)
       share.place = share.clock
       if share.place < now then share.place = now end
       if share.lapse > now then
-        share.place, share.held = shareHeld(share.claims, share.ends, share.tenant, share.place, share.claim)
+        local claims, ends, tenant, place, claim, held = share.claims, share.ends, share.tenant, share.place, share.claim, nil
+        -- #include share_held.lua
+        share.place, share.held = place, held
       end
       share.bound = seen and seen + window
       if got[2] and (not share.bound or share.clock > share.bound) then share.bound = share.clock end
       redis.call('ZADD', share.key, fmt('%d', now), active)
-      shareExpire(share.key, now + window, share.bound)
+      do
+        local key, need, bound = share.key, now + window, share.bound
+        -- #include share_expire.lua
+      end
       if not share.bound or share.bound < now + window then share.bound = now + window end
     end
     shared[s] = share
@@ -146,7 +150,10 @@ local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause,
         local lapse = refused + span
         if lapse > share.lapse then
           redis.call('ZADD', share.key, fmt('%d', -lapse), '#c')
-          shareExpire(share.key, lapse, share.bound)
+          do
+            local key, need, bound = share.key, lapse, share.bound
+            -- #include share_expire.lua
+          end
         end
       end
     end
@@ -167,7 +174,10 @@ local function sharesCharged(shared, instant)
       if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
       clock = clock + step
       redis.call('ZADD', share.key, fmt('%d', -clock), share.vclock)
-      shareExpire(share.key, clock, share.bound)
+      do
+        local key, need, bound = share.key, clock, share.bound
+        -- #include share_expire.lua
+      end
       if share.lapse > now then
         redis.call('ZREM', share.claims, share.tenant)
         redis.call('ZREM', share.ends, share.tenant)

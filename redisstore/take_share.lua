@@ -9,7 +9,7 @@
 -- tenant's last demand and share clock, and the claims' lapse), one
 -- ZCOUNT (the active tenants) and one ZADD (its demand and clock);
 -- PEXPIREAT about once a second, ZREMRANGEBYSCORE when a tenant becomes
--- active. shareHeld and shareExpire are share.lua's (share_state.lua).
+-- active. share_held.lua and share_expire.lua are share.lua's too.
 --
 -- Units as in prologue.lua.
 --
@@ -55,12 +55,13 @@ if not seen or seen <= now - window then
   redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
 end
 local clock, lapse = -(tonumber(got[2]) or 0), -(tonumber(got[3]) or 0)
-local bound = seen and seen + window -- shareExpire's
+local bound = seen and seen + window -- share_expire.lua's
 if got[2] and (not bound or clock > bound) then bound = clock end
 local place, held = clock, nil
 if place < now then place = now end
 if lapse > now then
-  place, held = shareHeld(KEYS[first + limits + 1], KEYS[first + limits + 2], tenant, place, tonumber(ARGV[e + 5]))
+  local claims, ends, claim = KEYS[first + limits + 1], KEYS[first + limits + 2], tonumber(ARGV[e + 5])
+  -- #include share_held.lua
 end
 
 if held or (instant > now and instant - now > tonumber(ARGV[3])) then
@@ -87,7 +88,7 @@ if held or (instant > now and instant - now > tonumber(ARGV[3])) then
   else
     redis.call('ZADD', key, fmt('%d', now), active)
   end
-  shareExpire(key, need, bound)
+  -- #include share_expire.lua
   return fmt('0 %d %d %d', refused - now, binding, pause)
 end
 
@@ -119,7 +120,7 @@ clock = clock + step
 redis.call('ZADD', key, fmt('%d', now), active, fmt('%d', -clock), vclock)
 local need = now + window
 if clock > need then need = clock end
-shareExpire(key, need, bound)
+-- #include share_expire.lua
 if lapse > now then
   redis.call('ZREM', KEYS[first + limits + 1], tenant)
   redis.call('ZREM', KEYS[first + limits + 2], tenant)
