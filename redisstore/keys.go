@@ -29,7 +29,7 @@ const schema = "v1"
 //	P v1:{S}:r:ID         a decision's reply, kept briefly for replays (string)
 //	P v1:{S}:s:ID         the costs a reservation was settled to (string)
 //	P v1:{S}:zA:NAME:KEY  fair shares: the state, members 'a'..tenant (score its last demand µs),
-//	                      'v'..tenant (score -its share clock µs), '#c' and '#e' (share.lua) (zset)
+//	                      'v'..tenant (score -its share clock µs) and '#c' (share.lua) (zset)
 //	P v1:{S}:kA:NAME:KEY  fair shares: claims, member tenant, score the claim's place µs (zset)
 //	P v1:{S}:eA:NAME:KEY  fair shares: claims, member tenant, score the claim's instant µs (zset)
 //	P v1:{S}:hA:NAME:KEY  lent headroom: class notes, headroom -> its latest note µs (hash)

@@ -174,7 +174,8 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	if err := d.Validate(); err != nil {
 		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
-	// A limit shared among tenants needs take.lua (share.lua).
+	// A limit shared among tenants needs take_share.lua or take.lua
+	// (share.lua), not take_gcra.lua and its batches.
 	gcraOnly, needID := len(d.Limits) > 0 && !s.generic && !d.Shared(), s.replayMS > 0
 	for i := range d.Limits {
 		switch d.Limits[i].Limit.Algorithm {
