@@ -1,8 +1,13 @@
 package storetest
 
 import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
 	"testing"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -168,4 +173,150 @@ func retimeCases() []stepCase {
 			{use: []int{0}, delay: sec}, // the entry is at S+1.2s
 		},
 	}}
+}
+
+// The model's retiming: a view is a quota.Retimer.
+
+var _ quota.Retimer = view{}
+
+// Retime implements quota.Retimer.
+func (v view) Retime(_ context.Context, r *quota.Reservation) (quota.Decision, error) {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	dec, _, err := v.m.retime(r, v.micros())
+	return dec, err
+}
+
+// retime moves r's charges to now as quota.Retimer says, and returns the
+// decision and, when refused by the limits, every limit that has no room
+// at now (a store may name any of them).
+func (m *model) retime(r *quota.Reservation, now int64) (quota.Decision, []int, error) {
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) {
+		return quota.Decision{}, nil, errors.New("storetest model: not a reservation of this store")
+	}
+	d := r.Demand
+	if err := check(d); err != nil {
+		return quota.Decision{}, nil, err
+	}
+	for _, p := range d.Pauses {
+		if m.pauses[d.Scope+"\x00"+p] > now {
+			return quota.Decision{Limit: -1, Pause: p}, nil, nil
+		}
+	}
+	// Each limit on its own, from the state before (counters are
+	// distinct), then all of them for good.
+	var short []int
+	for i := range d.Limits {
+		before := m.snapshot(d)
+		if _, ok := m.move(d, i, r.Marks[i], now); !ok {
+			short = append(short, i)
+		}
+		m.restore(before)
+	}
+	if len(short) > 0 {
+		return quota.Decision{Limit: short[0]}, short, nil
+	}
+	nr := &quota.Reservation{Demand: d, ID: r.ID, Unclaimed: r.Unclaimed, Marks: slices.Clone(r.Marks)}
+	for i := range d.Limits {
+		nr.Marks[i], _ = m.move(d, i, r.Marks[i], now)
+	}
+	_, reset := m.left(d, nr.Marks, now, now+1) // +1: a reservation's, which leaves Remaining alone
+	return quota.Decision{OK: true, Limit: -1, Reservation: nr, ResetAfter: reset}, nil, nil
+}
+
+// move moves the charge of d's limit i whose mark is mark to now, and
+// returns its new mark, or false when the limit has no room for it at
+// now (the state may then have changed: restore it).
+func (m *model) move(d *quota.Demand, i int, mark, now int64) (int64, bool) {
+	b := d.Limits[i]
+	id, c := bucketID(d.Scope, b), int64(d.CostOf(i))
+	m.expire(id, b.Limit, now)
+	switch b.Limit.Algorithm {
+	case quota.Concurrency:
+		return mark, true
+	case quota.GCRA:
+		q := quotamath.Of(b.Limit)
+		switch {
+		case q.Mark(m.tat[id]) == mark: // the latest charge: given back, made again at now
+			m.tat[id] = q.GCRARefund(m.tat[id], c)
+		case q.GCRAKeeps(mark, now, c): // counted where a request sent now is
+			return mark, true
+		case quotamath.At(now).Before(m.tat[id]): // later grants ahead of now sit on it
+			return 0, false
+		}
+	case quota.FixedWindow, quota.SlidingWindow:
+		q := m.grid(id, b.Limit)
+		_, phased := m.phase[id]
+		k, on := mark, !b.Limit.Anchored
+		if b.Limit.Anchored {
+			k, on = q.Window(mark), phased && quotamath.FloorMod(mark-q.Phase, q.Per) == 0
+		}
+		if on && k == q.Window(now) {
+			return mark, true // still the window charged
+		}
+		m.refund(id, b.Limit, c, mark)
+	case quota.SlidingLog:
+		m.refund(id, b.Limit, c, mark)
+	}
+	if !m.admits(d.Scope, b, c, now) {
+		return 0, false
+	}
+	return m.charge(id, b.Limit, c, now), true
+}
+
+// modelState is what move may change of a demand's counters.
+type modelState struct {
+	id       string
+	tat      quotamath.Time
+	win      map[int64]int64
+	last     map[int64]int64
+	phase    int64
+	phased   bool
+	expiry   int64
+	expires  bool
+	learn    bool
+	log      []quotamath.LogEntry
+	hadLog   bool
+	hadWin   bool
+	hadTAT   bool
+	hadLearn bool
+}
+
+// snapshot returns the state of d's counters, for restore.
+func (m *model) snapshot(d *quota.Demand) []modelState {
+	var s []modelState
+	for _, b := range d.Limits {
+		id := bucketID(d.Scope, b)
+		st := modelState{id: id, win: maps.Clone(m.win[id]), last: maps.Clone(m.last[id]), log: slices.Clone(m.log[id])}
+		_, st.hadWin = m.win[id]
+		_, st.hadLog = m.log[id]
+		st.tat, st.hadTAT = m.tat[id]
+		st.phase, st.phased = m.phase[id]
+		st.expiry, st.expires = m.expiry[id]
+		st.learn, st.hadLearn = m.learn[id]
+		s = append(s, st)
+	}
+	return s
+}
+
+// restore puts back the state snapshot took.
+func (m *model) restore(s []modelState) {
+	for _, st := range s {
+		id := st.id
+		setOrDelete(m.win, id, st.win, st.hadWin)
+		setOrDelete(m.last, id, st.last, st.hadWin)
+		setOrDelete(m.log, id, st.log, st.hadLog)
+		setOrDelete(m.tat, id, st.tat, st.hadTAT)
+		setOrDelete(m.phase, id, st.phase, st.phased)
+		setOrDelete(m.expiry, id, st.expiry, st.expires)
+		setOrDelete(m.learn, id, st.learn, st.hadLearn)
+	}
+}
+
+func setOrDelete[V any](m map[string]V, k string, v V, set bool) {
+	if set {
+		m[k] = v
+	} else {
+		delete(m, k)
+	}
 }
