@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"math/bits"
 	"sync"
 	"time"
@@ -29,11 +30,51 @@ import (
 // window the request arrives, so a grant is late only if its window may
 // also have ended before the send.
 //
-// A late grant is given back and its demand decided again at once, by the
+// A late grant is retimed where the store can ([quota.Retimer]): its
+// charge moves to the instant of the retime, just before the send, and
+// keeps its place if the limits have room there ([Limiter.lateHold]).
+// Otherwise it is given back and its demand decided again at once, by the
 // loop that gives back a grant held out of an anchored window's end
 // ([Limiter.obtain]): the second decision is charged at an instant close
 // to the send, or refused if the quota went meanwhile. Nothing is held
 // and nothing is admitted that a prompt store would not have admitted.
+// Giving back costs the request its place (the units it frees go to the
+// reservations ahead), which a loaded machine, whose own lag makes grants
+// late, pays often; a retime costs one round trip.
+
+// lateHold judges d's grant, charged at decided, at now ([Limiter.lateGrant])
+// and moves a late one to the send ([Limiter.retime]), judging the moved
+// grant again, at most lateRetimes times. It returns the instant the
+// grant is charged at, and whether it must still be given back and
+// decided again: late, and not retimed. Retimed grants count in
+// ev.Retimed, late ones in ev.Late.
+func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, decided, now time.Time) (time.Time, bool) {
+	for range lateRetimes {
+		if !lim.lateGrant(d, now) {
+			return decided, false
+		}
+		ev.Late++
+		dec, ok := lim.retime(ctx, d, d.granted)
+		if !ok {
+			return decided, true
+		}
+		ev.Retimed++
+		if d.held == d.granted {
+			d.held = dec.Reservation // the same slots: a retime moves no lease
+		}
+		d.granted, decided, now = dec.Reservation, d.due, lim.now()
+	}
+	if lim.lateGrant(d, now) {
+		ev.Late++
+		return decided, true
+	}
+	return decided, false
+}
+
+// lateRetimes is how many times in a row a late grant is retimed before
+// it is given back: each retime of a store slow for good is late too,
+// with a tolerance that doubles from the third (lateBackoff).
+const lateRetimes = 3
 
 // lateTolerance is the lag beyond the store's usual latency that a
 // request of limit l may have at the vendor: a twentieth of its window,
