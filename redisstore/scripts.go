@@ -31,16 +31,20 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua share_state.lua share_held.lua share_expire.lua class_note.lua slidinglog.lua take_share.lua
+//go:embed share.lua share_state.lua share_held.lua share_expire.lua class_note.lua slidinglog.lua take_share.lua retime.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
 // the script's own file. share.lua holds take.lua's fair shares,
-// slidinglog.lua its sliding logs with reservations ahead, and
-// share_state.lua what take.lua and take_share.lua share of fair shares.
+// slidinglog.lua the sliding logs with reservations ahead: the entries
+// that take.lua and retime.lua place, and that cancel.lua and retime.lua
+// remove; share_state.lua what take.lua and take_share.lua share of fair
+// shares.
 var scriptParts = map[string][]string{
 	"take.lua":       {"share_state.lua", "share.lua", "slidinglog.lua"},
 	"take_share.lua": {"share_state.lua"},
+	"cancel.lua":     {"slidinglog.lua"},
+	"retime.lua":     {"slidinglog.lua"},
 }
 
 var (
@@ -72,6 +76,8 @@ var (
 	anchorScript = newScript("anchor.lua")
 	// settle.lua corrects a charge to its real cost (Store.Settle).
 	settleScript = newScript("settle.lua")
+	// retime.lua moves a late grant's charges to now (Store.Retime).
+	retimeScript = newScript("retime.lua")
 )
 
 // storeScripts lists every script the store runs; Check loads them all
@@ -81,7 +87,7 @@ var (
 var storeScripts = []luaScript{
 	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript, takeShareScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
-	syncScript, anchorScript, settleScript,
+	syncScript, anchorScript, settleScript, retimeScript,
 }
 
 // A luaScript is a script with its source, so that Store.run can send it

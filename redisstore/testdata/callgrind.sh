@@ -34,6 +34,7 @@ parts=
 case "$(basename "$lua")" in
 take.lua) parts="share_state.lua share.lua slidinglog.lua" ;;
 take_share.lua) parts=share_state.lua ;;
+cancel.lua | retime.lua) parts=slidinglog.lua ;;
 esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
 	# Each line "-- #include F" is replaced by F's text (composeScript).
