@@ -122,10 +122,15 @@ func TestTakeBatchResent(t *testing.T) {
 	c := newClient(t, p.Addr())
 	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithReplay(redisstore.ReplayDetect))
 	d := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}, Key: "k"}}}
-	_, err := s.Take(ctx(t), d) // connect and load the scripts
+	_, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
+	// Load take_batch.lua first: run alone on a fresh server, the dropped
+	// reply was NOSCRIPT's and nothing was charged.
+	warm := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: d.Limits[0].Limit, Key: "warm"}}}
+	_, errs := redisstore.TakeBatch(s, []*quota.Demand{warm, warm})
+	require.NoError(t, errors.Join(errs...))
 	p.DropNextReply()
-	_, errs := redisstore.TakeBatch(s, []*quota.Demand{d, d})
+	_, errs = redisstore.TakeBatch(s, []*quota.Demand{d, d})
 	for _, err := range errs {
 		assert.ErrorIs(t, err, redisstore.ErrResent)
 	}
