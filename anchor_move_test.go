@@ -1,7 +1,6 @@
 package throttle_test
 
 import (
-	"os"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -24,19 +23,17 @@ import (
 // tells its reset in whole seconds for the first second of the run, then
 // to the millisecond (as a delay), which narrows the evidence to a round
 // trip at once. After the first move the vendor rejects nothing, and the
-// fleet should use, in the vendor's windows that start after the move and
-// end before the run does, at least 90% of what the limit's log (Per plus
-// its margin, anchor.go) lets through in that time. It does not on this
-// version (skipMoves): the window after a move took 5-23 of its 30 and
-// the next ones 0-5. Without the holds (anchorHold) it did, in 20 of 20
-// runs, with 0 rejections; but then the Redis fleets were rejected under
-// load (docs/learning.md).
+// fleet uses, in the vendor's windows that start after the move and end
+// before the run does, at least 90% of what the limit's log (Per plus
+// its margin, anchor.go) lets through in that time. Before the holds
+// cost nothing on time (anchorHold: a grant is held only when it may
+// reach the vendor later than the log covers), the window after a move
+// took 5-23 of its 30 and the next ones 0-5.
 //
 // The in-process store runs in a synctest bubble, on virtual time, so the
 // windows and latencies are exact whatever the machine's load; the
 // phases are seeded (THROTTLE_SEED) and THROTTLE_REPEAT runs more.
 func TestAnchorMove(t *testing.T) {
-	skipMoves(t)
 	rng := seeded(t)
 	moved := 0
 	for range 2 * repeats(t) {
@@ -54,7 +51,6 @@ func TestAnchorMove(t *testing.T) {
 // TestAnchorMoveRedis is TestAnchorMove on redisstore, each instance its
 // own client, on real time (so shorter).
 func TestAnchorMoveRedis(t *testing.T) {
-	skipMoves(t)
 	if testing.Short() {
 		t.Skip("runs a fleet against real-time windows for about 5 s")
 	}
@@ -76,17 +72,6 @@ func TestAnchorMoveRedis(t *testing.T) {
 		}
 	}
 	assert.NotZero(t, moved, "no run moved the windows")
-}
-
-// skipMoves skips the tests of moves unless THROTTLE_ANCHOR_MOVE is set:
-// they fail on this version, which holds grants out of the instants where
-// windows end and loses the quota after a move (docs/learning.md, "Known:
-// a move costs quota"), and they are kept to reproduce it.
-func skipMoves(t *testing.T) {
-	t.Helper()
-	if os.Getenv("THROTTLE_ANCHOR_MOVE") == "" {
-		t.Skip("reproduces the quota lost after a move (known); set THROTTLE_ANCHOR_MOVE=1 to run")
-	}
 }
 
 // moveFleet runs one fleet of TestAnchorMove for run, on the stores that
