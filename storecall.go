@@ -90,7 +90,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	// MaxWait, when it waits for a slot).
 	sd := d.Demand
 	var asked time.Time
-	if f.settings.LateGrants {
+	if f.settings.lateGrants() {
 		asked = lim.now()
 	}
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
@@ -107,7 +107,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		}
 	})
 	if err == nil {
-		if f.settings.LateGrants { // late.go's bookkeeping, only when asked for
+		if f.settings.lateGrants() { // late.go's bookkeeping, unless turned off
 			now := lim.now()
 			f.usual.observe(now.Sub(asked), now)
 			noteGrant(d, dec, asked, now)
@@ -152,6 +152,43 @@ func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
 		return
 	}
 	d.due, d.ends, d.took = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked), answered.Sub(asked)
+}
+
+// retime asks the store to move r, d's grant, to the instant of the call
+// ([quota.Retimer]) through the breaker, and notes the retimed grant in d
+// for [Limiter.lateGrant], as takeStore notes a grant. It reports false
+// when the store cannot retime (no Retimer, a failure mode's local grant,
+// an error, or no room at the new instant): the caller then gives r back.
+// A call the breaker stopped waiting for gives back what it retimed.
+func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation) (quota.Decision, bool) {
+	rt, ok := lim.store.(quota.Retimer)
+	if !ok || r == nil {
+		return quota.Decision{}, false
+	}
+	if _, local := localReservation(r); local {
+		return quota.Decision{}, false
+	}
+	f := lim.failover()
+	asked := lim.now()
+	var dec quota.Decision
+	err := f.breaker.call(ctx, func(ctx context.Context) error {
+		var err error
+		dec, err = rt.Retime(ctx, r)
+		return err
+	}, func() {
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+			defer cancel()
+			_ = lim.store.Cancel(cctx, dec.Reservation)
+		}
+	})
+	if err != nil || !dec.OK { // not dec after an error: an abandoned call may still write it
+		return quota.Decision{}, false
+	}
+	now := lim.now()
+	f.usual.observe(now.Sub(asked), now)
+	noteGrant(d, dec, asked, now)
+	return dec, true
 }
 
 // storeFault reports whether err, from a store call made with ctx, means
