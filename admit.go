@@ -217,8 +217,15 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	if d.place == nil {
 		now := lim.now()
 		var hold bool
+		granted := d.granted
 		if decided, hold = lim.lateHold(ctx, d, ev, decided, now); hold {
 			return heldGrant{now}
+		}
+		if d.granted != granted {
+			// Retimed (late.go): charged anew, by a call that started at
+			// decided.
+			now = lim.now()
+			charges = lim.anchorCharges(d, grantCall{asked: decided, answered: now, dec: quota.Decision{OK: true, Reservation: d.granted}})
 		}
 		if wait := anchorPace(charges, now); wait > 0 {
 			waited := ev.Wait

@@ -583,6 +583,21 @@ func (d *demand) anchorLogOf(b quota.Bucket) (quota.Bucket, bool) {
 // anchorLog added for d's Anchor limit i, or -1.
 func (d *demand) anchorLogIndex(i int) int { return d.logIndexOf(d.Limits[i]) }
 
+// anchored reports whether d's limit i is an Anchor limit or the log
+// that anchorLog added for one.
+func (d *demand) anchored(i int) bool {
+	b := d.Limits[i]
+	if b.Limit.Anchored {
+		return true
+	}
+	for _, ab := range d.Limits {
+		if ab.Limit.Anchored && ab.Limit.Name == b.Limit.Name && b.Key == ab.Key+"%o" {
+			return true
+		}
+	}
+	return false
+}
+
 // logIndexOf returns the index in d.Limits of the sliding log that
 // anchorLog added for b, or -1 if b is not an Anchor limit.
 func (d *demand) logIndexOf(b quota.Bucket) int {
