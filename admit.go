@@ -236,7 +236,7 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 			}
 			now = lim.now()
 		}
-		if until, hold := lim.anchorHold(charges, now); hold {
+		if until, hold := lim.anchorHold(ctx, d, charges, now); hold {
 			return heldGrant{until}
 		}
 	}

@@ -203,12 +203,26 @@ func floorDiv(a, b int64) int64 {
 }
 
 // zone returns the instants, [lo, hi] modulo per, at which one of the
-// vendor's windows may end, from this instance's evidence; ok is false
-// when it has none narrow enough, or when the instants leave no room,
-// with the longest time a request took to be answered, to send anything.
+// vendor's windows may end: from this instance's evidence, or, when it
+// has none narrow enough, from the store's windows once another instance
+// moved them there: a move puts their end a log's margin after the
+// latest instant of evidence less than half a window wide, and another
+// instance's evidence keeps them unless they end before its earliest
+// instant (or more than twice the margin after its latest; see
+// [Limiter.anchor]), so the vendor's end is within half a window before
+// the store's, or, with evidence narrower than the margin, a margin
+// after it. ok is false when neither says, or when the instants leave no
+// room, with the longest time a request took to be answered, to send
+// anything.
 func (p *phase) zone() (lo, hi int64, ok bool) {
 	lo, hi, ok = p.bounds()
-	return lo, hi, ok && hi-lo+p.rtt < p.per
+	if !ok {
+		if !p.hasStore || !p.learnedStore {
+			return 0, 0, false // the store's windows follow no vendor yet
+		}
+		lo, hi = p.sLo-p.per/2, p.sHi+logMargin(time.Duration(p.per)*time.Microsecond).Microseconds()
+	}
+	return lo, hi, hi-lo+p.rtt < p.per
 }
 
 // crossing reports whether [from, to] meets the zone, and if so when the
@@ -449,16 +463,27 @@ func anchorPace(cs []anchorCharge, now time.Time) time.Duration {
 	return wait
 }
 
-// anchorHold reports whether a request charged cs, to be sent now, may
-// reach the vendor later than the log of an Anchor limit covers, and in
-// another of the vendor's windows than the one that held its charge; if
-// so, until is when the instants at which the vendor's window may end are
-// past. An instance with no evidence of its own of where the vendor's
-// windows end holds nothing: the log is then what bounds its requests,
-// as before any move.
-func (lim *Limiter) anchorHold(cs []anchorCharge, now time.Time) (until time.Time, hold bool) {
+// anchorHold reports whether a request of demand d charged cs, to be
+// sent now, may reach the vendor later than the log of an Anchor limit
+// covers, and in another of the vendor's windows than the one that held
+// its charge; if so, until is when the instants at which the vendor's
+// window may end are past. Such a late request, on an instance with no
+// evidence of its own of where the vendor's windows end, asks the store
+// where its windows end (at most every quarter of a window), and is held
+// out of the half window before their end once another instance moved
+// them to the vendor's.
+func (lim *Limiter) anchorHold(ctx context.Context, d *demand, cs []anchorCharge, now time.Time) (until time.Time, hold bool) {
 	for _, c := range cs {
-		if u, ok := lim.learned.crossing(c.id, c.per, c.lo, now); ok {
+		u, ok, ask := lim.learned.crossing(c.id, c.per, c.lo, now)
+		if ask {
+			for _, b := range d.Limits {
+				if b.Limit.Anchored && b.Limit.Name == c.id.limit && b.Key == c.id.key {
+					lim.askStore(ctx, d.Scope, b, c.id, now)
+				}
+			}
+			u, ok, _ = lim.learned.crossing(c.id, c.per, c.lo, now)
+		}
+		if ok {
 			if u.After(until) {
 				until = u
 			}
@@ -466,6 +491,32 @@ func (lim *Limiter) anchorHold(cs []anchorCharge, now time.Time) (until time.Tim
 		}
 	}
 	return until, hold
+}
+
+// askStore learns where the store's windows for id, of bucket b, end.
+func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, id windowID, now time.Time) {
+	s, ok := lim.store.(quota.Anchorer)
+	if !ok {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	callSent := lim.now()
+	var (
+		ends    time.Duration
+		learned bool
+	)
+	err := lim.guard(sctx, func(ctx context.Context) error {
+		var err error
+		ends, learned, err = s.Anchor(ctx, scope, b, 0, 0)
+		return err
+	})
+	if err != nil || ends <= 0 {
+		lim.learned.forgetStore(id)
+		return
+	}
+	lim.learned.keepStore(id, callSent.Add(ends), lim.now().Add(ends), now)
+	lim.learned.storeLearned(id, learned)
 }
 
 // chargedAt returns when the store charged g to the log of d's Anchor
@@ -536,17 +587,23 @@ func (l *learner) phaseOf(id windowID, per time.Duration, now time.Time) *phase 
 // charged at the earliest and sent at sent, whether it may reach the
 // vendor later than the limit's log covers (sendLag and logMargin after
 // its charge) and in another of the vendor's windows than the one that
-// held its charge ([phase.crossing]), and if so until when.
-func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Time) (until time.Time, crosses bool) {
+// held its charge ([phase.crossing]), and if so until when. ask reports
+// that this instance has no evidence of its own for such a request, and
+// has not asked the store where its windows end for a quarter of a
+// window (another instance's move reaches this one within that).
+func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Time) (until time.Time, crosses, ask bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.phaseOf(id, per, sent)
 	to := sent.UnixMicro() + p.rtt
 	if to-charged.UnixMicro() <= (sendLag(per) + logMargin(per)).Microseconds() {
-		return time.Time{}, false // the log counts it wherever it lands
+		return time.Time{}, false, false // the log counts it wherever it lands
+	}
+	if _, _, ok := p.bounds(); !ok && (!p.hasStore || sent.UnixMicro()-p.asked > p.per/4) {
+		return time.Time{}, false, true
 	}
 	u, ok := p.crossing(charged.UnixMicro(), to)
-	return time.UnixMicro(u), ok
+	return time.UnixMicro(u), ok, false
 }
 
 // Every request of an Anchor limit is also counted in every vendor

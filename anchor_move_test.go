@@ -40,7 +40,7 @@ func TestAnchorMove(t *testing.T) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		synctest.Test(t, func(t *testing.T) {
 			store := memstore.New()
-			if moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, func() quota.Store { return store }) {
+			if moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, 16, func() quota.Store { return store }) {
 				moved++
 			}
 		})
@@ -60,7 +60,7 @@ func TestAnchorMoveRedis(t *testing.T) {
 	for range 2 * repeats(t) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		prefix := redistest.Prefix(t)
-		ok := moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, func() quota.Store {
+		ok := moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, 4, func() quota.Store {
 			rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			t.Cleanup(func() { _ = rc.Close() })
 			s, err := redisstore.New(rc, redisstore.WithPrefix(prefix))
@@ -79,7 +79,7 @@ func TestAnchorMoveRedis(t *testing.T) {
 // epoch's and whose answers take up to latency each way. It reports
 // whether the windows moved: they need not, when the store's windows,
 // which start at a first charge, already end where the vendor's do.
-func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() quota.Store) bool {
+func moveFleet(t *testing.T, phase, run, latency time.Duration, callers int, newStore func() quota.Store) bool {
 	const rate, per = 30, time.Second
 	v := &coarseVendor{rate: rate, per: per, phase: phase, skew: 300 * time.Millisecond,
 		maxLatency: latency, accepted: map[int64]int{}}
@@ -101,7 +101,7 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, newStore func() 
 	}}
 	start := time.Now()
 	v.fineFrom = start.Add(time.Second)
-	failed := searchFleet(t, run, 0, v, 8, 16, true, newStore, hooks)
+	failed := searchFleet(t, run, 0, v, 8, callers, true, newStore, hooks)
 	end := start.Add(run)
 	assert.Zero(t, failed, "requests failed")
 
