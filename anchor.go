@@ -32,16 +32,27 @@ import (
 //     and a, at which the vendor wrote it.
 //
 // The evidence of this instance's answers is intersected (modulo Per).
-// While it leaves less than half a window open, the store is asked to
-// keep its windows ending inside it, or to move them to its latest
-// instant (never earlier than the vendor's); and a request is sent only
-// when no instant between its decision and its arrival may be one of the
-// vendor's or the store's window ends: one decided before such an instant
-// and sent after gives its grant back and is decided again once it is
-// past. No request is then counted by the vendor in a window the store
-// did not charge it to. Evidence that contradicts what is known (a vendor
-// whose windows start at the first request after a quiet spell, as
-// GitHub's, moves them) replaces it.
+// Evidence that contradicts what is known (a vendor whose windows start
+// at the first request after a quiet spell, as GitHub's, moves them)
+// replaces it. While it leaves less than half a window open, the store is
+// asked to keep its windows ending within it (from its earliest instant
+// to twice the log's margin after its latest), or to move them to end a
+// margin after its latest instant: never earlier than the vendor's.
+//
+// What the vendor counts does not depend on where the store's windows
+// end. Every request is also counted in the limit's sliding log (Per
+// plus a margin, anchorLog), and sent sendLag after its charge to it, at
+// the earliest (anchorPace: the charge's instant is the log's entry, read
+// on this instance's clock as the store's grants teach it, observeClock).
+// A request that reaches the vendor between sendLag and sendLag plus the
+// margin after its charge is counted by the log in every vendor window
+// that may hold it, so no vendor window holds more than Rate. Only a
+// request that may arrive later than that, and in another of the
+// vendor's windows than the one that held its charge, is held
+// (anchorHold): given back, and decided again once the instants at which
+// the vendor's window may end are past. A grant on time is never held,
+// so the quota is used whatever the phase of the bursts the log spaces a
+// Per plus its margin apart.
 
 // A windowID names the counter of an Anchor limit.
 type windowID struct{ scope, limit, key string }
@@ -205,15 +216,17 @@ func floorDiv(a, b int64) int64 {
 // zone returns the instants, [lo, hi] modulo per, at which one of the
 // vendor's windows may end: from this instance's evidence, or, when it
 // has none narrow enough, from the store's windows once another instance
-// moved them there: a move puts their end a log's margin after the
-// latest instant of evidence less than half a window wide, and another
-// instance's evidence keeps them unless they end before its earliest
-// instant (or more than twice the margin after its latest; see
-// [Limiter.anchor]), so the vendor's end is within half a window before
-// the store's, or, with evidence narrower than the margin, a margin
-// after it. ok is false when neither says, or when the instants leave no
-// room, with the longest time a request took to be answered, to send
-// anything.
+// moved them there. A move puts their end a log's margin after the
+// latest instant of evidence less than half a window wide, and other
+// instances' evidence keeps them unless they end before its earliest
+// instant or more than twice the margin after its latest (see
+// [Limiter.anchor]): so the vendor's end is within half a window before
+// the store's, or, with evidence narrower than the margin, up to a margin
+// after it. ok is false when neither says, or when the instants and the
+// longest time a request took to be answered span more than half a
+// window: holding requests out of more would cost more of the quota than
+// the lag it guards against, and the log bounds those as it does before
+// any move.
 func (p *phase) zone() (lo, hi int64, ok bool) {
 	lo, hi, ok = p.bounds()
 	if !ok {
@@ -222,7 +235,7 @@ func (p *phase) zone() (lo, hi int64, ok bool) {
 		}
 		lo, hi = p.sLo-p.per/2, p.sHi+logMargin(time.Duration(p.per)*time.Microsecond).Microseconds()
 	}
-	return lo, hi, hi-lo+p.rtt < p.per
+	return lo, hi, 2*(hi-lo+p.rtt) <= p.per
 }
 
 // crossing reports whether [from, to] meets the zone, and if so when the
@@ -608,24 +621,22 @@ func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Ti
 
 // Every request of an Anchor limit is also counted in every vendor
 // window that may hold it, whatever the window's phase: in a sliding log
-// of the limit's Rate over its Per and logMargin, the most a request may
-// take from its decision to the vendor, in a counter of its own (the
-// limit's key with "%o", which no escaped key holds). No interval of Per
-// at the vendor then holds more than Rate: learning admits no more than a
-// limit that knows nothing of the vendor's phase could. Before the
-// store's windows move, they start at a first charge and the vendor's
-// anywhere, so one vendor window may hold the end of one of ours and the
-// start of the next, and twice the quota: the log is what holds then.
-// After a move, it is kept, as a bound that does not depend on the
-// evidence being right: on Redis, a fleet without it after a move was
-// rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
-// off). Likely why: without it, a vendor window is bounded by the
-// store's window count only while the vendor counts each request in the
-// window the store charged it to, and on a loaded machine requests reach
-// the vendor later than the holds allow for (TestAnchoredSearchFleet logs
-// how many land in another window than their grant's). It costs Per/(Per+margin)
-// of the quota under a steady load, and nothing to bursts a window
-// apart.
+// of the limit's Rate over its Per and logMargin, in a counter of its own
+// (the limit's key with "%o", which no escaped key holds). Each request
+// is sent sendLag after its charge to the log at the earliest, and held
+// if it may reach the vendor later than sendLag and the margin after it
+// in another vendor window (anchorHold): the time from a charge to the
+// vendor's count is then the same for every request within the margin,
+// and no interval of Per at the vendor holds more than Rate. Learning
+// admits no more than a limit that knows nothing of the vendor's phase
+// could. Before the store's windows move, they start at a first charge
+// and the vendor's anywhere, so one vendor window may hold the end of one
+// of ours and the start of the next, and twice the quota: the log is what
+// holds then. After a move, it is kept, as a bound that does not depend
+// on the evidence being right. It costs Per/(Per+margin) of the quota
+// under a steady load (a saturated fleet's bursts come a log's Per apart,
+// so one vendor window in about ten gets none), and nothing to bursts a
+// window apart.
 
 // anchorLogOf returns the sliding log that anchorLog added to d for its
 // Anchor limit b.
