@@ -104,7 +104,7 @@ const lateToleranceMax = 100 * time.Millisecond
 // usual latency counts as zero: the whole latency is the lag.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if d.due.IsZero() {
-		// Off ([Breaker].SendLateGrants: takeStore records due only then), a
+		// Off ([Breaker].LateGrants: takeStore records due only then), a
 		// failure mode's grant (no store charged it), or none.
 		return false
 	}

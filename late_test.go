@@ -61,7 +61,7 @@ func (s *lateStore) Retime(ctx context.Context, r *quota.Reservation) (quota.Dec
 // noRetimer is a store that cannot retime: only quota.Store's methods.
 type noRetimer struct{ quota.Store }
 
-// By default, a grant whose answer comes late is retimed to
+// With Breaker.LateGrants, a grant whose answer comes late is retimed to
 // the send, or given back and decided again when the store cannot retime
 // it, before the call goes, for every algorithm that counts when a call
 // is made; under a fixed window, only when its window may have ended
@@ -81,7 +81,7 @@ func TestLateGrant(t *testing.T) {
 		{"fixed window, within it", throttle.FixedWindow, 24 * time.Hour, false, "retimes"},
 		{"sliding log, a retime refused", throttle.SlidingLog, 10 * time.Second, true, "refuses"},
 		{"sliding log, a store that cannot retime", throttle.SlidingLog, 10 * time.Second, true, "cannot"},
-		{"sliding log, Breaker.SendLateGrants", throttle.SlidingLog, 10 * time.Second, false, "retimes"},
+		{"sliding log, Breaker.LateGrants off (the default)", throttle.SlidingLog, 10 * time.Second, false, "retimes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -92,7 +92,7 @@ func TestLateGrant(t *testing.T) {
 				store = noRetimer{s}
 			}
 			var late, retimed atomic.Int64
-			b := throttle.Breaker{SendLateGrants: strings.Contains(c.name, "SendLateGrants")}
+			b := throttle.Breaker{LateGrants: !strings.Contains(c.name, "off")}
 			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
 				Name:   "api",
 				Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: c.per, Algorithm: c.alg}},
@@ -146,7 +146,7 @@ func TestLateGrantSlowForGood(t *testing.T) {
 			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
 				Name:   "api",
 				Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: 10 * time.Second, Algorithm: throttle.SlidingLog}},
-			}}}, throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+			}}}, throttle.WithStore(store), throttle.WithBreaker(throttle.Breaker{LateGrants: true}), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
 				retimed.Add(int64(ev.Retimed))
 			}}))

@@ -90,7 +90,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	// MaxWait, when it waits for a slot).
 	sd := d.Demand
 	var asked time.Time
-	if f.settings.lateGrants() {
+	if f.settings.LateGrants {
 		asked = lim.now()
 	}
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
@@ -107,7 +107,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		}
 	})
 	if err == nil {
-		if f.settings.lateGrants() { // late.go's bookkeeping, unless turned off
+		if f.settings.LateGrants { // late.go's bookkeeping, only when asked for
 			now := lim.now()
 			f.usual.observe(now.Sub(asked), now)
 			noteGrant(d, dec, asked, now)

@@ -124,6 +124,7 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 					Key: throttle.KeyFromHeader("X-Category")},
 			},
 		}}}, throttle.WithStore(newStoreOn(t, rdb, prefix)),
+			throttle.WithBreaker(throttle.Breaker{LateGrants: true}),
 			throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
 				retimed.Add(int64(ev.Retimed))
@@ -207,9 +208,11 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 
 // TestSlowStoreFleet is issue 29's slow store: 8 instances x 16
 // goroutines on one Redis whose replies are late a tenth of the time and
-// which stops twice for a second. A grant whose reply came late is given
-// back and decided again (late.go), so the vendor refuses nothing (see
-// the bound below for what a loaded machine adds).
+// which stops twice for a second. With Breaker.LateGrants, a grant whose
+// reply came late is retimed to the send (quota.Retimer), or given back
+// and decided again when the limits have no room then (late.go), so the
+// vendor refuses nothing (see the bound below for what a loaded machine
+// adds).
 func TestSlowStoreFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet of 8 instances for 7 s")
@@ -228,13 +231,15 @@ func TestSlowStoreFleet(t *testing.T) {
 	}
 	assert.LessOrEqual(t, r.refused, most, "the vendor refused requests")
 	assert.Positive(t, r.late, "no grant came late: the faults did not bite")
+	assert.Positive(t, r.retimed, "no late grant retimed")
+	assert.Zero(t, r.local, "requests admitted by the local fallback: a slow store is not a down one")
 	assert.Zero(t, r.unavailable, "a slow store is not a down one")
 
 	// THROTTLE_FLEET_PROMPT=1 runs the same fleet on a prompt store too,
 	// for the share of the quota docs/when-redis-fails.md compares with.
 	if os.Getenv("THROTTLE_FLEET_PROMPT") != "" {
 		p := runSlowFleet(t, false)
-		t.Logf("prompt store: the vendor accepted %d (%.1f%%), refused %d; %d late grants decided again",
-			p.accepted, 100*p.share, p.refused, p.late)
+		t.Logf("prompt store: the vendor accepted %d (%.1f%%), refused %d; %d late grants, %d of them retimed",
+			p.accepted, 100*p.share, p.refused, p.late, p.retimed)
 	}
 }
