@@ -175,6 +175,7 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	if err != nil {
 		return err
 	}
+	call := grantCall{asked: decided, answered: lim.now(), dec: dec, local: ev.Fallback != FailDefault}
 	if !dec.OK {
 		le := &LimitError{Rule: r.id, Pause: pauseName(dec.Pause), RetryAfter: dec.Delay}
 		if ev.Fallback != FailDefault {
@@ -188,9 +189,10 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	}
 	d.granted = dec.Reservation
 	ev.Remaining, ev.ResetAfter = dec.Remaining, dec.ResetAfter
+	charges := lim.anchorCharges(d, call) // anchor.go: when each Anchor limit's log was charged
 	if d.reserve {
 		// The caller waits: nothing sleeps here.
-		d.delay = max(dec.Delay, paused)
+		d.delay = max(dec.Delay, paused, anchorPace(charges, lim.now()))
 		if d.delay > 0 {
 			ev.Outcome, ev.Wait = Waited, d.delay
 		}
@@ -215,10 +217,26 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	if d.place == nil {
 		now := lim.now()
 		var hold bool
+		granted := d.granted
 		if decided, hold = lim.lateHold(ctx, d, ev, decided, now); hold {
 			return heldGrant{now}
 		}
-		if until, hold := lim.anchorHold(ctx, d, decided, now); hold {
+		if d.granted != granted {
+			// Retimed (late.go): charged anew, by a call that started at
+			// decided.
+			now = lim.now()
+			charges = lim.anchorCharges(d, grantCall{asked: decided, answered: now, dec: quota.Decision{OK: true, Reservation: d.granted}})
+		}
+		if wait := anchorPace(charges, now); wait > 0 {
+			waited := ev.Wait
+			ev.Outcome, ev.Wait = Waited, waited+wait
+			if slept, err := lim.sleep(ctx, wait, d.granted); err != nil {
+				ev.Outcome, ev.Wait = GaveUp, waited+slept
+				return &LimitError{Rule: r.id, Err: err}
+			}
+			now = lim.now()
+		}
+		if until, hold := lim.anchorHold(ctx, d, charges, now); hold {
 			return heldGrant{until}
 		}
 	}

@@ -32,16 +32,27 @@ import (
 //     and a, at which the vendor wrote it.
 //
 // The evidence of this instance's answers is intersected (modulo Per).
-// While it leaves less than half a window open, the store is asked to
-// keep its windows ending inside it, or to move them to its latest
-// instant (never earlier than the vendor's); and a request is sent only
-// when no instant between its decision and its arrival may be one of the
-// vendor's or the store's window ends: one decided before such an instant
-// and sent after gives its grant back and is decided again once it is
-// past. No request is then counted by the vendor in a window the store
-// did not charge it to. Evidence that contradicts what is known (a vendor
-// whose windows start at the first request after a quiet spell, as
-// GitHub's, moves them) replaces it.
+// Evidence that contradicts what is known (a vendor whose windows start
+// at the first request after a quiet spell, as GitHub's, moves them)
+// replaces it. While it leaves less than half a window open, the store is
+// asked to keep its windows ending within it (from its earliest instant
+// to twice the log's margin after its latest), or to move them to end a
+// margin after its latest instant: never earlier than the vendor's.
+//
+// What the vendor counts does not depend on where the store's windows
+// end. Every request is also counted in the limit's sliding log (Per
+// plus a margin, anchorLog), and sent sendLag after its charge to it, at
+// the earliest (anchorPace: the charge's instant is the log's entry, read
+// on this instance's clock as the store's grants teach it, observeClock).
+// A request that reaches the vendor between sendLag and sendLag plus the
+// margin after its charge is counted by the log in every vendor window
+// that may hold it, so no vendor window holds more than Rate. Only a
+// request that may arrive later than that, and in another of the
+// vendor's windows than the one that held its charge, is held
+// (anchorHold): given back, and decided again once the instants at which
+// the vendor's window may end are past. A grant on time is never held,
+// so the quota is used whatever the phase of the bursts the log spaces a
+// Per plus its margin apart.
 
 // A windowID names the counter of an Anchor limit.
 type windowID struct{ scope, limit, key string }
@@ -55,7 +66,11 @@ const maxWindows = 4096
 type phase struct {
 	per  int64 // the limit's Per
 	last int64 // when the latest answer was received
-	rtt  int64 // the longest send-to-answer time of the evidence
+	rtt  int64 // the longest send-to-answer time of the recent evidence (roll)
+
+	// The longest send-to-answer times of the answers received since
+	// rttFrom, and in the period before it.
+	rttCur, rttPrev, rttFrom int64
 
 	// Instant resets: every window end the vendor wrote as R (µs) is
 	// R+c, for c in (cLo, cHi]; ref is one such R.
@@ -66,6 +81,11 @@ type phase struct {
 	// (modulo per).
 	hasArc   bool
 	aLo, aHi int64
+
+	// The store's clock: ours less the store's is in [oLo, oHi] (µs),
+	// as the grants of this limit taught it (observeClock).
+	hasClock bool
+	oLo, oHi int64
 
 	// The store: one of its window ends is in [sLo, sHi] (modulo per), as
 	// of asked, the last time this instance asked it.
@@ -98,7 +118,9 @@ func (p *phase) bounds() (lo, hi int64, ok bool) {
 // recv (µs), fb, read by Parse at recv.
 func (p *phase) observe(sent, recv int64, fb quotaheader.Feedback) {
 	p.last = max(p.last, recv)
-	p.rtt = max(p.rtt, recv-sent)
+	p.roll(recv)
+	p.rttCur = max(p.rttCur, recv-sent)
+	p.rtt = max(p.rttCur, p.rttPrev)
 	res := max(fb.ResetResolution.Microseconds(), 1)
 	if !fb.ResetInstant.IsZero() {
 		r := fb.ResetInstant.UnixMicro()
@@ -127,6 +149,23 @@ func (p *phase) observe(sent, recv int64, fb quotaheader.Feedback) {
 	// A delay, from an instant between sent and recv.
 	t := fb.Reset.Sub(time.UnixMicro(recv)).Microseconds()
 	p.addArc(sent+t-res, recv+t+res)
+}
+
+// rttPeriod is how long, in windows, an answer's time counts in the
+// longest send-to-answer time: between one and two periods. A stall of
+// the machine (a request answered a second late) then holds requests at
+// window ends for a few windows, not for good.
+const rttPeriod = 2
+
+// roll starts a new period of send-to-answer times when the current one
+// is over at now (µs).
+func (p *phase) roll(now int64) {
+	switch {
+	case p.rttFrom == 0:
+		p.rttFrom = now
+	case now-p.rttFrom >= rttPeriod*p.per:
+		p.rttPrev, p.rttCur, p.rttFrom = p.rttCur, 0, now
+	}
 }
 
 // addArc narrows the arc evidence with [lo, hi] (modulo per).
@@ -174,27 +213,29 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// zone returns the instants, [lo, hi] modulo per, at which a window may
-// end, the vendor's or the store's; ok is false when either is unknown,
-// or when they leave no room, with the longest time a request took to be
-// answered, to send anything.
+// zone returns the instants, [lo, hi] modulo per, at which one of the
+// vendor's windows may end: from this instance's evidence, or, when it
+// has none narrow enough, from the store's windows once another instance
+// moved them there. A move puts their end a log's margin after the
+// latest instant of evidence less than half a window wide, and other
+// instances' evidence keeps them unless they end before its earliest
+// instant or more than twice the margin after its latest (see
+// [Limiter.anchor]): so the vendor's end is within half a window before
+// the store's, or, with evidence narrower than the margin, up to a margin
+// after it. ok is false when neither says, or when the instants and the
+// longest time a request took to be answered span more than half a
+// window: holding requests out of more would cost more of the quota than
+// the lag it guards against, and the log bounds those as it does before
+// any move.
 func (p *phase) zone() (lo, hi int64, ok bool) {
-	if !p.hasStore {
-		return 0, 0, false
-	}
 	lo, hi, ok = p.bounds()
 	if !ok {
-		if !p.learnedStore {
+		if !p.hasStore || !p.learnedStore {
 			return 0, 0, false // the store's windows follow no vendor yet
 		}
-		// No evidence of our own: the store's windows were moved by
-		// another instance, on evidence that left less than half a
-		// window open before their end.
-		return p.sLo - p.per/2, p.sHi, true
+		lo, hi = p.sLo-p.per/2, p.sHi+logMargin(time.Duration(p.per)*time.Microsecond).Microseconds()
 	}
-	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
-	lo, hi = min(lo, p.sLo+k*p.per), max(hi, p.sHi+k*p.per)
-	return lo, hi, hi-lo+p.rtt < p.per
+	return lo, hi, 2*(hi-lo+p.rtt) <= p.per
 }
 
 // crossing reports whether [from, to] meets the zone, and if so when the
@@ -238,7 +279,7 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 		sent = now
 	}
 	id := windowID{r.scope, l.Name, b.Key}
-	lo, hi, ask := lim.learned.observe(id, l.Per, sent, now, fb, r.Learn.AnchorTolerance)
+	lo, hi, ask := lim.learned.observe(id, l.Per, sent, now, fb, r.Learn.AnchorTolerance, logMargin(l.Per))
 	if !ask {
 		return lim.learned.storeEnd(id, now)
 	}
@@ -246,15 +287,24 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 	if !ok {
 		return time.Time{} // NewTransport checked; a store swapped in since cannot anchor
 	}
-	// The latest instant the evidence allows, as the first such end after
-	// now: the store keeps a window end in [lo, hi+tolerance], or moves one
-	// there.
+	// The store moves its windows to end the log's margin after the
+	// latest instant the evidence allows (as the first such end after
+	// now), unless one ends within the evidence's width, the tolerance and
+	// the margin of that: from the earliest instant the evidence allows
+	// (less the tolerance) to twice the margin after its latest. A store
+	// call's time, which the store adds to the instant it is sent, as it
+	// reads it on its own clock, would otherwise move them at every answer
+	// by a few milliseconds, and every move counts again the units that
+	// straddle a new boundary. Where the store's windows end within that
+	// decides what share of the quota a fleet uses, not what the vendor
+	// counts: the log and the holds bound that.
+	margin := logMargin(l.Per).Microseconds()
 	per := l.Per.Microseconds()
 	us := now.UnixMicro()
 	shift := floorDiv(us-hi, per)*per + per
 	lo, hi = lo+shift, hi+shift
-	within := time.Duration(hi-us) * time.Microsecond
-	tol := time.Duration(hi-lo)*time.Microsecond + r.Learn.AnchorTolerance
+	within := time.Duration(hi+margin-us) * time.Microsecond
+	tol := time.Duration(hi-lo+margin)*time.Microsecond + r.Learn.AnchorTolerance
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	callSent := lim.now()
@@ -287,8 +337,9 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 // per). It returns where one of the vendor's window ends lies, [lo, hi]
 // modulo per in µs, and whether to ask the store: when the evidence is
 // narrow enough, and the store's end, as last learned, is more than a
-// window old or outside [lo, hi+tol].
-func (l *learner) observe(id windowID, per time.Duration, sent, recv time.Time, fb quotaheader.Feedback, tol time.Duration) (lo, hi int64, ask bool) {
+// window old or outside [lo-tol, hi+(hi-lo)+tol+2*margin] (see
+// [Limiter.anchor]).
+func (l *learner) observe(id windowID, per time.Duration, sent, recv time.Time, fb quotaheader.Feedback, tol, margin time.Duration) (lo, hi int64, ask bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.phaseOf(id, per, recv)
@@ -302,7 +353,7 @@ func (l *learner) observe(id windowID, per time.Duration, sent, recv time.Time, 
 	}
 	k := floorDiv((lo+hi)/2-(p.sLo+p.sHi)/2+p.per/2, p.per)
 	sLo, sHi := p.sLo+k*p.per, p.sHi+k*p.per
-	return lo, hi, sLo < lo || sHi > hi+(hi-lo)+tol.Microseconds()
+	return lo, hi, sLo < lo-tol.Microseconds() || sHi > hi+(hi-lo)+tol.Microseconds()+2*margin.Microseconds()
 }
 
 // prune drops the entries of l.windows with no answer for a window, and
@@ -381,23 +432,71 @@ func (l *learner) vendorEnd(id windowID, recv time.Time) (time.Time, bool) {
 	return time.UnixMicro(hi + k*p.per), true
 }
 
-// anchorHold reports whether a request of demand d, decided at decided
-// (the earliest instant its grant may have been charged at) and to be
-// sent now, may reach the vendor in another window of an Anchor limit
-// than the store charged it to; if so, until is when the instants at
-// which those windows may end are past. Where this instance has not
-// learned, within a quarter of a window, where the store's windows end,
-// it asks.
-func (lim *Limiter) anchorHold(ctx context.Context, d *demand, decided, now time.Time) (until time.Time, hold bool) {
-	for _, b := range d.Limits {
+// A grantCall is what this instance saw of the store call that granted
+// a demand: when it asked and when it had the answer, on its own clock,
+// and the decision.
+type grantCall struct {
+	asked, answered time.Time
+	dec             quota.Decision
+	local           bool // a failure mode decided it, not the store
+}
+
+// An anchorCharge is when a grant was charged to the log of one of its
+// demand's Anchor limits: at an instant in [lo, hi] of this instance's
+// clock.
+type anchorCharge struct {
+	id     windowID
+	per    time.Duration
+	lo, hi time.Time
+}
+
+// anchorCharges returns the charges of g to the logs of d's Anchor
+// limits ([Limiter.anchorSend]); none when d has none.
+func (lim *Limiter) anchorCharges(d *demand, g grantCall) []anchorCharge {
+	var cs []anchorCharge
+	for i, b := range d.Limits {
 		if !b.Limit.Anchored {
 			continue
 		}
 		id := windowID{d.Scope, b.Limit.Name, b.Key}
-		if lim.learned.storeStale(id, b.Limit.Per, now) {
-			lim.askStore(ctx, d.Scope, b, id, now)
+		lo, hi := lim.learned.chargedAt(id, b.Limit.Per, d, i, g)
+		cs = append(cs, anchorCharge{id, b.Limit.Per, lo, hi})
+	}
+	return cs
+}
+
+// anchorPace returns how long after now a request charged cs must wait
+// so that it is sent no earlier than sendLag after each charge
+// ([Limiter.anchorSend]).
+func anchorPace(cs []anchorCharge, now time.Time) time.Duration {
+	var wait time.Duration
+	for _, c := range cs {
+		wait = max(wait, c.hi.Add(sendLag(c.per)).Sub(now))
+	}
+	return wait
+}
+
+// anchorHold reports whether a request of demand d charged cs, to be
+// sent now, may reach the vendor later than the log of an Anchor limit
+// covers, and in another of the vendor's windows than the one that held
+// its charge; if so, until is when the instants at which the vendor's
+// window may end are past. Such a late request, on an instance with no
+// evidence of its own of where the vendor's windows end, asks the store
+// where its windows end (at most every quarter of a window), and is held
+// out of the half window before their end once another instance moved
+// them to the vendor's.
+func (lim *Limiter) anchorHold(ctx context.Context, d *demand, cs []anchorCharge, now time.Time) (until time.Time, hold bool) {
+	for _, c := range cs {
+		u, ok, ask := lim.learned.crossing(c.id, c.per, c.lo, now)
+		if ask {
+			for _, b := range d.Limits {
+				if b.Limit.Anchored && b.Limit.Name == c.id.limit && b.Key == c.id.key {
+					lim.askStore(ctx, d.Scope, b, c.id, now)
+				}
+			}
+			u, ok, _ = lim.learned.crossing(c.id, c.per, c.lo, now)
 		}
-		if u, ok := lim.learned.crossing(id, decided, now); ok {
+		if ok {
 			if u.After(until) {
 				until = u
 			}
@@ -433,6 +532,52 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 	lim.learned.storeLearned(id, learned)
 }
 
+// chargedAt returns when the store charged g to the log of d's Anchor
+// limit i, of id, on this instance's clock: at an instant in [lo, hi].
+// The call allows its start and end plus the grant's delay; when the
+// store decided it, the log's entry (its mark, on the store's clock) read
+// on this instance's clock narrows that to the store clock's uncertainty,
+// which is about the fastest call's time.
+func (l *learner) chargedAt(id windowID, per time.Duration, d *demand, i int, g grantCall) (lo, hi time.Time) {
+	lo, hi = g.asked.Add(g.dec.Delay), g.answered.Add(g.dec.Delay)
+	j := d.anchorLogIndex(i)
+	res := g.dec.Reservation
+	if g.local || j < 0 || res == nil || len(res.Marks) != len(d.Limits) ||
+		d.Limits[j].Limit.Algorithm != quota.SlidingLog || hasLeases(d) {
+		// No mark to read: the log is a window, or a claim's decision
+		// (lease.go) carries the charge of a call before.
+		return lo, hi
+	}
+	at := res.Marks[j] // the charge's instant, on the store's clock (µs)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.phaseOf(id, per, g.answered)
+	p.observeClock(at-g.dec.Delay.Microseconds(), g.asked.UnixMicro(), g.answered.UnixMicro())
+	if c := time.UnixMicro(at + p.oLo); c.After(lo) {
+		lo = c
+	}
+	if c := time.UnixMicro(at + p.oHi); c.Before(hi) {
+		hi = c
+	}
+	return lo, hi
+}
+
+// observeClock adds the evidence of a store call asked at asked and
+// answered at answered (µs, this instance's clock) that decided at
+// instant decided of the store's clock: ours less the store's was then
+// in [asked-decided, answered-decided] (a microsecond wider either way,
+// for the delay's rounding). Intersected over the calls, it narrows to
+// the fastest; evidence that contradicts it (the store's clock stepped,
+// another node answers) replaces it.
+func (p *phase) observeClock(decided, asked, answered int64) {
+	lo, hi := asked-decided-1, answered-decided+1
+	if !p.hasClock || max(p.oLo, lo) > min(p.oHi, hi) {
+		p.hasClock, p.oLo, p.oHi = true, lo, hi
+		return
+	}
+	p.oLo, p.oHi = max(p.oLo, lo), min(p.oHi, hi)
+}
+
 // phaseOf returns what l knows of id's windows of per, new when it knew
 // nothing of them (or of windows of another length), pruning the map when
 // it is full. l.mu is held.
@@ -451,64 +596,102 @@ func (l *learner) phaseOf(id windowID, per time.Duration, now time.Time) *phase 
 	return p
 }
 
-// storeStale reports whether this instance last learned where the store's
-// windows for id end more than a quarter of a window (of per) before now,
-// or never.
-func (l *learner) storeStale(id windowID, per time.Duration, now time.Time) bool {
+// crossing reports, for a request of id's limit (of per) charged at
+// charged at the earliest and sent at sent, whether it may reach the
+// vendor later than the limit's log covers (sendLag and logMargin after
+// its charge) and in another of the vendor's windows than the one that
+// held its charge ([phase.crossing]), and if so until when. ask reports
+// that this instance has no evidence of its own for such a request, and
+// has not asked the store where its windows end for a quarter of a
+// window (another instance's move reaches this one within that).
+func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Time) (until time.Time, crosses, ask bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p := l.phaseOf(id, per, now)
-	// A quarter of a window: another instance's move reaches this one
-	// within that.
-	return !p.hasStore || now.UnixMicro()-p.asked > p.per/4
-}
-
-// crossing is [phase.crossing] for id, for a request decided at decided
-// and sent at sent.
-func (l *learner) crossing(id windowID, decided, sent time.Time) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.windows[id]
-	if p == nil {
-		return time.Time{}, false
+	p := l.phaseOf(id, per, sent)
+	to := sent.UnixMicro() + p.rtt
+	if to-charged.UnixMicro() <= (sendLag(per) + logMargin(per)).Microseconds() {
+		return time.Time{}, false, false // the log counts it wherever it lands
 	}
-	u, ok := p.crossing(decided.UnixMicro(), sent.UnixMicro()+p.rtt)
-	return time.UnixMicro(u), ok
+	if _, _, ok := p.bounds(); !ok && (!p.hasStore || sent.UnixMicro()-p.asked > p.per/4) {
+		return time.Time{}, false, true
+	}
+	u, ok := p.crossing(charged.UnixMicro(), to)
+	return time.UnixMicro(u), ok, false
 }
 
 // Every request of an Anchor limit is also counted in every vendor
 // window that may hold it, whatever the window's phase: in a sliding log
-// of the limit's Rate over its Per and logMargin, the most a request may
-// take from its decision to the vendor, in a counter of its own (the
-// limit's key with "%o", which no escaped key holds). No interval of Per
-// at the vendor then holds more than Rate: learning admits no more than a
-// limit that knows nothing of the vendor's phase could. Before the
-// store's windows move, they start at a first charge and the vendor's
-// anywhere, so one vendor window may hold the end of one of ours and the
-// start of the next, and twice the quota: the log is what holds then.
-// After a move, it is kept, as a bound that does not depend on the
-// evidence being right: on Redis, a fleet without it after a move was
-// rejected (7 in one run of TestAnchoredSearchFleet with pauses and Sync
-// off). Likely why: without it, a vendor window is bounded by the
-// store's window count only while the vendor counts each request in the
-// window the store charged it to, and on a loaded machine requests reach
-// the vendor later than the holds allow for (TestAnchoredSearchFleet logs
-// how many land in another window than their grant's). It costs Per/(Per+margin)
-// of the quota under a steady load, and nothing to bursts a window
-// apart.
+// of the limit's Rate over its Per and logMargin, in a counter of its own
+// (the limit's key with "%o", which no escaped key holds). Each request
+// is sent sendLag after its charge to the log at the earliest, and held
+// if it may reach the vendor later than sendLag and the margin after it
+// in another vendor window (anchorHold): the time from a charge to the
+// vendor's count is then the same for every request within the margin,
+// and no interval of Per at the vendor holds more than Rate. Learning
+// admits no more than a limit that knows nothing of the vendor's phase
+// could. Before the store's windows move, they start at a first charge
+// and the vendor's anywhere, so one vendor window may hold the end of one
+// of ours and the start of the next, and twice the quota: the log is what
+// holds then. After a move, it is kept, as a bound that does not depend
+// on the evidence being right. It costs Per/(Per+margin) of the quota
+// under a steady load (a saturated fleet's bursts come a log's Per apart,
+// so one vendor window in about ten gets none), and nothing to bursts a
+// window apart.
 
 // anchorLogOf returns the sliding log that anchorLog added to d for its
 // Anchor limit b.
 func (d *demand) anchorLogOf(b quota.Bucket) (quota.Bucket, bool) {
-	if !b.Limit.Anchored {
-		return quota.Bucket{}, false
-	}
-	for _, lb := range d.Limits {
-		if lb.Limit.Name == b.Limit.Name && lb.Key == b.Key+"%o" && !lb.Limit.Anchored {
-			return lb, true
-		}
+	if j := d.logIndexOf(b); j >= 0 {
+		return d.Limits[j], true
 	}
 	return quota.Bucket{}, false
+}
+
+// anchorLogIndex returns the index in d.Limits of the sliding log that
+// anchorLog added for d's Anchor limit i, or -1.
+func (d *demand) anchorLogIndex(i int) int { return d.logIndexOf(d.Limits[i]) }
+
+// anchored reports whether d's limit i is an Anchor limit or the log
+// that anchorLog added for one.
+func (d *demand) anchored(i int) bool {
+	b := d.Limits[i]
+	if b.Limit.Anchored {
+		return true
+	}
+	for _, ab := range d.Limits {
+		if ab.Limit.Anchored && ab.Limit.Name == b.Limit.Name && b.Key == ab.Key+"%o" {
+			return true
+		}
+	}
+	return false
+}
+
+// logIndexOf returns the index in d.Limits of the sliding log that
+// anchorLog added for b, or -1 if b is not an Anchor limit.
+func (d *demand) logIndexOf(b quota.Bucket) int {
+	if !b.Limit.Anchored {
+		return -1
+	}
+	for j, lb := range d.Limits {
+		if lb.Limit.Name == b.Limit.Name && lb.Key == b.Key+"%o" && !lb.Limit.Anchored {
+			return j
+		}
+	}
+	return -1
+}
+
+// sendLag is how long after its charge to an Anchor limit's log a
+// request is sent, at the earliest: a tenth of the window, at most 100
+// ms. Every instance waits it, so that every request reaches the vendor
+// between sendLag and sendLag plus the log's margin after its charge,
+// however fast its grant came back: the log then counts each in every
+// vendor window that may hold it. A store that answers some grants at
+// once and others after a queue (Redis, a burst of calls, writes every
+// reply of a loop at its end) spreads the time from charge to send over
+// more than the margin; the wait takes up all of that spread but what is
+// over sendLag. It costs the request that time, and the quota nothing.
+func sendLag(per time.Duration) time.Duration {
+	return min(per/5, 200*time.Millisecond)
 }
 
 // logMargin is how much longer than per the sliding log of an Anchor

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -272,17 +271,7 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) 
 		slices.Max(append(lates, 0)).Round(time.Millisecond), len(early))
 	assert.Zero(t, rejected, "the vendor rejected requests")
 	assert.Zero(t, failed.Load(), "requests failed")
-	if moves.Load() == 0 || os.Getenv("THROTTLE_ANCHOR_MOVE") != "" {
-		assert.GreaterOrEqual(t, float64(total), 0.9*windows*rate, "the fleet used %d of %d", total, windows*rate)
-	} else {
-		// A known defect, open in issue 29: after the store's windows
-		// move, the holds at window ends give back grants the log cannot
-		// place again, and the quota collapses (25-51% measured at load
-		// 8). It is reproduced by TestAnchorMove and TestAnchorMoveRedis
-		// (THROTTLE_ANCHOR_MOVE=1, which also makes this floor hold here).
-		// Nothing is over-admitted: the rejections are still asserted.
-		t.Logf("the windows moved: the quota floor is not asserted (issue 29's open defect; THROTTLE_ANCHOR_MOVE=1 asserts it)")
-	}
+	assert.GreaterOrEqual(t, float64(total), 0.9*windows*rate, "the fleet used %d of %d", total, windows*rate)
 	assert.LessOrEqual(t, float64(total), 1.05*windows*rate, "the fleet used %d of %d", total, windows*rate)
 	assert.Empty(t, early, "pauses that end before the vendor's window")
 	if len(lates) > 0 {

@@ -123,12 +123,18 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if lag <= 0 && whole <= 0 {
 		return false
 	}
-	for _, b := range d.Limits {
+	for i, b := range d.Limits {
 		l := b.Limit
 		tol := lateBackoff(lateTolerance(l), d.late)
 		switch {
 		case l.Algorithm == Concurrency:
 			// A slot is held from its grant to the response's end.
+		case d.anchored(i):
+			// An Anchor limit, or its log: anchor.go reads when the log
+			// was charged and sends every request sendLag after it, and
+			// holds one only when it may reach the vendor later than the
+			// log covers (anchorHold). A retime would move its entry past
+			// the next burst's in a full log, and be refused.
 		case lag <= tol && whole <= 2*tol:
 		case l.Algorithm == FixedWindow && now.Before(d.ends):
 			// Still in the window charged: the charge's window ends

@@ -69,10 +69,13 @@ type Learning struct {
 	// anchoring. docs/learning.md has the details.
 	Anchor string
 
-	// AnchorTolerance is how far after the latest end the vendor's
-	// answers allow one of the store's window ends may be before the
-	// windows move (an end before the earliest always moves them). Zero:
-	// only the evidence's own width (see docs/learning.md, "Evidence, not
+	// AnchorTolerance widens the span in which one of the store's window
+	// ends may be, around the vendor's end as its answers bound it,
+	// before the windows move: from the earliest instant less the
+	// tolerance to the latest plus the evidence's width, the tolerance
+	// and twice the log's margin (a tenth of Per, at most a second). A
+	// move puts the end a margin after the latest instant. Zero: the
+	// evidence and the margin alone (see docs/learning.md, "Evidence, not
 	// trust").
 	AnchorTolerance time.Duration
 

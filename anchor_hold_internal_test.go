@@ -1,0 +1,114 @@
+package throttle
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quotakit/throttle/quota"
+)
+
+// The store's clock, as the grants teach it: each call bounds ours less
+// the store's between its start and its answer, less the instant the
+// store decided at; the bounds narrow to the fastest call, and one that
+// contradicts them starts them again.
+func TestObserveClock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		calls  [][3]int64 // decided (store), asked, answered (ours), µs
+		lo, hi int64
+	}{
+		{"one call", [][3]int64{{1000, 5000, 5200}}, 3999, 4201},
+		{"narrows to the fastest", [][3]int64{{1000, 5000, 5200}, {2000, 6100, 6110}}, 4099, 4111},
+		{"a slow call says nothing new", [][3]int64{{2000, 6100, 6110}, {3000, 6000, 9000}}, 4099, 4111},
+		{"contradicted: starts again", [][3]int64{{2000, 6100, 6110}, {3000, 9000, 9010}}, 5999, 6011},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p phase
+			for _, c := range tc.calls {
+				p.observeClock(c[0], c[1], c[2])
+			}
+			assert.Equal(t, tc.lo, p.oLo)
+			assert.Equal(t, tc.hi, p.oHi)
+		})
+	}
+}
+
+// A grant's charge to an Anchor limit's log is read from its mark on the
+// store's clock: as tight as the store's clock is known, never outside
+// what the call alone allows.
+func TestChargedAt(t *testing.T) {
+	per := time.Second
+	l := quota.Limit{Name: "search", Rate: 30, Per: per, Algorithm: quota.FixedWindow, Anchored: true}
+	d := &demand{Demand: quota.Demand{Scope: "s", Limits: []quota.Bucket{{Limit: l, Key: "k"}}}}
+	d.anchorLog()
+	require.Len(t, d.Limits, 2)
+	id := windowID{"s", "search", "k"}
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	var lr learner
+	// A fast call teaches the clock: the store's is ours less 500 µs.
+	fast := grantCall{asked: t0, answered: t0.Add(100 * time.Microsecond),
+		dec: quota.Decision{OK: true, Reservation: &quota.Reservation{Marks: []int64{0, t0.UnixMicro() - 500 + 50}}}}
+	lo, hi := lr.chargedAt(id, per, d, 0, fast)
+	assert.Equal(t, t0, lo)
+	assert.Equal(t, t0.Add(100*time.Microsecond), hi)
+	// A slow call's grant, for 2 s later: charged 300 ms into the call.
+	asked := t0.Add(time.Second)
+	mark := asked.Add(300*time.Millisecond).UnixMicro() - 500 + (2 * time.Second).Microseconds()
+	slow := grantCall{asked: asked, answered: asked.Add(400 * time.Millisecond),
+		dec: quota.Decision{OK: true, Delay: 2 * time.Second, Reservation: &quota.Reservation{Marks: []int64{0, mark}}}}
+	lo, hi = lr.chargedAt(id, per, d, 0, slow)
+	want := asked.Add(300*time.Millisecond + 2*time.Second)
+	assert.LessOrEqual(t, lo, want)
+	assert.GreaterOrEqual(t, hi, want)
+	assert.LessOrEqual(t, hi.Sub(lo), 102*time.Microsecond, "as tight as the fastest call")
+	// A failure mode's grant: the call alone.
+	slow.local = true
+	lo, hi = lr.chargedAt(id, per, d, 0, slow)
+	assert.Equal(t, asked.Add(2*time.Second), lo)
+	assert.Equal(t, asked.Add(2*time.Second+400*time.Millisecond), hi)
+}
+
+// A request is held only when it may reach the vendor later than the
+// log covers (sendLag and its margin after its charge) and one of the
+// vendor's window ends may lie between its charge and its arrival; a
+// request on time is never held, wherever the window ends.
+func TestAnchorCrossing(t *testing.T) {
+	per := time.Second
+	id := windowID{"s", "search", "k"}
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	end := t0.Add(500 * time.Millisecond) // one of the vendor's ends, known to within 10 ms
+	covered := sendLag(per) + logMargin(per)
+	for _, tc := range []struct {
+		name          string
+		evidence      bool
+		charged, sent time.Duration // after t0
+		hold          bool
+		until         time.Duration // after t0, when held
+	}{
+		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0},
+		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0},
+		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond},
+		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0},
+		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lr learner
+			lr.mu.Lock()
+			p := lr.phaseOf(id, per, t0)
+			if tc.evidence {
+				p.hasArc, p.aLo, p.aHi = true, end.Add(-10*time.Millisecond).UnixMicro(), end.UnixMicro()
+			}
+			p.hasStore, p.asked = true, t0.Add(tc.sent).UnixMicro() // asked just now: no store call
+			lr.mu.Unlock()
+			until, hold, ask := lr.crossing(id, per, t0.Add(tc.charged), t0.Add(tc.sent))
+			assert.False(t, ask)
+			assert.Equal(t, tc.hold, hold)
+			if tc.hold {
+				assert.Equal(t, t0.Add(tc.until), until)
+			}
+		})
+	}
+}
