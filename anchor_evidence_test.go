@@ -97,6 +97,7 @@ func (v *coarseVendor) RoundTrip(req *http.Request) (*http.Response, error) {
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetSec, 10))
 	}
 	h.Set("X-RateLimit-Resource", "search")
+	h.Set("X-Test-Window-End", strconv.FormatInt(end.Add(-v.skew).UnixNano(), 10)) // on our clock, for the test's eyes only
 	status := http.StatusOK
 	if !ok {
 		status = http.StatusForbidden

@@ -218,12 +218,15 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 // admit before that reset (otherwise the store call could change nothing).
 // windowEnd, when not zero, is when the anchored window of now ends
 // ([Limiter.anchor]). The vendor's window is then one of the anchored
-// windows: the one whose end is nearest the reset (this one, or the next
-// when the vendor's window has already turned while ours, anchored late
-// by the reset's rounding, has not). The reset is moved inside it, a
-// tolerance before its end, so that the store applies the remaining
-// quota to that window, whatever the rounding, and however late the
-// store gets the call.
+// windows: this one, or a later one when the vendor's window has already
+// turned while ours, anchored late by the evidence's width, has not. When
+// the evidence of where the vendor's window ends ([learner.vendorEnd],
+// the reset, the send) puts it in one of them, the reset is moved inside
+// it, a tolerance before its end, so that the store applies the remaining
+// quota to that window, however late the store gets the call. When it
+// may end in either of two, the remaining goes to the limit's log, as
+// when windowEnd is zero: a sync of the wrong window would fill it whole
+// (after a move, the windows of 11-12 of 30).
 func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now, windowEnd time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
@@ -235,10 +238,23 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	b := d.Limits[i]
 	within := fb.Reset.Sub(now)
 	if !windowEnd.IsZero() {
+		// The vendor's window that counted the request ends after it was
+		// sent, and by its reset (read late by the reset's rounding and
+		// the Date's: on windows of a second or two, nearer the end of our
+		// next window than of this one) and the end the evidence of its
+		// windows allows.
+		lo, hi := d.sent, fb.Reset
+		if l, h, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb); ok {
+			lo, hi = latest(lo, l), earliest(hi, h)
+		}
 		per := b.Limit.Per
-		ahead := max((fb.Reset.Sub(windowEnd)+per/2)/per, 0) // windows between ours and the vendor's
-		end := windowEnd.Add(ahead * per)
-		within = max(end.Sub(now)-syncMargin(b.Limit), time.Microsecond)
+		ahead := windowsTo(windowEnd, hi, per) // windows between ours and the vendor's
+		if windowsTo(windowEnd, lo.Add(time.Microsecond), per) == ahead {
+			end := windowEnd.Add(time.Duration(ahead) * per)
+			within = max(end.Sub(now)-syncMargin(b.Limit), time.Microsecond)
+		} else {
+			windowEnd = time.Time{} // in this window or the next: the log's (below)
+		}
 	}
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or
@@ -272,6 +288,31 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	}
 }
 
+// windowsTo returns how many windows of per after the one that ends at
+// end the first one that ends at or after t is: zero when end is.
+func windowsTo(end, t time.Time, per time.Duration) int64 {
+	if !t.After(end) {
+		return 0
+	}
+	return int64((t.Sub(end) + per - 1) / per)
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // syncMargin is how far before the end of an anchored window a sync
 // places the vendor's reset, so that the store applies it to that window
 // however late it gets the call.
@@ -286,8 +327,9 @@ func syncMargin(l quota.Limit) time.Duration {
 // the pause ends there, with no jitter, which would only waste the next
 // window's quota: the instances all wait on the one shared pause and the
 // store spreads their grants. With evidence of where the vendor's windows
-// end (Anchor), the pause ends at the latest instant the window may end,
-// when that is after now and no later than the reset, to its resolution.
+// end (Anchor), the pause ends at the latest instant the window may end
+// ([learner.vendorEnd]), when that is no later than the reset, to its
+// resolution; none when that instant is past.
 func (lim *Limiter) pauseOf(r *rule, d *demand, id string, c learnConfig, limited bool, fb quotaheader.Feedback, now time.Time) (p time.Duration, exact bool) {
 	p = lim.learned.pauseFor(id, c, limited, fb, now)
 	if p <= 0 {
@@ -297,8 +339,12 @@ func (lim *Limiter) pauseOf(r *rule, d *demand, id string, c learnConfig, limite
 	if exact && r.anchorIdx >= 0 && d != nil {
 		if i := d.limitOf(r.anchorIdx); i >= 0 {
 			b := d.Limits[i]
-			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now)
-			if ok && end.After(now) && !end.After(fb.Reset.Add(fb.ResetResolution)) {
+			_, end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb)
+			switch {
+			case !ok || end.After(fb.Reset.Add(fb.ResetResolution)):
+			case !end.After(now):
+				return 0, false // the window that counted it is over
+			default:
 				p = min(end.Sub(now), c.maxPause)
 			}
 		}
