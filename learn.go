@@ -238,23 +238,18 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	b := d.Limits[i]
 	within := fb.Reset.Sub(now)
 	if !windowEnd.IsZero() {
-		// The vendor's window that counted the request ends after it was
-		// sent, and by its reset (read late by the reset's rounding and
-		// the Date's: on windows of a second or two, nearer the end of our
-		// next window than of this one) and the end the evidence of its
-		// windows allows.
-		lo, hi := d.sent, fb.Reset
-		if l, h, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb); ok {
-			lo, hi = latest(lo, l), earliest(hi, h)
+		// The vendor's window ends by its reset, read late by the reset's
+		// rounding and the Date's (on windows of a second or two, nearer
+		// the end of our next window than of this one), and by the end
+		// the evidence of its windows allows.
+		reset := fb.Reset
+		if _, end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb); ok && end.Before(reset) {
+			reset = end
 		}
 		per := b.Limit.Per
-		ahead := windowsTo(windowEnd, hi, per) // windows between ours and the vendor's
-		if windowsTo(windowEnd, lo.Add(time.Microsecond), per) == ahead {
-			end := windowEnd.Add(time.Duration(ahead) * per)
-			within = max(end.Sub(now)-syncMargin(b.Limit), time.Microsecond)
-		} else {
-			windowEnd = time.Time{} // in this window or the next: the log's (below)
-		}
+		ahead := max((reset.Sub(windowEnd)+per/2)/per, 0) // windows between ours and the vendor's
+		end := windowEnd.Add(ahead * per)
+		within = max(end.Sub(now)-syncMargin(b.Limit), time.Microsecond)
 	}
 	l := b.Limit
 	// The most the limit could admit before the reset: a full burst (or
