@@ -414,34 +414,33 @@ func (l *learner) storeEnd(id windowID, now time.Time) time.Time {
 	return time.UnixMicro(end)
 }
 
-// vendorEnd returns the instants between which the vendor's window that
-// counted an answer fb, received at recv, ends, (lo, hi], if the evidence
-// for id says. A reset written as an instant R ends that window at R+c,
-// and every answer bounds c (the window that counted it ended after it
-// was sent and started before it was answered: [phase.observe]), so the
-// window ends in (R+cLo, R+cHi], however wide that is: a fleet that
-// spends a window's quota at its start and pauses sends nothing near its
-// end, which is what bounds c from below, but every window's first
-// answers bound it from above. Otherwise it is the first window whose
-// earliest end, as the evidence narrower than half a window puts it, is
-// after recv.
-func (l *learner) vendorEnd(id windowID, recv time.Time, fb quotaheader.Feedback) (lo, hi time.Time, ok bool) {
+// vendorEnd returns the latest instant at which the vendor's window that
+// counted an answer fb, received at recv, may end, if the evidence for id
+// says. A reset written as an instant R ends that window at R+c, and
+// every answer bounds c from above (the window that counted it started
+// before it was answered: [phase.observe]), so the window ends by R plus
+// the least of those bounds, however wide the evidence is from below: a
+// fleet that spends a window's quota at its start and pauses sends
+// nothing near its end, which is what bounds c from below, but every
+// window's first answers bound it from above. Otherwise it is the latest
+// end of the first window whose earliest end, as the evidence narrower
+// than half a window puts it, is after recv.
+func (l *learner) vendorEnd(id windowID, recv time.Time, fb quotaheader.Feedback) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.windows[id]
 	if p == nil {
-		return time.Time{}, time.Time{}, false
+		return time.Time{}, false
 	}
 	if res := max(fb.ResetResolution.Microseconds(), 1); p.hasC && !fb.ResetInstant.IsZero() && p.per%res == 0 {
-		r := fb.ResetInstant.UnixMicro()
-		return time.UnixMicro(r + p.cLo), time.UnixMicro(r + p.cHi), true
+		return time.UnixMicro(fb.ResetInstant.UnixMicro() + p.cHi), true
 	}
-	a, b, ok := p.bounds()
+	lo, hi, ok := p.bounds()
 	if !ok {
-		return time.Time{}, time.Time{}, false
+		return time.Time{}, false
 	}
-	k := floorDiv(recv.UnixMicro()-a, p.per) + 1
-	return time.UnixMicro(a + k*p.per), time.UnixMicro(b + k*p.per), true
+	k := floorDiv(recv.UnixMicro()-lo, p.per) + 1
+	return time.UnixMicro(hi + k*p.per), true
 }
 
 // A grantCall is what this instance saw of the store call that granted

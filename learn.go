@@ -218,15 +218,14 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 // admit before that reset (otherwise the store call could change nothing).
 // windowEnd, when not zero, is when the anchored window of now ends
 // ([Limiter.anchor]). The vendor's window is then one of the anchored
-// windows: this one, or a later one when the vendor's window has already
-// turned while ours, anchored late by the evidence's width, has not. When
-// the evidence of where the vendor's window ends ([learner.vendorEnd],
-// the reset, the send) puts it in one of them, the reset is moved inside
-// it, a tolerance before its end, so that the store applies the remaining
-// quota to that window, however late the store gets the call. When it
-// may end in either of two, the remaining goes to the limit's log, as
-// when windowEnd is zero: a sync of the wrong window would fill it whole
-// (after a move, the windows of 11-12 of 30).
+// windows: the one whose end is nearest the vendor's (this one, or the
+// next when the vendor's window has already turned while ours, anchored
+// late by the evidence's width, has not), as the reset or, when earlier,
+// the answers bound it ([learner.vendorEnd]): the reset alone, read late
+// by its rounding and the Date's, put the vendor's last units of a 1 s
+// window in our next one, which they filled. The reset is moved inside
+// that window, a tolerance before its end, so that the store applies the
+// remaining quota to it, however late the store gets the call.
 func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader.Feedback, now, windowEnd time.Time) {
 	if fb.Remaining < 0 || fb.Reset.IsZero() || r.Learn.SyncResource != "" && fb.Resource != r.Learn.SyncResource {
 		return
@@ -243,7 +242,7 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 		// the end of our next window than of this one), and by the end
 		// the evidence of its windows allows.
 		reset := fb.Reset
-		if _, end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb); ok && end.Before(reset) {
+		if end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb); ok && end.Before(reset) {
 			reset = end
 		}
 		per := b.Limit.Per
@@ -283,31 +282,6 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 	}
 }
 
-// windowsTo returns how many windows of per after the one that ends at
-// end the first one that ends at or after t is: zero when end is.
-func windowsTo(end, t time.Time, per time.Duration) int64 {
-	if !t.After(end) {
-		return 0
-	}
-	return int64((t.Sub(end) + per - 1) / per)
-}
-
-// latest returns the later of a and b.
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// earliest returns the earlier of a and b.
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
 // syncMargin is how far before the end of an anchored window a sync
 // places the vendor's reset, so that the store applies it to that window
 // however late it gets the call.
@@ -334,7 +308,7 @@ func (lim *Limiter) pauseOf(r *rule, d *demand, id string, c learnConfig, limite
 	if exact && r.anchorIdx >= 0 && d != nil {
 		if i := d.limitOf(r.anchorIdx); i >= 0 {
 			b := d.Limits[i]
-			_, end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb)
+			end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb)
 			switch {
 			case !ok || end.After(fb.Reset.Add(fb.ResetResolution)):
 			case !end.After(now):
