@@ -37,12 +37,13 @@ func ReplayMode(s *Store) string {
 	return "none"
 }
 
-// TakeBatch decides ds, GCRA-only demands of one scope, in one batch
-// (take_batch.lua), as a flush of waiting demands does.
+// TakeBatch decides ds, demands of GCRA and Concurrency limits of one
+// scope, in one batch (take_batch.lua), as a flush of waiting demands
+// does.
 func TakeBatch(s *Store, ds []*quota.Demand) ([]quota.Decision, []error) {
 	calls := make([]*batchCall, len(ds))
 	for i, d := range ds {
-		calls[i] = &batchCall{d: d, done: make(chan struct{})}
+		calls[i] = newBatchCall(d, hasSlots(d))
 	}
 	s.sendBatch(calls)
 	decs, errs := make([]quota.Decision, len(ds)), make([]error, len(ds))
@@ -90,3 +91,13 @@ func ScriptParts() map[string][]string { return scriptParts }
 // ConfigCause names the configuration mistake behind a Redis error reply
 // on client, or "" (configCause).
 var ConfigCause = configCause
+
+// hasSlots reports whether d has a Concurrency limit.
+func hasSlots(d *quota.Demand) bool {
+	for i := range d.Limits {
+		if d.Limits[i].Limit.Algorithm == quota.Concurrency {
+			return true
+		}
+	}
+	return false
+}

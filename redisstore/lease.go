@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -170,7 +171,8 @@ func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 // watched, subscribed to the channels of the watched buckets only, and
 // closes it when the last watch stops, so an idle store holds no
 // connection or goroutine. Each release message wakes the oldest watcher
-// of its bucket in this store that has no wake-up pending; after a
+// of its bucket in this store that has no wake-up pending (a message of
+// n slots freed at once, the n oldest); after a
 // reconnection, which may have lost messages, every watcher wakes.
 //
 // It returns once Redis has confirmed the subscription, or after the
@@ -284,10 +286,19 @@ func (h *hub) read(ps *redis.PubSub, msgs <-chan any, done chan struct{}) {
 				}
 			}
 		case *redis.Message:
+			// The payload is how many slots were freed (take_batch.lua
+			// announces a run of releases at once): wake as many.
 			if w := h.chans[m.Channel]; w != nil {
+				n, err := strconv.Atoi(m.Payload)
+				if err != nil || n < 1 {
+					n = 1
+				}
 				for _, c := range w.waiters {
-					if signal(c) {
+					if n == 0 {
 						break
+					}
+					if signal(c) {
+						n--
 					}
 				}
 			}

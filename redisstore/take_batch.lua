@@ -1,35 +1,89 @@
 -- take_batch.lua: take_gcra.lua for several demands of one scope at once,
 -- decided in the order given, as if each were its own call at the same
--- instant. Take sends a batch when demands of one scope arrive while an
--- earlier call of that scope is in flight (WithBatching, batch.go): one
--- round trip, one TIME, one GET and one write per key however many
--- demands share it, instead of all of them per demand.
+-- instant; and the one script of a demand of GCRA and Concurrency limits
+-- (take.lua decides such a demand as well, in more commands: it is left
+-- to replies remembered, ReplayIDs). Take sends a batch when demands of
+-- one scope arrive while earlier calls of that scope are in flight
+-- (WithBatching, batch.go): one round trip, one TIME, one GET and one
+-- write per key however many demands share it, instead of all of them
+-- per demand.
 --
 -- Units as in prologue.lua.
 --
--- KEYS: for each demand in order, its pause keys, then its limit keys (one
--- per limit). A key may appear for several demands. All share one hash
--- tag {scope}; no other key is touched.
+-- KEYS: for each demand in order, its pause keys, then its GCRA limit
+-- keys, then its Concurrency limit keys (one per limit); then the
+-- concurrency keys of the leases released earlier that this call carries
+-- (ARGV[4] of them). A key may appear for several demands. All share one
+-- hash tag {scope}; no other key is touched.
 --
--- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
+-- ARGV[1], ARGV[2]  the clock and the call id (prologue.lua): "" when no
+--          demand has a Concurrency limit; else unique, and demand n's
+--          lease (its decision id) is "<id>.<n>"
 -- ARGV[3]  the number of demands; "N f" when the emission interval of a
 --          limit is not a whole number of microseconds, so that its
 --          arguments and arrival times may carry fractions (take_gcra.lua)
--- then per demand: P (pause keys), L (limits), MaxWait, then L pairs
---          charge = cost*T, allowance = Burst*T - cost*T (T = Per/Rate,
---          "q" or, with fractions, "q:r:Rate" and "q:r": take_gcra.lua);
---          or "=" alone for a demand the same as the one before it (the
---          same keys and arguments), which then has no keys of its own
---          either: demands of a batch are mostly alike, and each key or
---          argument costs Redis about 1100 instructions
+-- ARGV[4]  the number of leases released earlier, carried by this call
+-- then per demand: P (pause keys), G (GCRA limits), C (Concurrency
+--          limits), MaxWait, then G pairs charge = cost*T, allowance =
+--          Burst*T - cost*T (T = Per/Rate, "q" or, with fractions,
+--          "q:r:Rate" and "q:r": take_gcra.lua), then C pairs: the lease
+--          time (Per) and the slots (Rate less the headroom); or "=" alone
+--          for a demand the same as the one before it (the same keys and
+--          arguments), which then has no keys of its own either: demands
+--          of a batch are mostly alike, and each key or argument costs
+--          Redis about 1100 instructions
+-- then 2 per carried release, as in release.lua: the lease id, the
+--          channel announcing it
 --
--- Reply: a table: the clock (now), then one entry per demand. A demand of
--- one limit in whole microseconds granted at the clock gets the TAT it
--- set, an integer; any other gets take_gcra.lua's string, "1 delay -1 -1
--- now -1 TAT..." when granted (a TAT "us" or "us:frac"), "0 delay limit
--- pause" when refused. (A string costs Redis about 8k instructions per
--- demand, an integer in the table about 0.6k: in a batch of 64 demands
--- the strings were most of the work.)
+-- Concurrency limits decide as in take.lua: after the GCRA limits and
+-- pauses set the instant (and MaxWait allows it), every Concurrency
+-- limit needs a free slot now (fewer live leases than slots), or the
+-- demand is refused until one frees (the lease that, unless released,
+-- expires first); granted at the clock, it takes one slot of each, a
+-- lease "<id>.<n>" that expires Per from now; granted for a later
+-- instant (a reservation), it takes none (mark 0: claim.lua takes them
+-- when it comes due). A key's leases that expired are pruned when it is
+-- first read (ZREMRANGEBYSCORE), so ZCARD is then its live leases; the
+-- leases a batch adds are written once per key at the end (one ZADD),
+-- and its TTL raised to cover the latest. A call go-redis sends again is
+-- refused by the prologue (ReplayDetect); with no retries it is not sent
+-- again.
+--
+-- Carried releases: applied first, as in release.lua, by one ZREM per
+-- run of releases of the same key (Go sends them grouped), announced with
+-- one PUBLISH of the number removed (the watchers of the channel wake
+-- that many: lease.go). A second run removes nothing.
+--
+-- Reply: a table: the clock (now), then per demand either one string or
+-- integers. A demand granted at the clock whose GCRA limits (at most one)
+-- are in whole microseconds gets integers: the TAT its limit set (when it
+-- has one), then, when it has Concurrency limits, the slots left after
+-- its lease, the least over them (each lease's expiry is now + Per, which
+-- Go knows). Any other gets take_gcra.lua's string, "1 delay -1 -1 now
+-- remaining mark..." when granted (a mark per limit in the order above:
+-- TAT "us" or "us:frac", lease expiry, 0 for a slot left unclaimed;
+-- remaining, the slots left when granted at the clock with Concurrency
+-- limits, else -1), "0 delay limit pause" when refused (the limit as its
+-- 0-based index in the order above). (A string costs Redis about 8k
+-- instructions per demand, an integer in the table about 0.6k: in a batch
+-- of 64 demands the strings were most of the work.)
+
+-- Carried releases first; a second run is a no-op.
+local carried = tonumber(ARGV[4])
+if carried > 0 then
+  local k, last = #KEYS - carried + 1, #KEYS
+  while k <= last do
+    local key, arg = KEYS[k], #ARGV - 2 * (last - k) - 1
+    local channel, ids = ARGV[arg + 1], {ARGV[arg]}
+    k = k + 1
+    while k <= last and KEYS[k] == key do
+      ids[#ids + 1] = ARGV[#ARGV - 2 * (last - k) - 1]
+      k = k + 1
+    end
+    local removed = redis.call('ZREM', key, unpack(ids))
+    if removed > 0 then redis.call('PUBLISH', channel, removed) end
+  end
+end
 
 -- current holds every key read so far: its value as the demands decided
 -- so far left it (whole microseconds; with fractions, fraction holds the
@@ -71,18 +125,26 @@ else
   end
 end
 
+-- Concurrency keys: live[key] the live leases (those this batch added
+-- included), pending[key] the leases added and not yet written (expiry,
+-- id, ...), latest[key] the latest expiry added, fresh[key] true when the
+-- key held no live lease (so no TTL) when first read. slotKeys lists the
+-- keys with leases added, once each.
+local live, pending, latest, fresh, slotKeys = {}, {}, {}, {}, {}
+local nowArg -- now formatted, once a key is read
+
 local replies = {now}
-local readKey, readArg = 1, 4 -- where the next demand's keys and arguments start
--- The demand's first key and first pair, and its P, L and MaxWait: a
+local readKey, readArg = 1, 5 -- where the next demand's keys and arguments start
+-- The demand's first key and first pair, and its P, G, C and MaxWait: a
 -- demand "=" keeps the previous one's.
-local keyAt, argAt, pauses, limits, maxWait
+local keyAt, argAt, pauses, limits, slots, maxWait
 for demand = 1, demands do
   if ARGV[readArg] == '=' then
     readArg = readArg + 1
   else
-    pauses, limits = tonumber(ARGV[readArg]), tonumber(ARGV[readArg + 1])
-    keyAt, argAt, maxWait = readKey, readArg + 3, ARGV[readArg + 2]
-    readKey, readArg = readKey + pauses + limits, argAt + 2 * limits
+    pauses, limits, slots = tonumber(ARGV[readArg]), tonumber(ARGV[readArg + 1]), tonumber(ARGV[readArg + 2])
+    keyAt, argAt, maxWait = readKey, readArg + 4, ARGV[readArg + 3]
+    readKey, readArg = readKey + pauses + limits + slots, argAt + 2 * (limits + slots)
   end
   local nextKey, nextArg = keyAt, argAt
   local instant, pause, binding = now, -1, -1
@@ -107,17 +169,46 @@ for demand = 1, demands do
     end
     if earliest > instant then instant, binding = earliest, i end
   end
+  local refusal
   if instant > now and instant - now > tonumber(maxWait) then
-    replies[demand + 1] = fmt('0 %d %d %d', instant - now, binding, pause)
+    refusal = fmt('0 %d %d %d', instant - now, binding, pause)
+  end
+  -- Concurrency: a slot of each limit must be free now, whatever the
+  -- instant (take.lua). The ranks of the leases are read with the
+  -- batch's own leases written first.
+  local slotKey, slotArg = nextKey + limits, nextArg + 2 * limits
+  for j = 0, slots - 1 do
+    if refusal then break end
+    local key, capacity = KEYS[slotKey + j], tonumber(ARGV[slotArg + 2 * j + 1])
+    local count = live[key]
+    if not count then
+      nowArg = nowArg or fmt('%d', now)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', nowArg)
+      count = redis.call('ZCARD', key)
+      live[key], fresh[key] = count, count == 0
+    end
+    if count >= capacity then
+      if pending[key] and #pending[key] > 0 then
+        redis.call('ZADD', key, unpack(pending[key]))
+        pending[key] = {}
+      end
+      local frees = tonumber(redis.call('ZRANGE', key, count - capacity, count - capacity, 'WITHSCORES')[2])
+      if frees < instant then frees = instant end
+      refusal = fmt('0 %d %d -1', frees - now, limits + j)
+    end
+  end
+  if refusal then
+    replies[#replies + 1] = refusal
   else
-    local marks, tat = ''
+    -- short: the reply is integers, and the marks are not formatted.
+    local marks, tat, short = '', nil, exact and limits <= 1 and instant == now
     for i = 0, limits - 1 do
       local key = KEYS[nextKey + i]
       tat = current[key]
       if exact then
         if tat < instant then tat = instant end
         tat = tat + ARGV[nextArg + 2 * i]
-        if limits > 1 or instant > now then marks = marks .. ' ' .. fmt('%d', tat) end
+        if not short then marks = marks .. ' ' .. fmt('%d', tat) end
       else
         -- TAT' = max(TAT, instant) + charge, the fraction carried at Rate.
         local frac = fraction[key]
@@ -143,11 +234,55 @@ for demand = 1, demands do
       end
       current[key] = tat
     end
-    if exact and limits == 1 and instant == now then
-      replies[demand + 1] = tat
-    else
-      replies[demand + 1] = fmt('1 %d -1 -1 %d -1', instant - now, now) .. marks
+    -- The leases, when granted at the clock; left: the slots left.
+    local left = -1
+    if slots > 0 then
+      local lease = callID .. '.' .. demand
+      for j = 0, slots - 1 do
+        local key = KEYS[slotKey + j]
+        if instant > now then
+          marks = marks .. ' 0'
+        else
+          local expiry = now + ARGV[slotArg + 2 * j]
+          local adds = pending[key]
+          if not adds then
+            adds = {}
+            pending[key] = adds
+          end
+          if not latest[key] then
+            slotKeys[#slotKeys + 1] = key
+            latest[key] = expiry
+          elseif expiry > latest[key] then
+            latest[key] = expiry
+          end
+          adds[#adds + 1] = fmt('%d', expiry)
+          adds[#adds + 1] = lease
+          live[key] = live[key] + 1
+          local free = ARGV[slotArg + 2 * j + 1] - live[key]
+          if left < 0 or free < left then left = free end
+          if not short then marks = marks .. ' ' .. fmt('%d', expiry) end
+        end
+      end
     end
+    if short then
+      if limits == 1 then replies[#replies + 1] = tat end
+      if slots > 0 then replies[#replies + 1] = left end
+    else
+      replies[#replies + 1] = fmt('1 %d -1 -1 %d %d', instant - now, now, left) .. marks
+    end
+  end
+end
+
+-- Write the leases added, one ZADD per key, and raise the key's TTL to
+-- cover the latest (a key that held none has no TTL: GT would not set
+-- one).
+for _, key in ipairs(slotKeys) do
+  if #pending[key] > 0 then redis.call('ZADD', key, unpack(pending[key])) end
+  local ttl = math.ceil((latest[key] - now) / 1000) + slack
+  if fresh[key] then
+    redis.call('PEXPIRE', key, ttl)
+  else
+    redis.call('PEXPIRE', key, ttl, 'GT')
   end
 end
 
