@@ -68,6 +68,11 @@ func throughput(ctx context.Context, e *env, cfg config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.only != nil { // the baseline's index stays 1 (printThroughput)
+		cts = slices.DeleteFunc(cts, func(ct contender) bool {
+			return ct.name != cts[0].name && ct.name != cts[1].name && !cfg.only.MatchString(ct.name)
+		})
+	}
 	for _, ct := range cts { // warm up: scripts, connections
 		if ok, _, err := ct.decide(ctx); err != nil || !ok && !ct.local {
 			return fmt.Errorf("%s: warm-up: ok=%v, %v", ct.name, ok, err)

@@ -132,12 +132,15 @@ end
 -- keys with leases added, once each.
 local live, pending, latest, fresh, slotKeys = {}, {}, {}, {}, {}
 local nowArg -- now formatted, once a key is read
+local lastExpiry, expiryArg -- the latest lease expiry added, and formatted
 
 local replies = {now}
 local readKey, readArg = 1, 5 -- where the next demand's keys and arguments start
--- The demand's first key and first pair, and its P, G, C and MaxWait: a
--- demand "=" keeps the previous one's.
-local keyAt, argAt, pauses, limits, slots, maxWait
+-- The demand's first key and first pair, its P, G, C and MaxWait, and
+-- num[k] the pairs' arguments from the first (0) as numbers (nil for a
+-- "q:r" with fractions): a demand "=" keeps the previous one's, parsed
+-- once (each tonumber, or arithmetic on an argument, is a strtod).
+local keyAt, argAt, pauses, limits, slots, maxWait, num
 for demand = 1, demands do
   if ARGV[readArg] == '=' then
     readArg = readArg + 1
@@ -145,6 +148,8 @@ for demand = 1, demands do
     pauses, limits, slots = tonumber(ARGV[readArg]), tonumber(ARGV[readArg + 1]), tonumber(ARGV[readArg + 2])
     keyAt, argAt, maxWait = readKey, readArg + 4, ARGV[readArg + 3]
     readKey, readArg = readKey + pauses + limits + slots, argAt + 2 * (limits + slots)
+    num = {}
+    for k = 0, 2 * (limits + slots) - 1 do num[k] = tonumber(ARGV[argAt + k]) end
   end
   local nextKey, nextArg = keyAt, argAt
   local instant, pause, binding = now, -1, -1
@@ -156,10 +161,10 @@ for demand = 1, demands do
   for i = 0, limits - 1 do
     local earliest
     if exact then
-      earliest = get(KEYS[nextKey + i]) - ARGV[nextArg + 2 * i + 1]
+      earliest = get(KEYS[nextKey + i]) - num[2 * i + 1]
     else
       -- ceil(TAT - allowance): tat - q, plus 1 if frac > r.
-      local key, room, roomFrac = KEYS[nextKey + i], tonumber(ARGV[nextArg + 2 * i + 1]), 0
+      local key, room, roomFrac = KEYS[nextKey + i], num[2 * i + 1], 0
       if not room then
         local q, r = string.match(ARGV[nextArg + 2 * i + 1], '^(%d+):(%d+)$')
         room, roomFrac = tonumber(q), tonumber(r)
@@ -176,10 +181,10 @@ for demand = 1, demands do
   -- Concurrency: a slot of each limit must be free now, whatever the
   -- instant (take.lua). The ranks of the leases are read with the
   -- batch's own leases written first.
-  local slotKey, slotArg = nextKey + limits, nextArg + 2 * limits
+  local slotKey = nextKey + limits
   for j = 0, slots - 1 do
     if refusal then break end
-    local key, capacity = KEYS[slotKey + j], tonumber(ARGV[slotArg + 2 * j + 1])
+    local key, capacity = KEYS[slotKey + j], num[2 * (limits + j) + 1]
     local count = live[key]
     if not count then
       nowArg = nowArg or fmt('%d', now)
@@ -207,13 +212,13 @@ for demand = 1, demands do
       tat = current[key]
       if exact then
         if tat < instant then tat = instant end
-        tat = tat + ARGV[nextArg + 2 * i]
+        tat = tat + num[2 * i]
         if not short then marks = marks .. ' ' .. fmt('%d', tat) end
       else
         -- TAT' = max(TAT, instant) + charge, the fraction carried at Rate.
         local frac = fraction[key]
         if tat < instant then tat, frac = instant, 0 end
-        local charge = tonumber(ARGV[nextArg + 2 * i])
+        local charge = num[2 * i]
         if charge then
           tat = tat + charge
         else
@@ -243,7 +248,7 @@ for demand = 1, demands do
         if instant > now then
           marks = marks .. ' 0'
         else
-          local expiry = now + ARGV[slotArg + 2 * j]
+          local expiry = now + num[2 * (limits + j)]
           local adds = pending[key]
           if not adds then
             adds = {}
@@ -255,12 +260,13 @@ for demand = 1, demands do
           elseif expiry > latest[key] then
             latest[key] = expiry
           end
-          adds[#adds + 1] = fmt('%d', expiry)
+          if expiry ~= lastExpiry then lastExpiry, expiryArg = expiry, fmt('%d', expiry) end
+          adds[#adds + 1] = expiryArg
           adds[#adds + 1] = lease
           live[key] = live[key] + 1
-          local free = ARGV[slotArg + 2 * j + 1] - live[key]
+          local free = num[2 * (limits + j) + 1] - live[key]
           if left < 0 or free < left then left = free end
-          if not short then marks = marks .. ' ' .. fmt('%d', expiry) end
+          if not short then marks = marks .. ' ' .. expiryArg end
         end
       end
     end
