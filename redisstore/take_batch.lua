@@ -74,14 +74,23 @@ if carried > 0 then
   local k, last = #KEYS - carried + 1, #KEYS
   while k <= last do
     local key, arg = KEYS[k], #ARGV - 2 * (last - k) - 1
-    local channel, ids = ARGV[arg + 1], {ARGV[arg]}
+    local channel, removed = ARGV[arg + 1], 0
     k = k + 1
-    while k <= last and KEYS[k] == key do
-      ids[#ids + 1] = ARGV[#ARGV - 2 * (last - k) - 1]
-      k = k + 1
+    if k > last or KEYS[k] ~= key then
+      removed = redis.call('ZREM', key, ARGV[arg])
+    else
+      local ids = {ARGV[arg]}
+      while k <= last and KEYS[k] == key do
+        ids[#ids + 1] = ARGV[#ARGV - 2 * (last - k) - 1]
+        k = k + 1
+      end
+      removed = redis.call('ZREM', key, unpack(ids))
     end
-    local removed = redis.call('ZREM', key, unpack(ids))
-    if removed > 0 then redis.call('PUBLISH', channel, removed) end
+    if removed == 1 then
+      redis.call('PUBLISH', channel, '1')
+    elseif removed > 1 then
+      redis.call('PUBLISH', channel, fmt('%d', removed))
+    end
   end
 end
 
@@ -125,13 +134,12 @@ else
   end
 end
 
--- Concurrency keys: live[key] the live leases (those this batch added
--- included), pending[key] the leases added and not yet written (expiry,
--- id, ...), latest[key] the latest expiry added, fresh[key] true when the
--- key held no live lease (so no TTL) when first read. slotKeys lists the
--- keys with leases added, once each.
-local live, pending, latest, fresh, slotKeys = {}, {}, {}, {}, {}
-local nowArg -- now formatted, once a key is read
+-- Concurrency keys, once one is read: slot[key] = {live leases (those
+-- this batch added included), true when the key held none when read (so
+-- no TTL), the latest expiry added (0: none), n, then from the 5th to the
+-- nth the leases added and not yet written (expiry, id, ...)}; slotKeys
+-- lists the keys with leases added, once each.
+local slot, slotKeys
 local lastExpiry, expiryArg -- the latest lease expiry added, and formatted
 
 local replies = {now}
@@ -185,17 +193,19 @@ for demand = 1, demands do
   for j = 0, slots - 1 do
     if refusal then break end
     local key, capacity = KEYS[slotKey + j], num[2 * (limits + j) + 1]
-    local count = live[key]
-    if not count then
-      nowArg = nowArg or fmt('%d', now)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', nowArg)
-      count = redis.call('ZCARD', key)
-      live[key], fresh[key] = count, count == 0
+    if not slot then slot, slotKeys = {}, {} end
+    local st = slot[key]
+    if not st then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now))
+      local leases = redis.call('ZCARD', key)
+      st = {leases, leases == 0, 0, 4}
+      slot[key] = st
     end
+    local count = st[1]
     if count >= capacity then
-      if pending[key] and #pending[key] > 0 then
-        redis.call('ZADD', key, unpack(pending[key]))
-        pending[key] = {}
+      if st[4] > 4 then
+        redis.call('ZADD', key, unpack(st, 5, st[4]))
+        st[4] = 4
       end
       local frees = tonumber(redis.call('ZRANGE', key, count - capacity, count - capacity, 'WITHSCORES')[2])
       if frees < instant then frees = instant end
@@ -248,23 +258,14 @@ for demand = 1, demands do
         if instant > now then
           marks = marks .. ' 0'
         else
-          local expiry = now + num[2 * (limits + j)]
-          local adds = pending[key]
-          if not adds then
-            adds = {}
-            pending[key] = adds
-          end
-          if not latest[key] then
-            slotKeys[#slotKeys + 1] = key
-            latest[key] = expiry
-          elseif expiry > latest[key] then
-            latest[key] = expiry
-          end
+          local expiry, st = now + num[2 * (limits + j)], slot[key]
+          if st[3] == 0 then slotKeys[#slotKeys + 1] = key end
+          if expiry > st[3] then st[3] = expiry end
           if expiry ~= lastExpiry then lastExpiry, expiryArg = expiry, fmt('%d', expiry) end
-          adds[#adds + 1] = expiryArg
-          adds[#adds + 1] = lease
-          live[key] = live[key] + 1
-          local free = num[2 * (limits + j) + 1] - live[key]
+          local n = st[4] + 2
+          st[n - 1], st[n], st[4] = expiryArg, lease, n
+          st[1] = st[1] + 1
+          local free = num[2 * (limits + j) + 1] - st[1]
           if left < 0 or free < left then left = free end
           if not short then marks = marks .. ' ' .. expiryArg end
         end
@@ -282,10 +283,11 @@ end
 -- Write the leases added, one ZADD per key, and raise the key's TTL to
 -- cover the latest (a key that held none has no TTL: GT would not set
 -- one).
-for _, key in ipairs(slotKeys) do
-  if #pending[key] > 0 then redis.call('ZADD', key, unpack(pending[key])) end
-  local ttl = math.ceil((latest[key] - now) / 1000) + slack
-  if fresh[key] then
+for _, key in ipairs(slotKeys or {}) do
+  local st = slot[key]
+  if st[4] > 4 then redis.call('ZADD', key, unpack(st, 5, st[4])) end
+  local ttl = math.ceil((st[3] - now) / 1000) + slack
+  if st[2] then
     redis.call('PEXPIRE', key, ttl)
   else
     redis.call('PEXPIRE', key, ttl, 'GT')
