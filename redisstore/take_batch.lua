@@ -148,7 +148,10 @@ local readKey, readArg = 1, 5 -- where the next demand's keys and arguments star
 -- num[k] the pairs' arguments from the first (0) as numbers (nil for a
 -- "q:r" with fractions): a demand "=" keeps the previous one's, parsed
 -- once (each tonumber, or arithmetic on an argument, is a strtod).
-local keyAt, argAt, pauses, limits, slots, maxWait, num
+-- pausedUntil and pausedBy: the latest end of the demand's pauses (not
+-- before now) and the first pause that has it (-1: none), the same for a
+-- demand "=" (no script writes a pause key in a batch).
+local keyAt, argAt, pauses, limits, slots, maxWait, num, pausedUntil, pausedBy
 for demand = 1, demands do
   if ARGV[readArg] == '=' then
     readArg = readArg + 1
@@ -158,14 +161,14 @@ for demand = 1, demands do
     readKey, readArg = readKey + pauses + limits + slots, argAt + 2 * (limits + slots)
     num = {}
     for k = 0, 2 * (limits + slots) - 1 do num[k] = tonumber(ARGV[argAt + k]) end
+    pausedUntil, pausedBy = now, -1
+    for i = 0, pauses - 1 do
+      local pauseEnd = get(KEYS[keyAt + i])
+      if pauseEnd > pausedUntil then pausedUntil, pausedBy = pauseEnd, i end
+    end
   end
-  local nextKey, nextArg = keyAt, argAt
-  local instant, pause, binding = now, -1, -1
-  for i = 0, pauses - 1 do
-    local pauseEnd = get(KEYS[nextKey + i])
-    if pauseEnd > instant then instant, pause = pauseEnd, i end
-  end
-  nextKey = nextKey + pauses
+  local nextKey, nextArg = keyAt + pauses, argAt
+  local instant, pause, binding = pausedUntil, pausedBy, -1
   for i = 0, limits - 1 do
     local earliest
     if exact then
