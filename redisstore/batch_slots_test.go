@@ -45,21 +45,26 @@ func randomSlotDemand(rng *rand.Rand, limits []quota.Limit) *quota.Demand {
 // claim (a reservation come due) and let expire the same leases. The
 // decisions (marks, Remaining and ResetAfter included), the claims and the
 // live leases of every slot key must be the same.
+//
+// "lone" runs batches of one demand of one GCRA limit (whole
+// microseconds), one Concurrency limit and at most one pause, which
+// take_batch.lua decides in straight lines.
 func TestTakeBatchSlotsMatchTake(t *testing.T) {
 	for _, limits := range []struct {
 		name string
 		ls   []quota.Limit
-	}{{"fractions", gcraLimits}, {"exact", exactLimits}} {
+		lone bool
+	}{{"fractions", gcraLimits, false}, {"exact", exactLimits, false}, {"lone", exactLimits, true}} {
 		for seed := uint64(1); seed <= 2; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", limits.name, seed), func(t *testing.T) {
 				t.Parallel()
-				compareSlotBatches(t, limits.ls, seed)
+				compareSlotBatches(t, limits.ls, limits.lone, seed)
 			})
 		}
 	}
 }
 
-func compareSlotBatches(t *testing.T, limits []quota.Limit, seed uint64) {
+func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 17))
 	clock := storetest.NewClock(storetest.Start)
 	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithGenericTake())
@@ -73,8 +78,16 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, seed uint64) {
 			require.NoError(t, single.Pause(ctx(t), "s", key, d))
 		}
 		ds := make([]*quota.Demand, 1+rng.IntN(6))
+		if lone {
+			ds = ds[:1]
+		}
 		for i := range ds {
 			ds[i] = randomSlotDemand(rng, limits)
+			if lone {
+				d := ds[i]
+				d.Limits = []quota.Bucket{{Limit: limits[rng.IntN(len(limits))], Key: "x"}, {Limit: slotLimits[rng.IntN(len(slotLimits))], Key: "x"}}
+				d.Pauses = d.Pauses[:min(len(d.Pauses), 1)]
+			}
 			if i > 0 && rng.IntN(3) == 0 { // sent as "="
 				again := *ds[i-1]
 				ds[i] = &again

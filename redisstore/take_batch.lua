@@ -101,6 +101,59 @@ end
 -- whole microseconds runs what it ran before fractions were kept.
 local demands, exact = tonumber(ARGV[3]), true
 if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), false end
+
+-- A lone demand of at most one pause, one GCRA limit in whole
+-- microseconds and one Concurrency limit, the common in-flight demand
+-- (a request's rate and its slot): the decision below in straight lines,
+-- without tables or closures (they cost a third of such a call), the same
+-- reply. TestTakeBatchSlotsMatchTake checks both paths against take.lua.
+if demands == 1 and exact and ARGV[6] == '1' and ARGV[7] == '1' and (ARGV[5] == '0' or ARGV[5] == '1') then
+  local pauses = tonumber(ARGV[5])
+  local instant, pause = now, -1
+  if pauses == 1 then
+    local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
+    if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
+  end
+  -- ARGV[8] MaxWait, [9] charge, [10] allowance, [11] lease time, [12] slots
+  local key, slotKey = KEYS[pauses + 1], KEYS[pauses + 2]
+  local old = tonumber(redis.call('GET', key)) or 0
+  local binding, earliest = -1, old - ARGV[10]
+  if earliest > instant then instant, binding = earliest, 0 end
+  if instant > now and instant - now > tonumber(ARGV[8]) then
+    return {now, fmt('0 %d %d %d', instant - now, binding, pause)}
+  end
+  local capacity = tonumber(ARGV[12])
+  redis.call('ZREMRANGEBYSCORE', slotKey, '-inf', fmt('%d', now))
+  local leases = redis.call('ZCARD', slotKey)
+  if leases >= capacity then
+    local frees = tonumber(redis.call('ZRANGE', slotKey, leases - capacity, leases - capacity, 'WITHSCORES')[2])
+    if frees < instant then frees = instant end
+    return {now, fmt('0 %d 1 -1', frees - now)}
+  end
+  local tat = old
+  if tat < instant then tat = instant end
+  tat = tat + ARGV[9]
+  if slack > 0 then
+    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+    redis.call('INCRBY', key, fmt('%d', tat - old))
+  else
+    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+  end
+  if instant > now then
+    return {now, fmt('1 %d -1 -1 %d -1 %d 0', instant - now, now, tat)}
+  end
+  local expiry = now + ARGV[11]
+  redis.call('ZADD', slotKey, fmt('%d', expiry), callID .. '.1')
+  local ttl = math.ceil((expiry - now) / 1000) + slack
+  if leases == 0 then
+    redis.call('PEXPIRE', slotKey, ttl)
+  else
+    redis.call('PEXPIRE', slotKey, ttl, 'GT')
+  end
+  return {now, tat, capacity - leases - 1}
+end
+
 local current, stored, changed = {}, {}, {}
 local fraction, storedFrac
 if not exact then fraction, storedFrac = {}, {} end
