@@ -178,21 +178,35 @@ func (s *Store) next(scope string, q *batchQueue) {
 	b := &s.batch
 	b.mu.Lock()
 	if len(q.pending) == 0 {
-		s.leave(scope, q)
+		idle := s.leave(scope, q)
 		b.mu.Unlock()
+		if idle {
+			s.releases.arm(s, scope)
+		}
 		return
 	}
 	b.mu.Unlock()
 	go s.flush(scope, q)
 }
 
-// leave gives up a place in flight of q, and drops q when it is idle. The
-// caller holds s.batch.mu.
-func (s *Store) leave(scope string, q *batchQueue) {
+// leave gives up a place in flight of q, and drops q when it is idle,
+// which it reports. The caller holds s.batch.mu, and when q is idle arms
+// the send of the scope's queued releases after unlocking
+// (releaseQueue.arm: the lock order is releases, then batch).
+func (s *Store) leave(scope string, q *batchQueue) bool {
 	if q.inflight--; q.inflight == 0 && len(q.pending) == 0 {
 		delete(s.batch.queues, scope)
 		s.batch.spare = q
+		return true
 	}
+	return false
+}
+
+// inFlight reports whether a take of scope is in flight.
+func (s *Store) inFlight(scope string) bool {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.queues[scope] != nil
 }
 
 // flush sends q's waiting demands in batches of at most s.batchMax until
@@ -212,8 +226,11 @@ func (s *Store) flush(scope string, q *batchQueue) {
 		clear(q.pending[rest:])
 		q.pending = q.pending[:rest]
 		if len(calls) == 0 && rest == 0 {
-			s.leave(scope, q)
+			idle := s.leave(scope, q)
 			b.mu.Unlock()
+			if idle {
+				s.releases.arm(s, scope)
+			}
 			return
 		}
 		b.mu.Unlock()
