@@ -57,7 +57,7 @@ func TakeBatch(s *Store, ds []*quota.Demand) ([]quota.Decision, []error) {
 // WithBatchInFlight sets how many calls of a scope may be in flight
 // before demands wait to go together (BatchInFlight by default).
 func WithBatchInFlight(n int) Option {
-	return func(s *Store) { s.batchInFlight = n }
+	return func(s *Store) { s.batchInFlight, s.slotInFlight = n, n }
 }
 
 // WithReleaseLinger sets how long released leases wait for a take or

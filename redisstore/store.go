@@ -41,6 +41,7 @@ type Store struct {
 	linger        time.Duration // releases.go: releaseLinger, but in tests
 	batchMax      int           // WithBatching; below 2: no batches
 	batchInFlight int           // calls of a scope in flight before demands wait
+	slotInFlight  int           // the same for demands with Concurrency limits
 	batch         batcher       // batch.go
 	deadlines     callDeadlines
 }
@@ -61,7 +62,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, linger: releaseLinger}
+	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, slotInFlight: slotBatchInFlight, linger: releaseLinger}
 	for _, o := range opts {
 		o(s)
 	}
