@@ -229,11 +229,14 @@ func TestArrivalTimesExact(t *testing.T) {
 			c := newClient(t, srv.Addr())
 			prefix := redistest.Prefix(t)
 			s := newStoreOn(t, c, prefix, tc.opts...)
-			// T = 3333 1/3 µs, and 2678.4 µs: 100 charges reserve 0.3 s
-			// ahead, so every charge lands on the last one's arrival time.
+			// T = 33333 1/3 µs, and 38262 6/7 µs: 100 charges (150
+			// units) reserve 5 s ahead, so every charge lands on the last
+			// one's arrival time however slowly a loaded machine makes
+			// them (at 10 ms and 2678.4 µs they reserved 0.3 s, which 100
+			// calls under -race at load outran).
 			for _, l := range []quota.Limit{
-				{Name: "third", Rate: 3, Per: 10 * time.Millisecond, Burst: 2},
-				{Name: "month", Rate: 1_000_000_000, Per: 31 * 24 * time.Hour, Burst: 2},
+				{Name: "third", Rate: 3, Per: 100 * time.Millisecond, Burst: 2},
+				{Name: "month", Rate: 70_000_000, Per: 31 * 24 * time.Hour, Burst: 2},
 			} {
 				q := quotamath.Of(l)
 				key := prefix + "v1:{exact}:G:" + l.Name + ":"
