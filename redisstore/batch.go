@@ -101,9 +101,10 @@ type batchCall struct {
 }
 
 // newBatchCall returns the call of d, a demand of GCRA and Concurrency
-// limits; slots: d has Concurrency limits.
+// limits; slots: d has Concurrency limits. A call that waits in a queue
+// needs its done channel too.
 func newBatchCall(d *quota.Demand, slots bool) *batchCall {
-	c := &batchCall{d: d, done: make(chan struct{})}
+	c := &batchCall{d: d}
 	if slots {
 		for i := range d.Limits {
 			if d.Limits[i].Limit.Algorithm == quota.Concurrency {
@@ -172,6 +173,7 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand, slots bool) (q
 		return dec, err
 	}
 	c := newBatchCall(d, slots)
+	c.done = make(chan struct{})
 	q.pending = append(q.pending, c)
 	b.mu.Unlock()
 

@@ -44,6 +44,7 @@ func TakeBatch(s *Store, ds []*quota.Demand) ([]quota.Decision, []error) {
 	calls := make([]*batchCall, len(ds))
 	for i, d := range ds {
 		calls[i] = newBatchCall(d, hasSlots(d))
+		calls[i].done = make(chan struct{})
 	}
 	s.sendBatch(calls)
 	decs, errs := make([]quota.Decision, len(ds)), make([]error, len(ds))

@@ -119,15 +119,23 @@ func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision
 // channel, which wakes waiters (WatchRelease). Releasing twice does
 // nothing.
 func (s *Store) Release(_ context.Context, r *quota.Reservation) error {
-	var rs []leaseRelease
-	until := time.Now()
-	_, err := s.leaseKeys(r, func(ks keys, b *quota.Bucket) {
-		rs = append(rs, leaseRelease{key: ks.limit(b), id: r.ID, channel: ks.released(b), until: until.Add(b.Limit.Per)})
-	})
-	if err != nil {
-		return fmt.Errorf("redisstore: release: %w", err)
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) || r.ID == "" {
+		return errors.New("redisstore: release: malformed reservation")
 	}
-	s.releases.add(s, r.Demand.Scope, rs, s.linger)
+	d := r.Demand
+	var ks keys
+	var buf [2]leaseRelease
+	rs := buf[:0]
+	until := time.Now()
+	for i := range d.Limits {
+		if b := &d.Limits[i]; b.Limit.Algorithm == quota.Concurrency {
+			if ks.base == "" {
+				ks = newKeys(s.prefix, d.Scope)
+			}
+			rs = append(rs, leaseRelease{key: ks.limit(b), id: r.ID, channel: ks.released(b), until: until.Add(b.Limit.Per)})
+		}
+	}
+	s.releases.add(s, d.Scope, rs, s.linger)
 	return nil
 }
 

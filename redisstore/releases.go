@@ -54,6 +54,7 @@ type scopeReleases struct {
 
 // add queues rs of scope and schedules their send, after delay, unless
 // one is scheduled or in flight (which schedules the next when it ends).
+// add copies rs.
 func (q *releaseQueue) add(s *Store, scope string, rs []leaseRelease, delay time.Duration) {
 	if len(rs) == 0 {
 		return
