@@ -214,8 +214,8 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	// windows may end.
 	if d.place == nil {
 		now := lim.now()
-		if lim.lateGrant(d, now) {
-			ev.Late++
+		var hold bool
+		if decided, hold = lim.lateHold(ctx, d, ev, decided, now); hold {
 			return heldGrant{now}
 		}
 		if until, hold := lim.anchorHold(ctx, d, decided, now); hold {

@@ -115,10 +115,11 @@ type DecisionEvent struct {
 	Remaining  int64         // what the rule's limits admit now after a grant (quota.Decision)
 	ResetAfter time.Duration // until the grant's charge stops counting (quota.Decision)
 
-	Class  string // the request's [Class], if it has one
-	Tenant string // the tenant of its first shared limit ([Limit].Tenant), escaped; a key, so hash secrets
-	Tries  int    // store decisions made for it: more than 1 when it waited in line to ask again (lane.go)
-	Late   int    // grants given back because their answer came too late to send on them, each decided again (late.go)
+	Class   string // the request's [Class], if it has one
+	Tenant  string // the tenant of its first shared limit ([Limit].Tenant), escaped; a key, so hash secrets
+	Tries   int    // store decisions made for it: more than 1 when it waited in line to ask again (lane.go)
+	Late    int    // grants whose answer came too late to send on them: each retimed to the send, or given back and decided again (late.go)
+	Retimed int    // of the late grants, those whose charge moved to the send instead (quota.Retimer)
 }
 
 // WithHooks makes the transport report its decisions to h.

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"math/bits"
 	"sync"
 	"time"
@@ -23,17 +24,60 @@ import (
 // lag that varies does: a sliding log (or window, or GCRA) that is full
 // frees the unit of its oldest charge Per after that charge, and if that
 // charge's request was sent late, the vendor sees the next grant's
-// request within Per of it, one over. So the lag that counts is the
-// excess over the store's usual latency ([usualLatency]), and a grant is
-// late when that excess is more than lateTolerance of one of its limits. A fixed window is different: its charge counts wherever in the
-// window the request arrives, so a grant is late only if its window may
-// also have ended before the send.
+// request within Per of it, one over. What the vendor forgives is the
+// spread of the lags, from the least a prompt answer has; so the lag that
+// counts is the excess over the store's usual latency ([usualLatency],
+// what its fastest answers take), and a grant is late when that excess
+// is more than lateTolerance of one of its limits. A fixed window is
+// different: its charge counts wherever in the window the request
+// arrives, so a grant is late only if its window may also have ended
+// before the send.
 //
-// A late grant is given back and its demand decided again at once, by the
+// A late grant is retimed where the store can ([quota.Retimer]): its
+// charge moves to the instant of the retime, just before the send, and
+// keeps its place if the limits have room there ([Limiter.lateHold]).
+// Otherwise it is given back and its demand decided again at once, by the
 // loop that gives back a grant held out of an anchored window's end
 // ([Limiter.obtain]): the second decision is charged at an instant close
 // to the send, or refused if the quota went meanwhile. Nothing is held
 // and nothing is admitted that a prompt store would not have admitted.
+// Giving back costs the request its place (the units it frees go to the
+// reservations ahead), which a loaded machine, whose own lag makes grants
+// late, pays often; a retime costs one round trip.
+
+// lateHold judges d's grant, charged at decided, at now ([Limiter.lateGrant])
+// and moves a late one to the send ([Limiter.retime]), judging the moved
+// grant again, at most lateRetimes times. It returns the instant the
+// grant is charged at, and whether it must still be given back and
+// decided again: late, and not retimed. Retimed grants count in
+// ev.Retimed, late ones in ev.Late.
+func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, decided, now time.Time) (time.Time, bool) {
+	for range lateRetimes {
+		if !lim.lateGrant(d, now) {
+			return decided, false
+		}
+		ev.Late++
+		dec, ok := lim.retime(ctx, d, d.granted)
+		if !ok {
+			return decided, true
+		}
+		ev.Retimed++
+		if d.held == d.granted {
+			d.held = dec.Reservation // the same slots: a retime moves no lease
+		}
+		d.granted, decided, now = dec.Reservation, d.due, lim.now()
+	}
+	if lim.lateGrant(d, now) {
+		ev.Late++
+		return decided, true
+	}
+	return decided, false
+}
+
+// lateRetimes is how many times in a row a late grant is retimed before
+// it is given back: each retime of a store slow for good is late too,
+// with a tolerance that doubles after the first lateFirm (lateBackoff).
+const lateRetimes = 3
 
 // lateTolerance is the lag beyond the store's usual latency that a
 // request of limit l may have at the vendor: a twentieth of its window,
@@ -53,9 +97,11 @@ const lateToleranceMax = 100 * time.Millisecond
 // lateGrant reports whether d's grant, with the call's latency and its
 // window end recorded by takeStore, is late if its request is sent now.
 // Each late grant of the same request doubles the tolerance after the
-// first two (lateBackoff), so that a store whose every answer is slow
-// (one slow Cluster node, a Redis moved far away) still lets requests go,
-// after a few decisions each, until its usual latency has risen.
+// first lateFirm (lateBackoff), so that a store whose every answer is
+// slow (one slow Cluster node, a Redis moved far away) still lets
+// requests go, after a few retimes or decisions each, until its usual
+// latency has risen. Until the store has answered usualMin calls, its
+// usual latency counts as zero: the whole latency is the lag.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if d.due.IsZero() {
 		// Off ([Breaker].LateGrants: takeStore records due only then), a
@@ -69,10 +115,7 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 		// again would take its turn from the others.
 		return false
 	}
-	usual, ok := lim.failover().usual.at(now)
-	if !ok {
-		return false // too few answers yet to tell a late one
-	}
+	usual, _ := lim.failover().usual.at(now) // 0 until it has answered usualMin calls
 	// The store's part of the lag, and the whole of it: what the machine
 	// adds after the answer (a late timer, a busy scheduler) a prompt
 	// store's grants get too, so it counts only beyond a second tolerance.
@@ -99,10 +142,18 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 }
 
 // lateBackoff is tol for a request that had late grants before: doubled
-// for each after the first, up to 2^20 times.
+// for each after the first lateFirm, up to 2^20 times.
 func lateBackoff(tol time.Duration, late int) time.Duration {
-	return tol << min(max(late-1, 0), 20)
+	return tol << min(max(late-lateFirm+1, 0), 20)
 }
+
+// lateFirm is how many late grants of a request are judged at the
+// tolerance itself. A retime's answer may be late too (a tenth of a slow
+// link's replies, or a Redis stopped meanwhile), and a tolerance widened
+// at the third would send its request with a lag the vendor may not
+// forgive (measured: 220-290 ms lags after two retimes, with the vendor
+// forgiving 200).
+const lateFirm = 4
 
 // grantWindowEnd returns, for a grant dec of demand dm answered by a call
 // that started at asked, the earliest instant at which the fixed windows
@@ -140,13 +191,18 @@ func grantWindowEnd(dm *quota.Demand, dec quota.Decision, asked time.Time) time.
 const usualPeriod = 10 * time.Second
 
 // usualQuantile is the share of the store's recent answers at least as
-// fast as its usual latency. Below 0.9, so that a tenth of the answers
-// delayed does not move it; above the median, so that a loaded machine,
-// on which every call takes longer, does not make most answers late.
-const usualQuantile = 0.8
+// fast as its usual latency: the fastest tenth, the lower end of the
+// lags that the vendor sees spread. A Redis stopped for a second stalls
+// every call in flight, and an instance's calls then all answer a second
+// late: a quarter of a period's answers in the slow-store fleet, which
+// moved a high quantile (0.8) to 300 ms and let grants that late go; the
+// median still let 150-260 ms lags go. A loaded machine, on which most
+// calls take longer, makes more of its grants late than a higher quantile
+// would; each costs a retime, one round trip that keeps its place.
+const usualQuantile = 0.1
 
-// usualMin is how many answers the usual latency needs; with fewer, no
-// grant is judged late.
+// usualMin is how many answers the usual latency needs; with fewer, it
+// counts as zero (lateGrant).
 const usualMin = 64
 
 // latencyBuckets is the resolution of [usualLatency]: a quarter of an
@@ -158,7 +214,7 @@ const latencyBuckets = 128
 // answered took at most: what a prompt answer takes, however slow the
 // slow ones are. A store that is slow for good (a distant Redis) raises
 // it within two periods; a stall of a second does not, since its answers
-// are few among a period's, nor does an idle spell. Safe for concurrent
+// are all slow, nor does an idle spell. Safe for concurrent
 // use; the zero value is ready.
 type usualLatency struct {
 	mu        sync.Mutex
@@ -199,7 +255,8 @@ func (u *usualLatency) observe(took time.Duration, now time.Time) {
 
 // at returns the usual latency at now, and false when fewer than
 // usualMin answers count: a cold start's answers are slow (connections,
-// scripts to load), and make no baseline.
+// scripts to load), and make no baseline. lateGrant then judges the
+// whole latency: a slow cold answer is retimed, which costs a round trip.
 func (u *usualLatency) at(now time.Time) (time.Duration, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()

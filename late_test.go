@@ -21,6 +21,7 @@ type lateStore struct {
 	*memstore.Store
 	lateBy            atomic.Int64 // time.Duration, for the next answer only
 	always            atomic.Bool  // lateBy for every answer
+	refuse            atomic.Bool  // Retime refuses
 	granted, canceled atomic.Int64
 }
 
@@ -44,33 +45,60 @@ func (s *lateStore) Cancel(ctx context.Context, r *quota.Reservation) error {
 	return s.Store.Cancel(ctx, r)
 }
 
-// With Breaker.LateGrants, a grant whose answer comes late is given back and decided again before
-// the call goes, for every algorithm that counts when a call is made;
-// under a fixed window, only when its window may have ended before the
-// call goes (here a day's window, which a 200 ms delay does not cross).
+// Retime is the in-process store's, or, with refuse set, a refusal that
+// changes nothing, as when the limits have no room at the send.
+func (s *lateStore) Retime(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
+	if s.refuse.Load() {
+		return quota.Decision{Limit: 0}, nil
+	}
+	dec, err := s.Store.Retime(ctx, r)
+	if s.always.Load() {
+		time.Sleep(time.Duration(s.lateBy.Load())) // the fault: a late reply, not an assertion
+	}
+	return dec, err
+}
+
+// noRetimer is a store that cannot retime: only quota.Store's methods.
+type noRetimer struct{ quota.Store }
+
+// With Breaker.LateGrants, a grant whose answer comes late is retimed to
+// the send, or given back and decided again when the store cannot retime
+// it, before the call goes, for every algorithm that counts when a call
+// is made; under a fixed window, only when its window may have ended
+// before the call goes (here a day's window, which a 200 ms delay does
+// not cross).
 func TestLateGrant(t *testing.T) {
 	for _, c := range []struct {
-		name     string
-		alg      throttle.Algorithm
-		per      time.Duration
-		redecide bool
+		name  string
+		alg   throttle.Algorithm
+		per   time.Duration
+		late  bool
+		store string // how the store retimes: "retimes", "refuses" or "cannot"
 	}{
-		{"sliding log", throttle.SlidingLog, 10 * time.Second, true},
-		{"sliding window", throttle.SlidingWindow, 10 * time.Second, true},
-		{"GCRA", throttle.GCRA, 10 * time.Second, true},
-		{"fixed window, within it", throttle.FixedWindow, 24 * time.Hour, false},
-		{"sliding log, Breaker.LateGrants off (the default)", throttle.SlidingLog, 10 * time.Second, false},
+		{"sliding log", throttle.SlidingLog, 10 * time.Second, true, "retimes"},
+		{"sliding window", throttle.SlidingWindow, 10 * time.Second, true, "retimes"},
+		{"GCRA", throttle.GCRA, 10 * time.Second, true, "retimes"},
+		{"fixed window, within it", throttle.FixedWindow, 24 * time.Hour, false, "retimes"},
+		{"sliding log, a retime refused", throttle.SlidingLog, 10 * time.Second, true, "refuses"},
+		{"sliding log, a store that cannot retime", throttle.SlidingLog, 10 * time.Second, true, "cannot"},
+		{"sliding log, Breaker.LateGrants off (the default)", throttle.SlidingLog, 10 * time.Second, false, "retimes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := &lateStore{Store: memstore.New()}
-			var late atomic.Int64
+			s.refuse.Store(c.store == "refuses")
+			var store quota.Store = s
+			if c.store == "cannot" {
+				store = noRetimer{s}
+			}
+			var late, retimed atomic.Int64
 			b := throttle.Breaker{LateGrants: !strings.Contains(c.name, "off")}
 			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
 				Name:   "api",
 				Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: c.per, Algorithm: c.alg}},
-			}}}, throttle.WithStore(s), throttle.WithBreaker(b), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+			}}}, throttle.WithStore(store), throttle.WithBreaker(b), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
+				retimed.Add(int64(ev.Retimed))
 			}}))
 			require.NoError(t, err)
 
@@ -80,47 +108,68 @@ func TestLateGrant(t *testing.T) {
 				require.NoError(t, err)
 			}
 			late.Store(0)
+			retimed.Store(0)
 
 			s.lateBy.Store(int64(200 * time.Millisecond))
 			_, err = lim.Wait(context.Background(), "api")
 			require.NoError(t, err)
-			if c.redecide {
-				assert.Positive(t, late.Load(), "late grants decided again")
+			if c.late {
+				assert.Positive(t, late.Load(), "late grants")
 			} else {
-				assert.Zero(t, late.Load(), "late grants decided again")
+				assert.Zero(t, late.Load(), "late grants")
+			}
+			if c.store == "retimes" {
+				assert.Equal(t, late.Load(), retimed.Load(), "every late grant retimed")
+			} else {
+				assert.Zero(t, retimed.Load(), "late grants retimed")
 			}
 			assert.Equal(t, int64(71), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
-			assert.Equal(t, late.Load(), s.canceled.Load(), "a charge given back per late grant")
+			assert.Equal(t, late.Load()-retimed.Load(), s.canceled.Load(), "a charge given back per late grant not retimed")
 		})
 	}
 }
 
 // A store whose every answer is slow, after prompt ones, still lets a
 // request go: each late grant of the same request widens its tolerance,
-// so it is decided a few times, not for ever.
+// so it is retimed a few times, not for ever; and given back and decided
+// again a few times by a store that cannot retime.
 func TestLateGrantSlowForGood(t *testing.T) {
-	s := &lateStore{Store: memstore.New()}
-	var late atomic.Int64
-	lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
-		Name:   "api",
-		Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: 10 * time.Second, Algorithm: throttle.SlidingLog}},
-	}}}, throttle.WithStore(s), throttle.WithBreaker(throttle.Breaker{LateGrants: true}), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
-		late.Add(int64(ev.Late))
-	}}))
-	require.NoError(t, err)
-	for range 70 {
-		_, err = lim.Wait(context.Background(), "api")
-		require.NoError(t, err)
-	}
-	late.Store(0)
+	for _, retimes := range []bool{true, false} {
+		t.Run(map[bool]string{true: "retimed", false: "decided again"}[retimes], func(t *testing.T) {
+			t.Parallel()
+			s := &lateStore{Store: memstore.New()}
+			var store quota.Store = s
+			if !retimes {
+				store = noRetimer{s}
+			}
+			var late, retimed atomic.Int64
+			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
+				Name:   "api",
+				Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: 10 * time.Second, Algorithm: throttle.SlidingLog}},
+			}}}, throttle.WithStore(store), throttle.WithBreaker(throttle.Breaker{LateGrants: true}), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+				late.Add(int64(ev.Late))
+				retimed.Add(int64(ev.Retimed))
+			}}))
+			require.NoError(t, err)
+			for range 70 {
+				_, err = lim.Wait(context.Background(), "api")
+				require.NoError(t, err)
+			}
+			late.Store(0)
 
-	s.always.Store(true)
-	s.lateBy.Store(int64(250 * time.Millisecond))
-	_, err = lim.Wait(context.Background(), "api")
-	require.NoError(t, err)
-	// Tolerances of 100 ms, 100, 200, then 400 > 250: three late
-	// grants, more on a machine that adds 150 ms to a call.
-	assert.GreaterOrEqual(t, late.Load(), int64(3), "late grants decided again")
-	assert.LessOrEqual(t, late.Load(), int64(6), "late grants decided again")
-	assert.Equal(t, int64(71), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
+			s.always.Store(true)
+			s.lateBy.Store(int64(250 * time.Millisecond))
+			_, err = lim.Wait(context.Background(), "api")
+			require.NoError(t, err)
+			// Tolerances of 100 ms four times, 200, then 400 > 250: five
+			// late grants, more on a machine that adds 150 ms to a call.
+			assert.GreaterOrEqual(t, late.Load(), int64(5), "late grants")
+			assert.LessOrEqual(t, late.Load(), int64(8), "late grants")
+			if retimes {
+				assert.Equal(t, late.Load(), retimed.Load()+s.canceled.Load(), "each late grant retimed or given back")
+				assert.Positive(t, retimed.Load(), "late grants retimed")
+			}
+			assert.Equal(t, int64(71), s.granted.Load()-s.canceled.Load(), "charges kept: one per call")
+		})
+	}
 }

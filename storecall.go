@@ -154,6 +154,43 @@ func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
 	d.due, d.ends, d.took = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked), answered.Sub(asked)
 }
 
+// retime asks the store to move r, d's grant, to the instant of the call
+// ([quota.Retimer]) through the breaker, and notes the retimed grant in d
+// for [Limiter.lateGrant], as takeStore notes a grant. It reports false
+// when the store cannot retime (no Retimer, a failure mode's local grant,
+// an error, or no room at the new instant): the caller then gives r back.
+// A call the breaker stopped waiting for gives back what it retimed.
+func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation) (quota.Decision, bool) {
+	rt, ok := lim.store.(quota.Retimer)
+	if !ok || r == nil {
+		return quota.Decision{}, false
+	}
+	if _, local := localReservation(r); local {
+		return quota.Decision{}, false
+	}
+	f := lim.failover()
+	asked := lim.now()
+	var dec quota.Decision
+	err := f.breaker.call(ctx, func(ctx context.Context) error {
+		var err error
+		dec, err = rt.Retime(ctx, r)
+		return err
+	}, func() {
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+			defer cancel()
+			_ = lim.store.Cancel(cctx, dec.Reservation)
+		}
+	})
+	if err != nil || !dec.OK { // not dec after an error: an abandoned call may still write it
+		return quota.Decision{}, false
+	}
+	now := lim.now()
+	f.usual.observe(now.Sub(asked), now)
+	noteGrant(d, dec, asked, now)
+	return dec, true
+}
+
 // storeFault reports whether err, from a store call made with ctx, means
 // the store could not answer, as opposed to the caller's context ending or
 // a demand no store can grant, or a lease that expired (an answer).

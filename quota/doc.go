@@ -11,7 +11,8 @@
 // [Concurrency] limits), [Syncer] (lowering a counter to the vendor's
 // count), [Anchorer] (moving a limit's windows to where the vendor's
 // start), [Settler] (correcting a charge to the cost the vendor reports
-// after the fact), [Inspector] (reading and resetting live state, for operators)
+// after the fact), [Retimer] (moving a charge to the instant a late grant
+// is acted on), [Inspector] (reading and resetting live state, for operators)
 // and [LimitChecker] (a store that can decide only some demands says so at
 // start-up).
 //

@@ -1,6 +1,7 @@
 -- cancel.lua: give back what a granted take.lua charged.
 --
--- Units and key layout as in take.lua. KEYS: one key per limit of the
+-- Units and key layout as in take.lua; sliding logs with slidinglog.lua
+-- (a part of this script, scriptParts in scripts.go). KEYS: one key per limit of the
 -- demand, in order.
 --
 -- ARGV[1], ARGV[2]  the clock and the decision id (prologue.lua); a call
@@ -61,25 +62,9 @@ for i = 1, #KEYS do
       end
     end
   elseif algo == SLIDING_LOG then
-    -- Remove the entry and lower the running total of every later entry
-    -- by its cost, so that the cost after any entry is still total minus
-    -- its score. The later entries are those granted after this one (or
-    -- a Sync filler after it): usually reservations still waiting.
-    local member = mark .. ':' .. cost .. ':' .. callID
-    local score = redis.call('ZSCORE', key, member)
-    if score then
-      redis.call('ZREM', key, member)
-      local later = redis.call('ZRANGE', key, fmt('(%d', tonumber(score)), '+inf', 'BYSCORE', 'WITHSCORES')
-      -- One ZADD per 500 entries (unpack's limit is a few thousand).
-      for from = 1, #later, 1000 do
-        local zargs = {}
-        for x = from, math.min(from + 998, #later - 1), 2 do
-          zargs[#zargs + 1] = fmt('%d', tonumber(later[x + 1]) - cost)
-          zargs[#zargs + 1] = later[x]
-        end
-        redis.call('ZADD', key, unpack(zargs))
-      end
-    end
+    -- Remove the entry, lowering the running totals after it
+    -- (slidinglog.lua).
+    logRemove(key, mark .. ':' .. cost .. ':' .. callID, tonumber(cost))
   elseif algo == CONCURRENCY then
     if redis.call('ZREM', key, callID) == 1 then
       redis.call('PUBLISH', ARGV[arg + 1], '1')

@@ -118,6 +118,38 @@ func TestResentCallsAreRefused(t *testing.T) {
 	})
 }
 
+// A retime sent again moves the charge once: a sliding log's entry run
+// twice would be logged at the new instant twice (the second run finds
+// the old entry gone).
+func TestResentRetimeIsRefused(t *testing.T) {
+	const rate = 5
+	p := faultproxy.New(t, srv.Addr())
+	s := newStoreOn(t, newClient(t, p.Addr()), redistest.Prefix(t))
+	d := &quota.Demand{
+		Scope:  "resend-retime",
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour, Algorithm: quota.SlidingLog}, Key: "k"}},
+		Cost:   1,
+	}
+	// Warm up: load take.lua, retime.lua and cancel.lua; no charge left.
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	moved, err := s.Retime(ctx(t), dec.Reservation)
+	require.NoError(t, err)
+	require.True(t, moved.OK)
+	require.NoError(t, s.Cancel(ctx(t), moved.Reservation))
+	dec, err = s.Take(ctx(t), d)
+	require.NoError(t, err)
+	require.True(t, dec.OK)
+
+	p.DropReplyTo("evalsha")
+	_, err = s.Retime(ctx(t), dec.Reservation)
+	assert.ErrorIs(t, err, redisstore.ErrResent)
+	assert.Equal(t, 1, p.Stats().Dropped)
+
+	// One charge, moved once: four more fit (three if moved twice).
+	assert.Equal(t, rate-1, grants(t, s, d), "room left after the retime sent again")
+}
+
 // grants takes d until the store refuses and returns how many it granted.
 func grants(t *testing.T, s *redisstore.Store, d *quota.Demand) int {
 	t.Helper()

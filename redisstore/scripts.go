@@ -31,13 +31,19 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua slidinglog.lua
+//go:embed share.lua slidinglog.lua retime.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
 // the script's own file. share.lua holds take.lua's fair shares,
-// slidinglog.lua its sliding logs with reservations ahead.
-var scriptParts = map[string][]string{"take.lua": {"share.lua", "slidinglog.lua"}}
+// slidinglog.lua the sliding logs with reservations ahead: the entries
+// that take.lua and retime.lua place, and that cancel.lua and retime.lua
+// remove.
+var scriptParts = map[string][]string{
+	"take.lua":   {"share.lua", "slidinglog.lua"},
+	"cancel.lua": {"slidinglog.lua"},
+	"retime.lua": {"slidinglog.lua"},
+}
 
 var (
 	takeScript = newScript("take.lua")
@@ -65,6 +71,8 @@ var (
 	anchorScript = newScript("anchor.lua")
 	// settle.lua corrects a charge to its real cost (Store.Settle).
 	settleScript = newScript("settle.lua")
+	// retime.lua moves a late grant's charges to now (Store.Retime).
+	retimeScript = newScript("retime.lua")
 )
 
 // storeScripts lists every script the store runs; Check loads them all
@@ -74,7 +82,7 @@ var (
 var storeScripts = []luaScript{
 	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
-	syncScript, anchorScript, settleScript,
+	syncScript, anchorScript, settleScript, retimeScript,
 }
 
 // A luaScript is a script with its source, so that Store.run can send it

@@ -1,6 +1,6 @@
 -- slidinglog.lua: take.lua's sliding logs with entries (reservations)
--- after the instant being decided (a part of take.lua, see scriptParts in
--- scripts.go).
+-- after the instant being decided, and the removal of an entry (a part of
+-- take.lua, cancel.lua and retime.lua, see scriptParts in scripts.go).
 --
 -- A log is a sorted set: member "instant:cost:id", score the running
 -- total of the costs up to and including the entry, in order of instant
@@ -138,4 +138,26 @@ local function logInsert(key, lg, instant, cost, member)
   if #zargs > 0 then redis.call('ZADD', key, unpack(zargs)) end
   if #lg.at == 0 then return before + cost end
   return lg.score[#lg.at] + cost
+end
+
+-- logRemove removes member, an entry of cost, from the log of key, if it
+-- is there, and lowers the running total of every later entry by its
+-- cost, so that the cost after any entry is still total minus its score.
+-- The later entries are those granted after it (or a Sync filler after
+-- it): usually reservations still waiting. Returns whether it was there.
+local function logRemove(key, member, cost)
+  local score = redis.call('ZSCORE', key, member)
+  if not score then return false end
+  redis.call('ZREM', key, member)
+  local later = redis.call('ZRANGE', key, fmt('(%d', tonumber(score)), '+inf', 'BYSCORE', 'WITHSCORES')
+  -- One ZADD per 500 entries (unpack's limit is a few thousand).
+  for from = 1, #later, 1000 do
+    local zargs = {}
+    for x = from, math.min(from + 998, #later - 1), 2 do
+      zargs[#zargs + 1] = fmt('%d', tonumber(later[x + 1]) - cost)
+      zargs[#zargs + 1] = later[x]
+    end
+    redis.call('ZADD', key, unpack(zargs))
+  end
+  return true
 end

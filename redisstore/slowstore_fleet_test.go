@@ -49,6 +49,7 @@ type slowVendor struct {
 	times    map[string][]time.Time // by category; "" holds all
 	accepted map[string]int         // by category; "" holds all
 	refused  int
+	refusals []time.Time // when it refused
 }
 
 func newSlowVendor(t *testing.T) *slowVendor {
@@ -66,6 +67,7 @@ func newSlowVendor(t *testing.T) *slowVendor {
 			}
 		} else {
 			v.refused++
+			v.refusals = append(v.refusals, now)
 		}
 		v.mu.Unlock()
 		if !ok {
@@ -90,10 +92,13 @@ func (v *slowVendor) count(key string, now time.Time) int {
 
 // slowFleetRun is what one run of the slow-store fleet got.
 type slowFleetRun struct {
-	accepted, refused int     // at the vendor
-	share             float64 // accepted, of what the global limit allows in the run
-	late              int64   // grants given back for coming late, and decided again
-	unavailable       int64   // requests the store could not decide
+	accepted, refused int             // at the vendor
+	refusedAt         []time.Duration // when, from the start
+	share             float64         // accepted, of what the global limit allows in the run
+	late              int64           // grants that came late
+	retimed           int64           // of them, those retimed to the send (the others were given back and decided again)
+	unavailable       int64           // requests the store could not decide
+	local             int64           // requests the local fallback admitted
 }
 
 func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
@@ -104,7 +109,7 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 	u, err := url.Parse(v.URL)
 	require.NoError(t, err)
 	prefix := redistest.Prefix(t)
-	var late, unavailable atomic.Int64
+	var late, retimed, unavailable, local atomic.Int64
 	var clients []*http.Client
 	for range instances {
 		rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: 32})
@@ -122,6 +127,10 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 			throttle.WithBreaker(throttle.Breaker{LateGrants: true}),
 			throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
+				retimed.Add(int64(ev.Retimed))
+				if ev.Fallback == throttle.FailLocal && ev.Outcome != throttle.Refused {
+					local.Add(1)
+				}
 			}}))
 		require.NoError(t, err)
 		clients = append(clients, &http.Client{Transport: tr})
@@ -181,45 +190,57 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	var at []time.Duration
+	for _, r := range v.refusals {
+		at = append(at, r.Sub(started).Round(time.Millisecond))
+	}
 	return slowFleetRun{
+		refusedAt:   at,
 		accepted:    v.accepted[""],
 		refused:     v.refused,
 		share:       float64(v.accepted[""]) / (slowGlobal * float64(slowRun) / float64(slowPer)),
 		late:        late.Load(),
+		retimed:     retimed.Load(),
 		unavailable: unavailable.Load(),
+		local:       local.Load(),
 	}
 }
 
 // TestSlowStoreFleet is issue 29's slow store: 8 instances x 16
 // goroutines on one Redis whose replies are late a tenth of the time and
-// which stops twice for a second. A grant whose reply came late is given
-// back and decided again (late.go), so the vendor refuses nothing (see
-// the bound below for what a loaded machine adds).
+// which stops twice for a second. With Breaker.LateGrants, a grant whose
+// reply came late is retimed to the send (quota.Retimer), or given back
+// and decided again when the limits have no room then (late.go), so the
+// vendor refuses nothing (see the bound below for what a loaded machine
+// adds).
 func TestSlowStoreFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet of 8 instances for 7 s")
 	}
 	r := runSlowFleet(t, true)
-	t.Logf("slow store: the vendor accepted %d (%.1f%% of the global limit over the run, two 1 s stops included), refused %d; %d late grants decided again; %d requests the store could not decide",
-		r.accepted, 100*r.share, r.refused, r.late, r.unavailable)
-	// Without late grants decided again the vendor refuses 2-3 a run;
-	// with them, none in 8-9 of 10 runs on the shared 2-core VM and 1-2
-	// in the others (what the machine adds after the answer, which a
-	// prompt store's fleet gets too). CI allows two, so that a loaded
-	// runner does not fail it; THROTTLE_FLEET_STRICT=1 allows none.
+	t.Logf("slow store: the vendor accepted %d (%.1f%% of the global limit over the run, two 1 s stops included), refused %d %v; %d late grants, %d of them retimed; %d requests the store could not decide, %d admitted by the local fallback",
+		r.accepted, 100*r.share, r.refused, r.refusedAt, r.late, r.retimed, r.unavailable, r.local)
+	// Without late grants judged the vendor refuses 2-3 a run; with them
+	// retimed, none in 20 of 20 runs on the shared 2-core VM at load
+	// average 5-8, and in 9 of 10 at 12-14 (what the machine adds after
+	// the answer, which a prompt store's fleet gets too). CI allows two,
+	// so that a loaded runner does not fail it; THROTTLE_FLEET_STRICT=1
+	// allows none.
 	most := 2
 	if os.Getenv("THROTTLE_FLEET_STRICT") != "" {
 		most = 0
 	}
 	assert.LessOrEqual(t, r.refused, most, "the vendor refused requests")
 	assert.Positive(t, r.late, "no grant came late: the faults did not bite")
+	assert.Positive(t, r.retimed, "no late grant retimed")
+	assert.Zero(t, r.local, "requests admitted by the local fallback: a slow store is not a down one")
 	assert.Zero(t, r.unavailable, "a slow store is not a down one")
 
 	// THROTTLE_FLEET_PROMPT=1 runs the same fleet on a prompt store too,
 	// for the share of the quota docs/when-redis-fails.md compares with.
 	if os.Getenv("THROTTLE_FLEET_PROMPT") != "" {
 		p := runSlowFleet(t, false)
-		t.Logf("prompt store: the vendor accepted %d (%.1f%%), refused %d; %d late grants decided again",
-			p.accepted, 100*p.share, p.refused, p.late)
+		t.Logf("prompt store: the vendor accepted %d (%.1f%%), refused %d; %d late grants, %d of them retimed",
+			p.accepted, 100*p.share, p.refused, p.late, p.retimed)
 	}
 }

@@ -241,6 +241,41 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		return got, true
 	}
 
+	// retime moves g's charges to now in both, compares, and records
+	// where the charges now lie: a moved charge counts at now in the
+	// invariants, and so does one left in place (quota.Retimer: a GCRA
+	// charge stays only where a request sent now is counted the same).
+	retimer, _ := store.(quota.Retimer)
+	retime := func(step int, g *granted) {
+		now := clock.Now().UnixMicro()
+		want, short, wantErr := m.retime(g.model, now)
+		require.NoError(t, wantErr)
+		got, err := retimer.Retime(t.Context(), g.store)
+		trace = append(trace, fmt.Sprintf("  step %d at +%dµs: retime the reservation of step %d -> want %s, got %s", step, now-Start.UnixMicro(), g.step, outcomeString(want, nil), outcomeString(got, err)))
+		if err != nil {
+			fail(step, "retime: unexpected error: %v", err)
+		}
+		if got.OK != want.OK || got.Delay != 0 || got.Pause != want.Pause || !got.OK && got.Pause == "" && !slices.Contains(short, got.Limit) {
+			fail(step, "retime: want OK=%v Pause=%q Limit in %v, got OK=%v Delay=%v Pause=%q Limit=%d", want.OK, want.Pause, short, got.OK, got.Delay, got.Pause, got.Limit)
+		}
+		if !got.OK {
+			stats["retime refused"]++
+			return
+		}
+		if got.ResetAfter != want.ResetAfter || got.Limit != -1 || got.Reservation == nil || got.Reservation.ID != g.store.ID {
+			fail(step, "retime: granted with ResetAfter=%v Limit=%d, want %v and -1, and the reservation's ID", got.ResetAfter, got.Limit, want.ResetAfter)
+		}
+		for j, b := range g.demand.Limits {
+			id := bucketID(g.demand.Scope, b)
+			adm[id][g.adm[j]].at = now
+			if want.Reservation.Marks[j] != g.model.Marks[j] {
+				lastGrant[id] = g.seq // a GCRA charge made again: the bucket's latest
+			}
+		}
+		g.store, g.model = got.Reservation, want.Reservation
+		stats["retime"]++
+	}
+
 	syncer, _ := store.(quota.Syncer)
 	anchorer, _ := store.(quota.Anchorer)
 	for step := 1; step <= steps; step++ {
@@ -385,6 +420,15 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 			require.NoError(t, m.settle(g.model, costs, clock.Now().UnixMicro()))
 			trace = append(trace, fmt.Sprintf("  step %d: settle the reservation of step %d to %v", step, g.step, costs))
 			stats["settle"]++
+		case r < 97 && retimer != nil: // retime a reservation to now
+			if len(out) == 0 {
+				continue
+			}
+			g := out[rng.IntN(len(out))]
+			if g.settled {
+				continue
+			}
+			retime(step, g)
 		default: // cancel a reservation, where the semantics are unambiguous
 			if len(out) == 0 {
 				continue

@@ -41,6 +41,7 @@ const (
 	opClaim             // Claim the slots of an earlier step's reservation (quota.LeaseStore)
 	opAnchor            // Anchor a bucket (the store must be a quota.Anchorer)
 	opSettle            // Settle the reservation of an earlier step (quota.Settler)
+	opRetime            // Retime the reservation of an earlier step (quota.Retimer)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -62,7 +63,7 @@ type step struct {
 	maxWait time.Duration // Demand.MaxWait
 	pauses  []string      // Demand.Pauses
 
-	// For opTake and opClaim: the wanted decision. When ok, Delay must be
+	// For opTake, opClaim and opRetime: the wanted decision. When ok, Delay must be
 	// delay and Limit -1. When not ok, Delay must be delay, and Limit must
 	// be limit unless pause is set, in which case Limit must be -1 and
 	// Pause pause. A granted take of a demand with Concurrency limits must
@@ -75,9 +76,9 @@ type step struct {
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
 	left  *left // non-nil: a take's Remaining and ResetAfter must be these
 
-	// For opCancel, opRelease, opRenew, opClaim and opSettle: the
-	// 1-based number of the step whose reservation is cancelled,
-	// released, renewed, claimed or settled. For opRenew and opSettle,
+	// For opCancel, opRelease, opRenew, opClaim, opSettle and opRetime:
+	// the 1-based number of the step whose reservation is cancelled,
+	// released, renewed, claimed, settled or retimed. For opRenew and opSettle,
 	// err is the error wanted (nil: none).
 	cancel int
 
@@ -144,6 +145,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("claim the slots of step %d", st.cancel)
 	case opSettle:
 		return s + fmt.Sprintf("settle the reservation of step %d to %v", st.cancel, st.settle)
+	case opRetime:
+		return s + fmt.Sprintf("retime the reservation of step %d", st.cancel)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
@@ -286,6 +289,24 @@ func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope 
 			err := settler.Settle(t.Context(), r, st.settle)
 			if st.err == nil && !assert.NoError(t, err, "step %d: %v", n, st) ||
 				st.err != nil && !assert.ErrorIs(t, err, st.err, "step %d: %v", n, st) {
+				return
+			}
+		case opRetime:
+			r := decs[st.cancel-1].Reservation
+			rt, ok := store.(quota.Retimer)
+			if !assert.True(t, ok, "step %d: %v: the store is not a quota.Retimer", n, st) ||
+				!assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			marks := slices.Clone(r.Marks)
+			dec, err := rt.Retime(t.Context(), r)
+			if !assert.NoError(t, err, "step %d: %v", n, st) {
+				return
+			}
+			decs[i] = dec
+			if !checkDecision(t, n, st, dec, len(r.Demand.Limits), r.Unclaimed) ||
+				!assert.Equal(t, marks, r.Marks, "step %d: %v: Retime modified the reservation", n, st) ||
+				dec.OK && !assert.Equal(t, r.ID, dec.Reservation.ID, "step %d: %v: the retimed reservation's ID", n, st) {
 				return
 			}
 		case opClaim:

@@ -53,6 +53,10 @@
 //     max(TAT, now) + delta*T, until Per after the charge's own arrival
 //     time                                                ([Limit.GCRASettle],
 //     [Limit.SettleEnd])
+//   - retimed to now: unchanged while mark - c*T >= now (in nanoseconds,
+//     the mark taken 1 ns lower and c*T rounded up:   [Limit.GCRAKeeps]);
+//     else refunded and charged at now while the mark is the bucket's,
+//     or charged at now when TAT <= now
 //   - inspected at now: Used = min(ceil((TAT-now)/T), B), Remaining = B -
 //     Used, Reset = ceil(TAT) - now, when TAT > now
 //
