@@ -519,13 +519,9 @@ func parseBatchEntry(res []any, k int, now int64, c *batchCall, id string) (quot
 // whose limits it lists in its own order (batchOrder).
 func parseBatchString(v string, c *batchCall, id string) (quota.Decision, error) {
 	var buf, fbuf [8]int64
-	n, fr := buf[:0], fbuf[:0]
-	for f := range strings.SplitSeq(v, " ") {
-		x, frac, err := parseField(f)
-		if err != nil {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
-		}
-		n, fr = append(n, x), append(fr, frac)
+	n, fr, err := parseFields(v, buf[:0], fbuf[:0])
+	if err != nil {
+		return quota.Decision{}, err
 	}
 	if c.order != nil && len(n) >= 4 {
 		if n[0] == 1 && len(n) == 6+len(c.order) {

@@ -448,15 +448,24 @@ func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) 
 		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 	}
 	var buf, fbuf [8]int64
-	n, fr := buf[:0], fbuf[:0]
+	n, fr, err := parseFields(v, buf[:0], fbuf[:0])
+	if err != nil {
+		return quota.Decision{}, err
+	}
+	return decide(n, fr, d, id, v)
+}
+
+// parseFields appends to n and fr the integers of a reply v of fields
+// separated by spaces, and their fractions (parseField).
+func parseFields(v string, n, fr []int64) ([]int64, []int64, error) {
 	for f := range strings.SplitSeq(v, " ") {
 		x, frac, err := parseField(f)
 		if err != nil {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+			return nil, nil, fmt.Errorf("redisstore: take: malformed reply %q", v)
 		}
 		n, fr = append(n, x), append(fr, frac)
 	}
-	return decide(n, fr, d, id, v)
+	return n, fr, nil
 }
 
 // decideIdle makes the Decision of take_gcra.lua's integer reply tat: a
