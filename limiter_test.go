@@ -121,19 +121,16 @@ func TestLimiter(t *testing.T) {
 				p := throttle.Policy{Rules: []throttle.Rule{{Name: "w",
 					Limits: []throttle.Limit{{Name: "w", Rate: 20, Per: time.Second, Burst: 1}}}}}
 				lim := fleetOf(t, 1, p, stores(t))[0]
-				// Each call returns no sooner than one interval (50 ms)
-				// after the one before it: a loaded machine may make a call
-				// late, so that it need not wait, but never early.
-				var prev time.Time
+				// Call i returns no sooner than i intervals (50 ms each)
+				// after the first began: a loaded machine may return a call
+				// late, so that the next need not wait (its instant has
+				// passed), but never early.
+				start := time.Now()
 				for i := range 3 {
 					pm, err := lim.Wait(t.Context(), "w")
 					require.NoError(t, err)
-					now := time.Now()
-					if i > 0 {
-						assert.GreaterOrEqual(t, now.Sub(prev), 50*time.Millisecond-time.Millisecond,
-							"call %d returned before its reserved instant (waited %v)", i, pm.Waited)
-					}
-					prev = now
+					assert.GreaterOrEqual(t, time.Since(start), time.Duration(i)*50*time.Millisecond-time.Millisecond,
+						"call %d returned before its reserved instant (waited %v)", i, pm.Waited)
 					pm.Done()
 				}
 

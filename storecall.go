@@ -97,15 +97,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		var err error
 		dec, err = lim.store.Take(ctx, &sd)
 		return err
-	}, func() {
-		// The request moved on without this decision: give back what it
-		// charged, so an abandoned call costs the fleet no quota.
-		if dec.OK && dec.Reservation != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-			defer cancel()
-			_ = lim.store.Cancel(cctx, dec.Reservation)
-		}
-	})
+	}, lim.giveBackAbandoned(ctx, &dec))
 	if err == nil {
 		if f.settings.LateGrants { // late.go's bookkeeping, only when asked for
 			now := lim.now()
@@ -175,13 +167,7 @@ func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation)
 		var err error
 		dec, err = rt.Retime(ctx, r)
 		return err
-	}, func() {
-		if dec.OK && dec.Reservation != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-			defer cancel()
-			_ = lim.store.Cancel(cctx, dec.Reservation)
-		}
-	})
+	}, lim.giveBackAbandoned(ctx, &dec))
 	if err != nil || !dec.OK { // not dec after an error: an abandoned call may still write it
 		return quota.Decision{}, false
 	}
@@ -196,6 +182,19 @@ func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation)
 // a demand no store can grant, or a lease that expired (an answer).
 func storeFault(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && !errors.Is(err, ErrCostTooHigh) && !errors.Is(err, ErrInvalidPolicy) && !errors.Is(err, quota.ErrLeaseLost)
+}
+
+// giveBackAbandoned returns what the breaker runs when a store call
+// answers after the request moved on without it: the grant *dec holds
+// then is given back, so an abandoned call costs the fleet no quota.
+func (lim *Limiter) giveBackAbandoned(ctx context.Context, dec *quota.Decision) func() {
+	return func() {
+		if dec.OK && dec.Reservation != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+			defer cancel()
+			_ = lim.store.Cancel(cctx, dec.Reservation)
+		}
+	}
 }
 
 // cancel gives r back to the store that granted it: the local fallback

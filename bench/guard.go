@@ -51,12 +51,16 @@ const (
 	gOursTenant
 	gOursWindow
 	gOursWindowClass
+	gOursSlots
 )
 
 // guardRows are the rows tracked: one limit and the same with the pause
 // key throttle.Transport adds, against the 1-limit floor at c=1 and c=8
-// (one call per decision); two limits against the 2-limit floor at c=1;
-// and one limit at c=64 against the EVALSHA baseline (batches).
+// (one call per decision at c=1; at c=8 demands batch); two limits
+// against the 2-limit floor at c=1; one limit at c=64 against the
+// EVALSHA baseline (batches); and a GCRA limit with a Concurrency limit
+// (Take, then Release, which the next Take carries) against the 1-limit
+// floor at c=1 and c=8.
 var guardRows = []guardRow{
 	{"gcra-1-limit", 1, gOurs1, gFloor1},
 	{"gcra-1-limit", 8, gOurs1, gFloor1},
@@ -64,6 +68,8 @@ var guardRows = []guardRow{
 	{"gcra-pause-key", 8, gOursPause, gFloor1},
 	{"gcra-2-limits", 1, gOurs2, gFloor2},
 	{"gcra-1-limit-batched", 64, gOurs1, gEvalsha},
+	{"gcra-slot", 1, gOursSlots, gFloor1},
+	{"gcra-slot", 8, gOursSlots, gFloor1},
 }
 
 // guardInstrRows are rows whose instructions only are counted (callgrind,
@@ -92,6 +98,7 @@ func guardContenders(c *redis.Client) ([]contender, error) {
 		ours(oursConfig{name: "ours: GCRA, 1 limit, a tenant", buckets: shared(one(quota.GCRA), "acme", 0)}),
 		ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(quota.SlidingWindow)}),
 		ours(oursConfig{name: "ours: sliding window, 1 limit, a class with a headroom", buckets: shared(one(quota.SlidingWindow), "", 200)}),
+		ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}),
 	} {
 		d, err := l.new(c, "guard", big)
 		if err != nil {

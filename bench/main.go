@@ -41,6 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -53,15 +54,16 @@ import (
 // config is the command line.
 type config struct {
 	parts    map[string]bool
-	dur      time.Duration // throughput: per contender and concurrency
-	concs    []int         // throughput: concurrencies
-	rounds   int           // throughput: rounds each cell is split into
-	variants bool          // throughput: also our other algorithms and modes
-	accRun   time.Duration // accuracy: how long each contender hammers
-	warm     time.Duration // overload: warm-up before the steady window
-	steady   time.Duration // overload: the steady window
-	fbSpan   time.Duration // fallback: the measured span of each state
-	guard    bool          // run the guard (guard.go) instead of the parts
+	dur      time.Duration  // throughput: per contender and concurrency
+	concs    []int          // throughput: concurrencies
+	rounds   int            // throughput: rounds each cell is split into
+	variants bool           // throughput: also our other algorithms and modes
+	only     *regexp.Regexp // throughput: the rows run (the EVALSHA baseline always); nil: all
+	accRun   time.Duration  // accuracy: how long each contender hammers
+	warm     time.Duration  // overload: warm-up before the steady window
+	steady   time.Duration  // overload: the steady window
+	fbSpan   time.Duration  // fallback: the measured span of each state
+	guard    bool           // run the guard (guard.go) instead of the parts
 	gcfg     guardConfig
 }
 
@@ -76,6 +78,7 @@ func main() {
 	flag.DurationVar(&cfg.dur, "d", 2*time.Second, "throughput: how long each contender runs at each concurrency")
 	flag.IntVar(&cfg.rounds, "r", 5, "throughput: rounds each cell is split into, the contenders taking turns")
 	flag.BoolVar(&cfg.variants, "variants", false, "throughput: also our fixed window, sliding window, sliding log and MULTI/EXEC mode")
+	only := flag.String("only", "", "throughput: run only the rows whose name matches this regular expression, and the EVALSHA baseline (for work on one row; the docs' tables come from full runs)")
 	flag.DurationVar(&cfg.accRun, "acc-d", 3*time.Second, "accuracy: how long each contender hammers the limit")
 	flag.DurationVar(&cfg.warm, "warm", 1500*time.Millisecond, "overload: warm-up before the steady window (a whole number of periods and a half, so the window's edges fall between fixed-window bursts)")
 	flag.DurationVar(&cfg.steady, "steady", 4*time.Second, "overload: the steady window measured")
@@ -92,6 +95,9 @@ func main() {
 	var err error
 	if cfg.parts, err = parseParts(*parts); err == nil {
 		cfg.concs, err = parseConcs(*concs)
+	}
+	if err == nil && *only != "" {
+		cfg.only, err = regexp.Compile(*only)
 	}
 	if err == nil {
 		err = run(cfg)

@@ -68,6 +68,11 @@ func throughput(ctx context.Context, e *env, cfg config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.only != nil { // the baseline's index stays 1 (printThroughput)
+		cts = slices.DeleteFunc(cts, func(ct contender) bool {
+			return ct.name != cts[0].name && ct.name != cts[1].name && !cfg.only.MatchString(ct.name)
+		})
+	}
 	for _, ct := range cts { // warm up: scripts, connections
 		if ok, _, err := ct.decide(ctx); err != nil || !ok && !ct.local {
 			return fmt.Errorf("%s: warm-up: ok=%v, %v", ct.name, ok, err)
@@ -259,7 +264,7 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 	}
 	fmt.Println("- \"EVALSHA reading TIME only\" and the \"floor\" rows are yardsticks, not limiters: floor_gcra.lua reads Redis's clock, GETs each limit's arrival time and moves it with INCRBY, and does nothing else a limiter must (keys never expire; no pause, wait, retry time or guard against a call sent twice). No decision on Redis's clock in one script call can cost Redis less.")
 	fmt.Println("- x/time/rate decides in process (one limiter shared by the goroutines): it makes no Redis call, and a refusal counts as a decision.")
-	fmt.Printf("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries. GCRA demands of one scope go together in one call (a batch) only while %d calls of the scope are in flight (the default, redisstore.BatchInFlight), so not at c=1; \"batching off\" rows use WithBatching(0): one call per decision at every concurrency.\n", redisstore.BatchInFlight)
+	fmt.Printf("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries. GCRA demands of one scope go together in one call (a batch) only while %d calls of the scope are in flight (the default, redisstore.BatchInFlight; 2 for demands with a Concurrency limit), so not at c=1; \"batching off\" rows use WithBatching(0): one call per decision at every concurrency. The GCRA + concurrency row releases each slot at once after its Take: the release rides on a later Take of the scope (one call per decision).\n", redisstore.BatchInFlight)
 	fmt.Println()
 }
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/quotakit/throttle/quota"
 )
@@ -22,8 +24,10 @@ import (
 // work per decision (one read and one write per key for the whole batch,
 // one round trip's system calls) at the price of waiting for a call of
 // the scope to end; below that concurrency every demand goes alone, as
-// with batching off. It applies to demands whose limits are all GCRA,
-// and not with [ReplayIDs]; other demands always go alone.
+// with batching off. It applies to demands whose limits are all GCRA or
+// Concurrency (none shared among tenants), and not with [ReplayIDs];
+// other demands always go alone. A batch with Concurrency limits also
+// carries the scope's released leases ([Store.Release]).
 //
 // A failed batch fails every demand in it with the same error, and a
 // demand whose context ends while it waits unsent is never sent
@@ -37,7 +41,8 @@ func WithBatching(max int) Option {
 const DefaultBatchMax = 64
 
 // BatchInFlight is how many decisions of one scope a Store has in flight
-// before later demands of the scope wait to go together in a batch. Below
+// before later demands of the scope wait to go together in a batch (2
+// for demands with a Concurrency limit). Below
 // it, batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (about 12k instructions per
 // demand against 48k for a call of its own, for demands alike), so three
@@ -48,6 +53,16 @@ const DefaultBatchMax = 64
 // under which no batch formed below 9 callers); 4 to 6 callers about as
 // many as with batching off (see docs/benchmarks.md).
 const BatchInFlight = 3
+
+// slotBatchInFlight is [BatchInFlight] for demands with Concurrency
+// limits: their lone call costs Redis more than a plain one (about 111k
+// instructions against 48k: ZREM and PUBLISH of the carried release,
+// ZREMRANGEBYSCORE, ZCARD, ZADD and PEXPIRE besides the GCRA limit's
+// commands), and each demand more in a batch about 26k, so they wait to
+// go together from 2 calls in flight. In the bench program at 8 callers
+// (Take then Release) 2 made 0.57 and 0.62 of the EVALSHA baseline in
+// two runs, 3 made 0.45 and 0.38 (0.36 and 0.48 calls per decision).
+const slotBatchInFlight = 2
 
 // ErrNotSent wraps the context error of a batched demand whose context
 // ended before its batch was sent: nothing was charged for it.
@@ -77,16 +92,61 @@ const (
 // A batchCall is one waiting demand and, once done is closed, its result.
 type batchCall struct {
 	d     *quota.Demand
+	slots int   // d's Concurrency limits
+	order []int // batchOrder(d)
 	state atomic.Int32
 	done  chan struct{}
 	dec   quota.Decision
 	err   error
 }
 
-// takeBatched decides d, a GCRA-only demand: at once if no decision of its
-// scope is in flight (or fewer than s.batchInFlight), else in the next
-// batch of its scope.
-func (s *Store) takeBatched(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+// newBatchCall returns the call of d, a demand of GCRA and Concurrency
+// limits; slots: d has Concurrency limits. A call that waits in a queue
+// needs its done channel too.
+func newBatchCall(d *quota.Demand, slots bool) *batchCall {
+	c := &batchCall{d: d}
+	if slots {
+		for i := range d.Limits {
+			if d.Limits[i].Limit.Algorithm == quota.Concurrency {
+				c.slots++
+			}
+		}
+		c.order = batchOrder(d)
+	}
+	return c
+}
+
+// batchOrder returns, for each place of take_batch.lua's order of d's
+// limits (its GCRA limits, then its Concurrency limits), the index of
+// that limit in d.Limits; nil when that is d's own order.
+func batchOrder(d *quota.Demand) []int {
+	slot, sorted := false, true
+	for i := range d.Limits {
+		if d.Limits[i].Limit.Algorithm == quota.Concurrency {
+			slot = true
+		} else if slot {
+			sorted = false
+		}
+	}
+	if sorted {
+		return nil
+	}
+	order := make([]int, 0, len(d.Limits))
+	for _, slots := range []bool{false, true} {
+		for i := range d.Limits {
+			if (d.Limits[i].Limit.Algorithm == quota.Concurrency) == slots {
+				order = append(order, i)
+			}
+		}
+	}
+	return order
+}
+
+// takeBatched decides d, a demand of GCRA limits and (slots) Concurrency
+// limits: at once if no decision of its scope is in flight (or fewer than
+// s.batchInFlight, s.slotInFlight with slots), else in the next batch of
+// its scope.
+func (s *Store) takeBatched(ctx context.Context, d *quota.Demand, slots bool) (quota.Decision, error) {
 	b := &s.batch
 	b.mu.Lock()
 	q := b.queues[d.Scope]
@@ -101,14 +161,19 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand) (quota.Decisio
 		}
 		b.queues[d.Scope] = q
 	}
-	if q.inflight < s.batchInFlight {
+	limit := s.batchInFlight
+	if slots {
+		limit = s.slotInFlight
+	}
+	if q.inflight < limit {
 		q.inflight++
 		b.mu.Unlock()
-		dec, err := s.take(ctx, d, true, false)
+		dec, err := s.takeAlone(ctx, d, slots)
 		s.next(d.Scope, q)
 		return dec, err
 	}
-	c := &batchCall{d: d, done: make(chan struct{})}
+	c := newBatchCall(d, slots)
+	c.done = make(chan struct{})
 	q.pending = append(q.pending, c)
 	b.mu.Unlock()
 
@@ -133,21 +198,35 @@ func (s *Store) next(scope string, q *batchQueue) {
 	b := &s.batch
 	b.mu.Lock()
 	if len(q.pending) == 0 {
-		s.leave(scope, q)
+		idle := s.leave(scope, q)
 		b.mu.Unlock()
+		if idle {
+			s.releases.arm(s, scope)
+		}
 		return
 	}
 	b.mu.Unlock()
 	go s.flush(scope, q)
 }
 
-// leave gives up a place in flight of q, and drops q when it is idle. The
-// caller holds s.batch.mu.
-func (s *Store) leave(scope string, q *batchQueue) {
+// leave gives up a place in flight of q, and drops q when it is idle,
+// which it reports. The caller holds s.batch.mu, and when q is idle arms
+// the send of the scope's queued releases after unlocking
+// (releaseQueue.arm: the lock order is releases, then batch).
+func (s *Store) leave(scope string, q *batchQueue) bool {
 	if q.inflight--; q.inflight == 0 && len(q.pending) == 0 {
 		delete(s.batch.queues, scope)
 		s.batch.spare = q
+		return true
 	}
+	return false
+}
+
+// inFlight reports whether a take of scope is in flight.
+func (s *Store) inFlight(scope string) bool {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.queues[scope] != nil
 }
 
 // flush sends q's waiting demands in batches of at most s.batchMax until
@@ -167,8 +246,11 @@ func (s *Store) flush(scope string, q *batchQueue) {
 		clear(q.pending[rest:])
 		q.pending = q.pending[:rest]
 		if len(calls) == 0 && rest == 0 {
-			s.leave(scope, q)
+			idle := s.leave(scope, q)
 			b.mu.Unlock()
+			if idle {
+				s.releases.arm(s, scope)
+			}
 			return
 		}
 		b.mu.Unlock()
@@ -176,6 +258,20 @@ func (s *Store) flush(scope string, q *batchQueue) {
 			s.sendBatch(calls)
 		}
 	}
+}
+
+// takeAlone decides d, a demand of GCRA limits and (slots) Concurrency
+// limits, in a call of its own: take_gcra.lua, or take_batch.lua with
+// one demand when it has Concurrency limits.
+func (s *Store) takeAlone(ctx context.Context, d *quota.Demand, slots bool) (quota.Decision, error) {
+	if !slots {
+		return s.take(ctx, d, true, false)
+	}
+	c := newBatchCall(d, true)
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	s.decideBatch(ctx, []*batchCall{c})
+	return c.dec, c.err
 }
 
 // sendBatch decides calls in one round trip and hands each its result.
@@ -189,18 +285,43 @@ func (s *Store) sendBatch(calls []*batchCall) {
 			close(c.done)
 		}
 	}()
-	if len(calls) == 1 {
+	s.decideBatch(ctx, calls)
+}
+
+// decideBatch decides calls, demands of one scope, in one round trip
+// (take_batch.lua; take_gcra.lua for a lone demand of GCRA limits only)
+// and sets each one's result. When some demand has Concurrency limits,
+// the call carries the scope's released leases (releases.go), and demand
+// n's lease is the call's id and "." n (take_batch.lua).
+func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
+	if len(calls) == 1 && calls[0].slots == 0 {
 		c := calls[0]
 		c.dec, c.err = s.take(ctx, c.d, true, false)
 		return
 	}
-	nk, na := 0, 1
+	var id string
+	var carried []leaseRelease
+	for _, c := range calls {
+		if c.slots > 0 {
+			id = s.nextID()
+			var err error
+			if carried, err = s.releases.carry(ctx, c.d.Scope); err != nil {
+				for _, c := range calls {
+					c.err = fmt.Errorf("redisstore: take: %w", err)
+				}
+				return
+			}
+			groupReleases(carried)
+			break
+		}
+	}
+	nk, na := len(carried), 2+2*len(carried)
 	for _, c := range calls {
 		nk += len(c.d.Pauses) + len(c.d.Limits)
-		na += 3 + 2*len(c.d.Limits)
+		na += 4 + 2*len(c.d.Limits)
 	}
 	keys := make([]string, 0, nk)
-	args, mark := s.scriptArgs(na, "", true)
+	args, mark := s.scriptArgs(na, id, true)
 	// The number of demands, and " f" when some limit's arrival times
 	// have fractions (take_batch.lua).
 	var count any = len(calls)
@@ -210,7 +331,7 @@ func (s *Store) sendBatch(calls []*batchCall) {
 			break
 		}
 	}
-	args = append(args, count)
+	args = append(args, count, len(carried))
 	// A demand like the one before it (as most are) goes as "=" alone.
 	var prev *quota.Demand
 	for _, c := range calls {
@@ -219,16 +340,15 @@ func (s *Store) sendBatch(calls []*batchCall) {
 			args = append(args, sameDemand)
 			continue
 		}
-		keys = append(keys, s.takeKeys(d, "")...)
-		args = append(args, len(d.Pauses), len(d.Limits), demandMaxWait(d))
-		args = appendGCRAPairs(args, d)
+		keys = appendBatchKeys(keys, s.takeKeys(d, ""), len(d.Pauses), c.order)
+		args = append(args, len(d.Pauses), len(d.Limits)-c.slots, c.slots, demandMaxWait(d))
+		args = appendBatchLimits(args, d, c.slots > 0)
 		prev = d
 	}
+	keys, args = appendReleases(keys, args, carried)
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
 	var now int64
-	if err == nil && len(res) != 1+len(calls) {
-		err = fmt.Errorf("malformed reply: %d results for %d demands", len(res)-1, len(calls))
-	} else if err == nil {
+	if err == nil {
 		var ok bool
 		if now, ok = res[0].(int64); !ok {
 			err = fmt.Errorf("malformed reply: clock %v", res[0])
@@ -236,15 +356,99 @@ func (s *Store) sendBatch(calls []*batchCall) {
 	}
 	if err != nil {
 		s.reload.note(err)
+		s.batchFailed(calls, id, carried)
 		err = fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		for _, c := range calls {
 			c.err = err
 		}
 		return
 	}
+	next := 1
 	for i, c := range calls {
-		c.dec, c.err = s.identify(parseBatchReply(res[1+i], now, c.d))
+		var leaseID string
+		if c.slots > 0 {
+			leaseID = batchLeaseID(id, i)
+		}
+		c.dec, next, c.err = parseBatchEntry(res, next, now, c, leaseID)
+		c.dec, c.err = s.identify(c.dec, c.err)
 	}
+	if next != len(res) {
+		err := fmt.Errorf("redisstore: take: malformed reply: %d entries for %d demands", len(res)-1, len(calls))
+		for _, c := range calls {
+			c.dec, c.err = quota.Decision{}, err
+		}
+	}
+}
+
+// batchLeaseID is the lease of the demand at index i of a batch call
+// whose id is id (take_batch.lua: "<id>.<n>", n from 1). Decision ids
+// (nextID) have one ".", so none is a lease id of a batch.
+func batchLeaseID(id string, i int) string {
+	return id + "." + strconv.Itoa(i+1)
+}
+
+// batchFailed gives back the releases a failed batch call carried (or
+// may have carried: a release applied twice does nothing), and releases
+// the leases its demands may have taken: the call may have run (a reply
+// lost, a call sent again and refused: ErrResent) and its callers get
+// an error, so nobody else would release them before they expire.
+func (s *Store) batchFailed(calls []*batchCall, id string, carried []leaseRelease) {
+	if id == "" {
+		return
+	}
+	scope := calls[0].d.Scope
+	s.releases.giveBack(s, scope, carried, releaseRetry)
+	var rs []leaseRelease
+	ks := newKeys(s.prefix, scope)
+	until := time.Now()
+	for i, c := range calls {
+		for j := range c.d.Limits {
+			if b := &c.d.Limits[j]; c.slots > 0 && b.Limit.Algorithm == quota.Concurrency {
+				rs = append(rs, leaseRelease{key: ks.limit(b), id: batchLeaseID(id, i), channel: ks.released(b), until: until.Add(b.Limit.Per)})
+			}
+		}
+	}
+	s.releases.add(s, scope, rs, releaseRetry)
+}
+
+// appendBatchKeys appends keys, a demand's keys in its own order (pauses
+// of them, then one per limit), to all in take_batch.lua's order.
+func appendBatchKeys(all, keys []string, pauses int, order []int) []string {
+	if order == nil {
+		return append(all, keys...)
+	}
+	all = append(all, keys[:pauses]...)
+	for _, i := range order {
+		all = append(all, keys[pauses+i])
+	}
+	return all
+}
+
+// appendBatchLimits appends take_batch.lua's pairs of d's limits: per
+// GCRA limit the charge and the allowance (appendGCRAPairs); then, when
+// slots, per Concurrency limit the lease time and the slots.
+func appendBatchLimits(args []any, d *quota.Demand, slots bool) []any {
+	if !slots {
+		return appendGCRAPairs(args, d)
+	}
+	for i := range d.Limits {
+		if b := &d.Limits[i]; b.Limit.Algorithm == quota.GCRA {
+			charge, room := gcraArgs(b, int64(d.CostOf(i)))
+			args = append(args, charge, room)
+		}
+	}
+	for i := range d.Limits {
+		if b := &d.Limits[i]; b.Limit.Algorithm == quota.Concurrency {
+			args = append(args, b.Limit.Per.Microseconds(), int64(b.Limit.Rate)-int64(b.Headroom))
+		}
+	}
+	return args
+}
+
+// groupReleases orders rs so that the releases of one key are together:
+// take_batch.lua removes each run of them with one ZREM.
+func groupReleases(rs []leaseRelease) {
+	slices.SortStableFunc(rs, func(a, b leaseRelease) int { return strings.Compare(a.key, b.key) })
 }
 
 // alike reports whether demands a and b have the same keys and arguments
@@ -260,18 +464,74 @@ func alike(a, b *quota.Demand) bool {
 // one before it.
 var sameDemand any = "="
 
-// parseBatchReply reads one demand's entry of take_batch.lua's reply:
-// the TAT of a demand of one limit granted at now, or take_gcra.lua's
-// string.
-func parseBatchReply(res any, now int64, d *quota.Demand) (quota.Decision, error) {
-	tat, ok := res.(int64)
-	if !ok {
-		return parseTakeFast(res, d, "")
+// parseBatchEntry reads the entry of demand c at res[k] in take_batch.lua's
+// reply, now the reply's clock, and returns its decision and where the
+// next entry starts. id is c's lease id.
+func parseBatchEntry(res []any, k int, now int64, c *batchCall, id string) (quota.Decision, int, error) {
+	d := c.d
+	if k >= len(res) {
+		return quota.Decision{}, k, fmt.Errorf("redisstore: take: malformed reply: %d entries", len(res))
 	}
-	if len(d.Limits) != 1 {
-		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %d for %d limits", tat, len(d.Limits))
+	if v, ok := res[k].(string); ok {
+		dec, err := parseBatchString(v, c, id)
+		return dec, k + 1, err
 	}
-	var fr [7]int64
-	n := [7]int64{1, 0, -1, -1, now, -1, tat}
-	return decide(n[:], fr[:], d, "", tat)
+	// Integers: the TAT of the GCRA limit (when there is one), then the
+	// slots left (when there are Concurrency limits).
+	gcra := len(d.Limits) - c.slots
+	n := gcra
+	if c.slots > 0 {
+		n++
+	}
+	if gcra > 1 || k+n > len(res) {
+		return quota.Decision{}, k + 1, fmt.Errorf("redisstore: take: malformed reply %v", res[k])
+	}
+	var buf, fr [8]int64
+	reply := append(buf[:0], 1, 0, -1, -1, now, -1)
+	var tat, left int64
+	var ok bool
+	if gcra == 1 {
+		if tat, ok = res[k].(int64); !ok {
+			return quota.Decision{}, k + n, fmt.Errorf("redisstore: take: malformed reply %v", res[k])
+		}
+	}
+	if c.slots > 0 {
+		if left, ok = res[k+n-1].(int64); !ok {
+			return quota.Decision{}, k + n, fmt.Errorf("redisstore: take: malformed reply %v", res[k+n-1])
+		}
+		reply[5] = left
+	}
+	for i := range d.Limits {
+		mark := tat
+		if l := &d.Limits[i].Limit; l.Algorithm == quota.Concurrency {
+			mark = now + l.Per.Microseconds() // the lease's expiry
+		}
+		reply = append(reply, mark)
+	}
+	if len(reply) > len(buf) {
+		return quota.Decision{}, k + n, fmt.Errorf("redisstore: take: %d limits in a batch", len(d.Limits))
+	}
+	dec, err := decide(reply, fr[:len(reply)], d, id, res[k])
+	return dec, k + n, err
+}
+
+// parseBatchString reads take_batch.lua's string entry v of demand c,
+// whose limits it lists in its own order (batchOrder).
+func parseBatchString(v string, c *batchCall, id string) (quota.Decision, error) {
+	var buf, fbuf [8]int64
+	n, fr, err := parseFields(v, buf[:0], fbuf[:0])
+	if err != nil {
+		return quota.Decision{}, err
+	}
+	if c.order != nil && len(n) >= 4 {
+		if n[0] == 1 && len(n) == 6+len(c.order) {
+			marks, fracs := slices.Clone(n[6:]), slices.Clone(fr[6:])
+			for k, i := range c.order {
+				n[6+i], fr[6+i] = marks[k], fracs[k]
+			}
+		} else if n[0] == 0 && n[2] >= 0 && n[2] < int64(len(c.order)) {
+			n[2] = int64(c.order[n[2]])
+		}
+	}
+	return decide(n, fr, c.d, id, v)
 }

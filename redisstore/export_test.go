@@ -37,12 +37,14 @@ func ReplayMode(s *Store) string {
 	return "none"
 }
 
-// TakeBatch decides ds, GCRA-only demands of one scope, in one batch
-// (take_batch.lua), as a flush of waiting demands does.
+// TakeBatch decides ds, demands of GCRA and Concurrency limits of one
+// scope, in one batch (take_batch.lua), as a flush of waiting demands
+// does.
 func TakeBatch(s *Store, ds []*quota.Demand) ([]quota.Decision, []error) {
 	calls := make([]*batchCall, len(ds))
 	for i, d := range ds {
-		calls[i] = &batchCall{d: d, done: make(chan struct{})}
+		calls[i] = newBatchCall(d, hasSlots(d))
+		calls[i].done = make(chan struct{})
 	}
 	s.sendBatch(calls)
 	decs, errs := make([]quota.Decision, len(ds)), make([]error, len(ds))
@@ -56,7 +58,7 @@ func TakeBatch(s *Store, ds []*quota.Demand) ([]quota.Decision, []error) {
 // WithBatchInFlight sets how many calls of a scope may be in flight
 // before demands wait to go together (BatchInFlight by default).
 func WithBatchInFlight(n int) Option {
-	return func(s *Store) { s.batchInFlight = n }
+	return func(s *Store) { s.batchInFlight, s.slotInFlight = n, n }
 }
 
 // WithReleaseLinger sets how long released leases wait for a take or
@@ -93,3 +95,13 @@ func ComposeScript(name string) string { return composeScript(name) }
 // ConfigCause names the configuration mistake behind a Redis error reply
 // on client, or "" (configCause).
 var ConfigCause = configCause
+
+// hasSlots reports whether d has a Concurrency limit.
+func hasSlots(d *quota.Demand) bool {
+	for i := range d.Limits {
+		if d.Limits[i].Limit.Algorithm == quota.Concurrency {
+			return true
+		}
+	}
+	return false
+}

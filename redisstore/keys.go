@@ -59,7 +59,7 @@ const schema = "v1"
 //
 // A is a limit key's algorithm letter (g or G, f, l or w; see algTag).
 //
-// Fair shares and class notes took their present keys in issue 31 (zA:
+// Fair shares and class notes took their present keys in this release (zA:
 // one sorted set for a counter's tenants and clocks, where tA: and one vA:
 // string per tenant were; hA: a hash of notes, where oA: was a sorted
 // set). An older instance reads and writes only the old keys: while both

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -118,15 +119,23 @@ func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision
 // channel, which wakes waiters (WatchRelease). Releasing twice does
 // nothing.
 func (s *Store) Release(_ context.Context, r *quota.Reservation) error {
-	var rs []leaseRelease
-	until := time.Now()
-	_, err := s.leaseKeys(r, func(ks keys, b *quota.Bucket) {
-		rs = append(rs, leaseRelease{key: ks.limit(b), id: r.ID, channel: ks.released(b), until: until.Add(b.Limit.Per)})
-	})
-	if err != nil {
-		return fmt.Errorf("redisstore: release: %w", err)
+	if r == nil || r.Demand == nil || len(r.Marks) != len(r.Demand.Limits) || r.ID == "" {
+		return errors.New("redisstore: release: malformed reservation")
 	}
-	s.releases.add(s, r.Demand.Scope, rs, s.linger)
+	d := r.Demand
+	var ks keys
+	var buf [2]leaseRelease
+	rs := buf[:0]
+	until := time.Now()
+	for i := range d.Limits {
+		if b := &d.Limits[i]; b.Limit.Algorithm == quota.Concurrency {
+			if ks.base == "" {
+				ks = newKeys(s.prefix, d.Scope)
+			}
+			rs = append(rs, leaseRelease{key: ks.limit(b), id: r.ID, channel: ks.released(b), until: until.Add(b.Limit.Per)})
+		}
+	}
+	s.releases.add(s, d.Scope, rs, s.linger)
 	return nil
 }
 
@@ -170,7 +179,8 @@ func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 // watched, subscribed to the channels of the watched buckets only, and
 // closes it when the last watch stops, so an idle store holds no
 // connection or goroutine. Each release message wakes the oldest watcher
-// of its bucket in this store that has no wake-up pending; after a
+// of its bucket in this store that has no wake-up pending (a message of
+// n slots freed at once, the n oldest); after a
 // reconnection, which may have lost messages, every watcher wakes.
 //
 // It returns once Redis has confirmed the subscription, or after the
@@ -284,10 +294,19 @@ func (h *hub) read(ps *redis.PubSub, msgs <-chan any, done chan struct{}) {
 				}
 			}
 		case *redis.Message:
+			// The payload is how many slots were freed (take_batch.lua
+			// announces a run of releases at once): wake as many.
 			if w := h.chans[m.Channel]; w != nil {
+				n, err := strconv.Atoi(m.Payload)
+				if err != nil || n < 1 {
+					n = 1
+				}
 				for _, c := range w.waiters {
-					if signal(c) {
+					if n == 0 {
 						break
+					}
+					if signal(c) {
+						n--
 					}
 				}
 			}

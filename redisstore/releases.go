@@ -16,10 +16,14 @@ import (
 // (one round trip per request for an in-flight limit, not two). A queue
 // that no such call empties within releaseLinger is sent on its own by
 // release.lua, one call for everything queued by then, so a slot is freed
-// at most about releaseLinger plus one round trip after Release returns.
+// at most about releaseLinger plus one round trip after Release returns,
+// or after the takes of the scope then in flight end (batch.go), which
+// then carry no timer per release.
 
 // releaseLinger is how long released leases wait for a take or claim of
-// their scope to carry them before they are sent on their own.
+// their scope to carry them before they are sent on their own, counted
+// from the release or, when takes of the scope are in flight then, from
+// the end of the last of them.
 const releaseLinger = time.Millisecond
 
 // releaseRetry is how long a failed send of released leases waits before
@@ -50,6 +54,7 @@ type scopeReleases struct {
 
 // add queues rs of scope and schedules their send, after delay, unless
 // one is scheduled or in flight (which schedules the next when it ends).
+// add copies rs.
 func (q *releaseQueue) add(s *Store, scope string, rs []leaseRelease, delay time.Duration) {
 	if len(rs) == 0 {
 		return
@@ -65,8 +70,22 @@ func (q *releaseQueue) add(s *Store, scope string, rs []leaseRelease, delay time
 		q.scopes[scope] = sr
 	}
 	sr.pending = append(sr.pending, rs...)
-	if sr.timer == nil && sr.sending == nil {
+	// While a take of the scope is in flight (batch.go), its end arms the
+	// timer (arm) if no later call carried the releases by then: no timer
+	// is started and stopped per release under load.
+	if sr.timer == nil && sr.sending == nil && !s.inFlight(scope) {
 		sr.timer = time.AfterFunc(delay, func() { q.send(s, scope, sr) })
+	}
+}
+
+// arm schedules the send of scope's queued releases after s.linger, when
+// some wait and no send is scheduled or in flight: the last take of the
+// scope in flight has ended without them (add did not arm).
+func (q *releaseQueue) arm(s *Store, scope string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if sr := q.scopes[scope]; sr != nil && len(sr.pending) > 0 && sr.timer == nil && sr.sending == nil {
+		sr.timer = time.AfterFunc(s.linger, func() { q.send(s, scope, sr) })
 	}
 }
 

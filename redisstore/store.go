@@ -41,6 +41,7 @@ type Store struct {
 	linger        time.Duration // releases.go: releaseLinger, but in tests
 	batchMax      int           // WithBatching; below 2: no batches
 	batchInFlight int           // calls of a scope in flight before demands wait
+	slotInFlight  int           // the same for demands with Concurrency limits
 	batch         batcher       // batch.go
 	deadlines     callDeadlines
 }
@@ -61,7 +62,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, linger: releaseLinger}
+	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, slotInFlight: slotBatchInFlight, linger: releaseLinger}
 	for _, o := range opts {
 		o(s)
 	}
@@ -167,29 +168,36 @@ func (s *Store) nowArg() string {
 // the go-redis or context error; the demand may then have been charged.
 //
 // A demand whose limits are all GCRA, the common case, runs
-// take_gcra.lua, and one of a single fixed-window or sliding-window limit
-// runs take_window.lua (unless replies are remembered, [ReplayIDs]); both decide
-// as take.lua does, in fewer Redis commands. Any other runs take.lua.
+// take_gcra.lua (or goes in a batch: [WithBatching]); one of GCRA and
+// Concurrency limits runs take_batch.lua, alone or in a batch; one of a
+// single fixed-window or sliding-window limit runs take_window.lua. All
+// three decide as take.lua does, in fewer Redis commands, and are used
+// unless replies are remembered ([ReplayIDs]). Any other runs take.lua.
 func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	if err := d.Validate(); err != nil {
 		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
-	// A limit shared among tenants needs take_share.lua or take.lua
-	// (share.lua), not take_gcra.lua and its batches.
-	gcraOnly, needID := len(d.Limits) > 0 && !s.generic && !d.Shared(), s.replayMS > 0
+	// plain: GCRA and Concurrency limits only, none shared among tenants
+	// (take_share.lua or take.lua, with share.lua).
+	plain := len(d.Limits) > 0 && !s.generic && !d.Shared()
+	gcraOnly, slots, needID := plain, false, s.replayMS > 0
 	for i := range d.Limits {
 		switch d.Limits[i].Limit.Algorithm {
 		case quota.GCRA:
-		case quota.SlidingLog:
-			gcraOnly, needID = false, true // the id names the log entry
 		case quota.Concurrency: // lease.go
-			gcraOnly, needID = false, true // the id is the lease's
+			gcraOnly, slots, needID = false, true, true // the id is the lease's
+		case quota.SlidingLog:
+			plain, gcraOnly, needID = false, false, true // the id names the log entry
 		default:
-			gcraOnly = false
+			plain, gcraOnly = false, false
 		}
 	}
-	if gcraOnly && s.batchMax > 1 && s.replayMS == 0 {
-		return s.takeBatched(ctx, d)
+	if plain && s.replayMS == 0 {
+		// take_gcra.lua or take_batch.lua (batch.go)
+		if s.batchMax > 1 {
+			return s.takeBatched(ctx, d, slots)
+		}
+		return s.takeAlone(ctx, d, slots)
 	}
 	return s.take(ctx, d, gcraOnly, needID)
 }
@@ -440,15 +448,24 @@ func parseTakeFast(res any, d *quota.Demand, id string) (quota.Decision, error) 
 		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", res)
 	}
 	var buf, fbuf [8]int64
-	n, fr := buf[:0], fbuf[:0]
+	n, fr, err := parseFields(v, buf[:0], fbuf[:0])
+	if err != nil {
+		return quota.Decision{}, err
+	}
+	return decide(n, fr, d, id, v)
+}
+
+// parseFields appends to n and fr the integers of a reply v of fields
+// separated by spaces, and their fractions (parseField).
+func parseFields(v string, n, fr []int64) ([]int64, []int64, error) {
 	for f := range strings.SplitSeq(v, " ") {
 		x, frac, err := parseField(f)
 		if err != nil {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %q", v)
+			return nil, nil, fmt.Errorf("redisstore: take: malformed reply %q", v)
 		}
 		n, fr = append(n, x), append(fr, frac)
 	}
-	return decide(n, fr, d, id, v)
+	return n, fr, nil
 }
 
 // decideIdle makes the Decision of take_gcra.lua's integer reply tat: a

@@ -1,35 +1,98 @@
 -- take_batch.lua: take_gcra.lua for several demands of one scope at once,
 -- decided in the order given, as if each were its own call at the same
--- instant. Take sends a batch when demands of one scope arrive while an
--- earlier call of that scope is in flight (WithBatching, batch.go): one
--- round trip, one TIME, one GET and one write per key however many
--- demands share it, instead of all of them per demand.
+-- instant; and the one script of a demand of GCRA and Concurrency limits
+-- (take.lua decides such a demand as well, in more commands: it is left
+-- to replies remembered, ReplayIDs). Take sends a batch when demands of
+-- one scope arrive while earlier calls of that scope are in flight
+-- (WithBatching, batch.go): one round trip, one TIME, one GET and one
+-- write per key however many demands share it, instead of all of them
+-- per demand.
 --
 -- Units as in prologue.lua.
 --
--- KEYS: for each demand in order, its pause keys, then its limit keys (one
--- per limit). A key may appear for several demands. All share one hash
--- tag {scope}; no other key is touched.
+-- KEYS: for each demand in order, its pause keys, then its GCRA limit
+-- keys, then its Concurrency limit keys (one per limit); then the
+-- concurrency keys of the leases released earlier that this call carries
+-- (ARGV[4] of them). A key may appear for several demands. All share one
+-- hash tag {scope}; no other key is touched.
 --
--- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
+-- ARGV[1], ARGV[2]  the clock and the call id (prologue.lua): "" when no
+--          demand has a Concurrency limit; else unique, and demand n's
+--          lease (its decision id) is "<id>.<n>"
 -- ARGV[3]  the number of demands; "N f" when the emission interval of a
 --          limit is not a whole number of microseconds, so that its
 --          arguments and arrival times may carry fractions (take_gcra.lua)
--- then per demand: P (pause keys), L (limits), MaxWait, then L pairs
---          charge = cost*T, allowance = Burst*T - cost*T (T = Per/Rate,
---          "q" or, with fractions, "q:r:Rate" and "q:r": take_gcra.lua);
---          or "=" alone for a demand the same as the one before it (the
---          same keys and arguments), which then has no keys of its own
---          either: demands of a batch are mostly alike, and each key or
---          argument costs Redis about 1100 instructions
+-- ARGV[4]  the number of leases released earlier, carried by this call
+-- then per demand: P (pause keys), G (GCRA limits), C (Concurrency
+--          limits), MaxWait, then G pairs charge = cost*T, allowance =
+--          Burst*T - cost*T (T = Per/Rate, "q" or, with fractions,
+--          "q:r:Rate" and "q:r": take_gcra.lua), then C pairs: the lease
+--          time (Per) and the slots (Rate less the headroom); or "=" alone
+--          for a demand the same as the one before it (the same keys and
+--          arguments), which then has no keys of its own either: demands
+--          of a batch are mostly alike, and each key or argument costs
+--          Redis about 1100 instructions
+-- then 2 per carried release, as in release.lua: the lease id, the
+--          channel announcing it
 --
--- Reply: a table: the clock (now), then one entry per demand. A demand of
--- one limit in whole microseconds granted at the clock gets the TAT it
--- set, an integer; any other gets take_gcra.lua's string, "1 delay -1 -1
--- now -1 TAT..." when granted (a TAT "us" or "us:frac"), "0 delay limit
--- pause" when refused. (A string costs Redis about 8k instructions per
--- demand, an integer in the table about 0.6k: in a batch of 64 demands
--- the strings were most of the work.)
+-- Concurrency limits decide as in take.lua: after the GCRA limits and
+-- pauses set the instant (and MaxWait allows it), every Concurrency
+-- limit needs a free slot now (fewer live leases than slots), or the
+-- demand is refused until one frees (the lease that, unless released,
+-- expires first); granted at the clock, it takes one slot of each, a
+-- lease "<id>.<n>" that expires Per from now; granted for a later
+-- instant (a reservation), it takes none (mark 0: claim.lua takes them
+-- when it comes due). A key's leases that expired are pruned when it is
+-- first read (ZREMRANGEBYSCORE), so ZCARD is then its live leases; the
+-- leases a batch adds are written once per key at the end (one ZADD),
+-- and its TTL raised to cover the latest. A call go-redis sends again is
+-- refused by the prologue (ReplayDetect); with no retries it is not sent
+-- again.
+--
+-- Carried releases: applied first, as in release.lua, by one ZREM per
+-- run of releases of the same key (Go sends them grouped), announced with
+-- one PUBLISH of the number removed (the watchers of the channel wake
+-- that many: lease.go). A second run removes nothing.
+--
+-- Reply: a table: the clock (now), then per demand either one string or
+-- integers. A demand granted at the clock whose GCRA limits (at most one)
+-- are in whole microseconds gets integers: the TAT its limit set (when it
+-- has one), then, when it has Concurrency limits, the slots left after
+-- its lease, the least over them (each lease's expiry is now + Per, which
+-- Go knows). Any other gets take_gcra.lua's string, "1 delay -1 -1 now
+-- remaining mark..." when granted (a mark per limit in the order above:
+-- TAT "us" or "us:frac", lease expiry, 0 for a slot left unclaimed;
+-- remaining, the slots left when granted at the clock with Concurrency
+-- limits, else -1), "0 delay limit pause" when refused (the limit as its
+-- 0-based index in the order above). (A string costs Redis about 8k
+-- instructions per demand, an integer in the table about 0.6k: in a batch
+-- of 64 demands the strings were most of the work.)
+
+-- Carried releases first; a second run is a no-op.
+local carried = tonumber(ARGV[4])
+if carried > 0 then
+  local k, last = #KEYS - carried + 1, #KEYS
+  while k <= last do
+    local key, arg = KEYS[k], #ARGV - 2 * (last - k) - 1
+    local channel, removed = ARGV[arg + 1], 0
+    k = k + 1
+    if k > last or KEYS[k] ~= key then
+      removed = redis.call('ZREM', key, ARGV[arg])
+    else
+      local ids = {ARGV[arg]}
+      while k <= last and KEYS[k] == key do
+        ids[#ids + 1] = ARGV[#ARGV - 2 * (last - k) - 1]
+        k = k + 1
+      end
+      removed = redis.call('ZREM', key, unpack(ids))
+    end
+    if removed == 1 then
+      redis.call('PUBLISH', channel, '1')
+    elseif removed > 1 then
+      redis.call('PUBLISH', channel, fmt('%d', removed))
+    end
+  end
+end
 
 -- current holds every key read so far: its value as the demands decided
 -- so far left it (whole microseconds; with fractions, fraction holds the
@@ -38,6 +101,59 @@
 -- whole microseconds runs what it ran before fractions were kept.
 local demands, exact = tonumber(ARGV[3]), true
 if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), false end
+
+-- A lone demand of at most one pause, one GCRA limit in whole
+-- microseconds and one Concurrency limit, the common in-flight demand
+-- (a request's rate and its slot): the decision below in straight lines,
+-- without tables or closures (they cost a third of such a call), the same
+-- reply. TestTakeBatchSlotsMatchTake checks both paths against take.lua.
+if demands == 1 and exact and ARGV[6] == '1' and ARGV[7] == '1' and (ARGV[5] == '0' or ARGV[5] == '1') then
+  local pauses = tonumber(ARGV[5])
+  local instant, pause = now, -1
+  if pauses == 1 then
+    local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
+    if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
+  end
+  -- ARGV[8] MaxWait, [9] charge, [10] allowance, [11] lease time, [12] slots
+  local key, slotKey = KEYS[pauses + 1], KEYS[pauses + 2]
+  local old = tonumber(redis.call('GET', key)) or 0
+  local binding, earliest = -1, old - ARGV[10]
+  if earliest > instant then instant, binding = earliest, 0 end
+  if instant > now and instant - now > tonumber(ARGV[8]) then
+    return {now, fmt('0 %d %d %d', instant - now, binding, pause)}
+  end
+  local capacity = tonumber(ARGV[12])
+  redis.call('ZREMRANGEBYSCORE', slotKey, '-inf', fmt('%d', now))
+  local leases = redis.call('ZCARD', slotKey)
+  if leases >= capacity then
+    local frees = tonumber(redis.call('ZRANGE', slotKey, leases - capacity, leases - capacity, 'WITHSCORES')[2])
+    if frees < instant then frees = instant end
+    return {now, fmt('0 %d 1 -1', frees - now)}
+  end
+  local tat = old
+  if tat < instant then tat = instant end
+  tat = tat + ARGV[9]
+  if slack > 0 then
+    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
+  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+    redis.call('INCRBY', key, fmt('%d', tat - old))
+  else
+    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
+  end
+  if instant > now then
+    return {now, fmt('1 %d -1 -1 %d -1 %d 0', instant - now, now, tat)}
+  end
+  local expiry = now + ARGV[11]
+  redis.call('ZADD', slotKey, fmt('%d', expiry), callID .. '.1')
+  local ttl = math.ceil((expiry - now) / 1000) + slack
+  if leases == 0 then
+    redis.call('PEXPIRE', slotKey, ttl)
+  else
+    redis.call('PEXPIRE', slotKey, ttl, 'GT')
+  end
+  return {now, tat, capacity - leases - 1}
+end
+
 local current, stored, changed = {}, {}, {}
 local fraction, storedFrac
 if not exact then fraction, storedFrac = {}, {} end
@@ -71,33 +187,48 @@ else
   end
 end
 
+-- Concurrency keys, once one is read: slot[key] = {live leases (those
+-- this batch added included), true when the key held none when read (so
+-- no TTL), the latest expiry added (0: none), n, then from the 5th to the
+-- nth the leases added and not yet written (expiry, id, ...)}; slotKeys
+-- lists the keys with leases added, once each.
+local slot, slotKeys
+local lastExpiry, expiryArg -- the latest lease expiry added, and formatted
+
 local replies = {now}
-local readKey, readArg = 1, 4 -- where the next demand's keys and arguments start
--- The demand's first key and first pair, and its P, L and MaxWait: a
--- demand "=" keeps the previous one's.
-local keyAt, argAt, pauses, limits, maxWait
+local readKey, readArg = 1, 5 -- where the next demand's keys and arguments start
+-- The demand's first key and first pair, its P, G, C and MaxWait, and
+-- num[k] the pairs' arguments from the first (0) as numbers (nil for a
+-- "q:r" with fractions): a demand "=" keeps the previous one's, parsed
+-- once (each tonumber, or arithmetic on an argument, is a strtod).
+-- pausedUntil and pausedBy: the latest end of the demand's pauses (not
+-- before now) and the first pause that has it (-1: none), the same for a
+-- demand "=" (no script writes a pause key in a batch).
+local keyAt, argAt, pauses, limits, slots, maxWait, num, pausedUntil, pausedBy
 for demand = 1, demands do
   if ARGV[readArg] == '=' then
     readArg = readArg + 1
   else
-    pauses, limits = tonumber(ARGV[readArg]), tonumber(ARGV[readArg + 1])
-    keyAt, argAt, maxWait = readKey, readArg + 3, ARGV[readArg + 2]
-    readKey, readArg = readKey + pauses + limits, argAt + 2 * limits
+    pauses, limits, slots = tonumber(ARGV[readArg]), tonumber(ARGV[readArg + 1]), tonumber(ARGV[readArg + 2])
+    keyAt, argAt, maxWait = readKey, readArg + 4, ARGV[readArg + 3]
+    readKey, readArg = readKey + pauses + limits + slots, argAt + 2 * (limits + slots)
+    num = {}
+    for k = 0, 2 * (limits + slots) - 1 do num[k] = tonumber(ARGV[argAt + k]) end
+    pausedUntil, pausedBy = now, -1
+    for i = 0, pauses - 1 do
+      local pauseEnd = get(KEYS[keyAt + i])
+      if pauseEnd > pausedUntil then pausedUntil, pausedBy = pauseEnd, i end
+    end
   end
-  local nextKey, nextArg = keyAt, argAt
-  local instant, pause, binding = now, -1, -1
-  for i = 0, pauses - 1 do
-    local pauseEnd = get(KEYS[nextKey + i])
-    if pauseEnd > instant then instant, pause = pauseEnd, i end
-  end
-  nextKey = nextKey + pauses
+  local nextKey, nextArg = keyAt + pauses, argAt
+  local instant, pause, binding = pausedUntil, pausedBy, -1
   for i = 0, limits - 1 do
     local earliest
     if exact then
-      earliest = get(KEYS[nextKey + i]) - ARGV[nextArg + 2 * i + 1]
+      earliest = get(KEYS[nextKey + i]) - num[2 * i + 1]
     else
       -- ceil(TAT - allowance): tat - q, plus 1 if frac > r.
-      local key, room, roomFrac = KEYS[nextKey + i], tonumber(ARGV[nextArg + 2 * i + 1]), 0
+      local key, room, roomFrac = KEYS[nextKey + i], num[2 * i + 1], 0
       if not room then
         local q, r = string.match(ARGV[nextArg + 2 * i + 1], '^(%d+):(%d+)$')
         room, roomFrac = tonumber(q), tonumber(r)
@@ -107,22 +238,53 @@ for demand = 1, demands do
     end
     if earliest > instant then instant, binding = earliest, i end
   end
+  local refusal
   if instant > now and instant - now > tonumber(maxWait) then
-    replies[demand + 1] = fmt('0 %d %d %d', instant - now, binding, pause)
+    refusal = fmt('0 %d %d %d', instant - now, binding, pause)
+  end
+  -- Concurrency: a slot of each limit must be free now, whatever the
+  -- instant (take.lua). The ranks of the leases are read with the
+  -- batch's own leases written first.
+  local slotKey = nextKey + limits
+  for j = 0, slots - 1 do
+    if refusal then break end
+    local key, capacity = KEYS[slotKey + j], num[2 * (limits + j) + 1]
+    if not slot then slot, slotKeys = {}, {} end
+    local st = slot[key]
+    if not st then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now))
+      local leases = redis.call('ZCARD', key)
+      st = {leases, leases == 0, 0, 4}
+      slot[key] = st
+    end
+    local count = st[1]
+    if count >= capacity then
+      if st[4] > 4 then
+        redis.call('ZADD', key, unpack(st, 5, st[4]))
+        st[4] = 4
+      end
+      local frees = tonumber(redis.call('ZRANGE', key, count - capacity, count - capacity, 'WITHSCORES')[2])
+      if frees < instant then frees = instant end
+      refusal = fmt('0 %d %d -1', frees - now, limits + j)
+    end
+  end
+  if refusal then
+    replies[#replies + 1] = refusal
   else
-    local marks, tat = ''
+    -- short: the reply is integers, and the marks are not formatted.
+    local marks, tat, short = '', nil, exact and limits <= 1 and instant == now
     for i = 0, limits - 1 do
       local key = KEYS[nextKey + i]
       tat = current[key]
       if exact then
         if tat < instant then tat = instant end
-        tat = tat + ARGV[nextArg + 2 * i]
-        if limits > 1 or instant > now then marks = marks .. ' ' .. fmt('%d', tat) end
+        tat = tat + num[2 * i]
+        if not short then marks = marks .. ' ' .. fmt('%d', tat) end
       else
         -- TAT' = max(TAT, instant) + charge, the fraction carried at Rate.
         local frac = fraction[key]
         if tat < instant then tat, frac = instant, 0 end
-        local charge = tonumber(ARGV[nextArg + 2 * i])
+        local charge = num[2 * i]
         if charge then
           tat = tat + charge
         else
@@ -143,11 +305,48 @@ for demand = 1, demands do
       end
       current[key] = tat
     end
-    if exact and limits == 1 and instant == now then
-      replies[demand + 1] = tat
-    else
-      replies[demand + 1] = fmt('1 %d -1 -1 %d -1', instant - now, now) .. marks
+    -- The leases, when granted at the clock; left: the slots left.
+    local left = -1
+    if slots > 0 then
+      local lease = callID .. '.' .. demand
+      for j = 0, slots - 1 do
+        local key = KEYS[slotKey + j]
+        if instant > now then
+          marks = marks .. ' 0'
+        else
+          local expiry, st = now + num[2 * (limits + j)], slot[key]
+          if st[3] == 0 then slotKeys[#slotKeys + 1] = key end
+          if expiry > st[3] then st[3] = expiry end
+          if expiry ~= lastExpiry then lastExpiry, expiryArg = expiry, fmt('%d', expiry) end
+          local n = st[4] + 2
+          st[n - 1], st[n], st[4] = expiryArg, lease, n
+          st[1] = st[1] + 1
+          local free = num[2 * (limits + j) + 1] - st[1]
+          if left < 0 or free < left then left = free end
+          if not short then marks = marks .. ' ' .. expiryArg end
+        end
+      end
     end
+    if short then
+      if limits == 1 then replies[#replies + 1] = tat end
+      if slots > 0 then replies[#replies + 1] = left end
+    else
+      replies[#replies + 1] = fmt('1 %d -1 -1 %d %d', instant - now, now, left) .. marks
+    end
+  end
+end
+
+-- Write the leases added, one ZADD per key, and raise the key's TTL to
+-- cover the latest (a key that held none has no TTL: GT would not set
+-- one).
+for _, key in ipairs(slotKeys or {}) do
+  local st = slot[key]
+  if st[4] > 4 then redis.call('ZADD', key, unpack(st, 5, st[4])) end
+  local ttl = math.ceil((st[3] - now) / 1000) + slack
+  if st[2] then
+    redis.call('PEXPIRE', key, ttl)
+  else
+    redis.call('PEXPIRE', key, ttl, 'GT')
   end
 end
 

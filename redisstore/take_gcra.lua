@@ -113,23 +113,7 @@ if exact and limits <= 2 and pauses <= 1 then
   if instant > now and instant - now > tonumber(ARGV[3]) then
     return fmt('0 %d %d %d', instant - now, binding, pause)
   end
-  local tat1, tat2
-  for i = 1, limits do
-    local old = old1
-    if i == 2 then old = old2 end
-    local tat = old
-    if tat < instant then tat = instant end
-    tat = tat + ARGV[2 + 2 * i]
-    local key = KEYS[first + i - 1]
-    if slack > 0 then
-      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-      redis.call('INCRBY', key, fmt('%d', tat - old))
-    else
-      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
-    end
-    if i == 1 then tat1 = tat else tat2 = tat end
-  end
+  -- #include gcra_charge.lua
   if replyTTL == 0 and instant == now and old1 <= now and old2 <= now then
     -- Every bucket was idle: TAT = now + charge (the reply above).
     return tat1

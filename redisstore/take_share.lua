@@ -93,23 +93,7 @@ if held or (instant > now and instant - now > tonumber(ARGV[3])) then
 end
 
 -- Granted: charge the limits (take_gcra.lua's rule), then the clock.
-local tat1, tat2
-for i = 1, limits do
-  local old = old1
-  if i == 2 then old = old2 end
-  local tat = old
-  if tat < instant then tat = instant end
-  tat = tat + ARGV[2 + 2 * i]
-  local limitKey = KEYS[first + i - 1]
-  if slack > 0 then
-    redis.call('SET', limitKey, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-    redis.call('INCRBY', limitKey, fmt('%d', tat - old))
-  else
-    redis.call('SET', limitKey, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
-  end
-  if i == 1 then tat1 = tat else tat2 = tat end
-end
+-- #include gcra_charge.lua
 -- min(max(clock, instant), instant + C*T) + min(unit*n, 2^50)
 if clock < instant then clock = instant end
 local ahead = instant + ARGV[e + 3]
