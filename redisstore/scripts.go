@@ -31,7 +31,7 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua share_state.lua share_held.lua share_expire.lua class_note.lua gcra_charge.lua slidinglog.lua take_share.lua retime.lua
+//go:embed share.lua share_state.lua share_held.lua share_expire.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua retime.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
@@ -117,15 +117,22 @@ func newScript(name string) luaScript {
 func composeScript(name string) string {
 	var src strings.Builder
 	for _, f := range slices.Concat([]string{"prologue.lua"}, scriptParts[name], []string{name}) {
-		for line := range strings.Lines(readLua(f)) {
-			if inc, ok := strings.CutPrefix(strings.TrimSpace(line), includeMark); ok {
-				src.WriteString(readLua(inc))
-				continue
-			}
-			src.WriteString(line)
-		}
+		include(&src, f)
 	}
 	return src.String()
+}
+
+// include writes the text of the embedded file f to src, each line
+// "-- #include F" replaced by F's text, itself included so (an included
+// block may include another: gcra_charge.lua, gcra_write.lua).
+func include(src *strings.Builder, f string) {
+	for line := range strings.Lines(readLua(f)) {
+		if inc, ok := strings.CutPrefix(strings.TrimSpace(line), includeMark); ok {
+			include(src, inc)
+			continue
+		}
+		src.WriteString(line)
+	}
 }
 
 // includeMark begins a line that composeScript replaces by a file's text.

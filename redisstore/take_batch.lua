@@ -133,13 +133,7 @@ if demands == 1 and exact and ARGV[6] == '1' and ARGV[7] == '1' and (ARGV[5] == 
   local tat = old
   if tat < instant then tat = instant end
   tat = tat + ARGV[9]
-  if slack > 0 then
-    redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-  elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-    redis.call('INCRBY', key, fmt('%d', tat - old))
-  else
-    redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
-  end
+  -- #include gcra_write.lua
   if instant > now then
     return {now, fmt('1 %d -1 -1 %d -1 %d 0', instant - now, now, tat)}
   end
@@ -356,13 +350,7 @@ end
 for _, key in ipairs(changed) do
   local old, tat = stored[key], current[key]
   if exact or fraction[key] == 0 and storedFrac[key] == 0 then
-    if slack > 0 then
-      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-      redis.call('INCRBY', key, fmt('%d', tat - old))
-    else
-      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
-    end
+    -- #include gcra_write.lua
   else
     local value = fmt('%d', tat)
     if fraction[key] > 0 then value = fmt('%d:%d', tat, fraction[key]) end

@@ -94,21 +94,7 @@ if exact and limits <= 2 and pauses <= 1 then
   -- At most one pause key and one or two limits, in whole microseconds:
   -- the common cases (a transport's demand has its scope's pause key), in
   -- straight lines without tables.
-  local instant, pause, first = now, -1, 1
-  if pauses == 1 then
-    local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
-    if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
-    first = 2
-  end
-  local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
-  local old2, binding = 0, -1
-  local earliest = old1 - ARGV[5]
-  if earliest > instant then instant, binding = earliest, 0 end
-  if limits == 2 then
-    old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
-    earliest = old2 - ARGV[7]
-    if earliest > instant then instant, binding = earliest, 1 end
-  end
+  -- #include gcra_read.lua
   -- MaxWait is read only when there is a wait (one number less to parse).
   if instant > now and instant - now > tonumber(ARGV[3]) then
     return fmt('0 %d %d %d', instant - now, binding, pause)
@@ -271,13 +257,7 @@ for i = 1, limits do
   if exact then
     if tat < instant then tat = instant end
     tat = tat + ARGV[2 + 2 * i]
-    if slack > 0 then
-      redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-    elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
-      redis.call('INCRBY', key, fmt('%d', tat - old))
-    else
-      redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))
-    end
+    -- #include gcra_write.lua
     marks = marks .. ' ' .. fmt('%d', tat)
   else
     -- TAT' = max(TAT, instant) + charge, the fraction carried at Rate.

@@ -28,21 +28,8 @@
 
 local limits = (#ARGV - 10) / 2
 local e = 4 + 2 * limits -- the entry's first argument
-local instant, pause, first = now, -1, 1
-if #KEYS - limits == 4 then
-  local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
-  if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
-  first = 2
-end
-local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
-local old2, binding = 0, -1
-local earliest = old1 - ARGV[5]
-if earliest > instant then instant, binding = earliest, 0 end
-if limits == 2 then
-  old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
-  earliest = old2 - ARGV[7]
-  if earliest > instant then instant, binding = earliest, 1 end
-end
+local pauses = #KEYS - limits - 3 -- the pause key, then the limits and 3 keys of the share
+-- #include gcra_read.lua
 
 -- The fair share (share.lua's sharesBegin, for one tenant).
 local key, tenant, window = KEYS[first + limits], ARGV[e + 1], tonumber(ARGV[e + 4])

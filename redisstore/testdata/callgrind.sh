@@ -37,9 +37,10 @@ take_share.lua) parts=share_state.lua ;;
 cancel.lua | retime.lua) parts=slidinglog.lua ;;
 esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
-	# Each line "-- #include F" is replaced by F's text (composeScript).
-	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")" |
-		awk '/^[ \t]*-- #include /{f=$3; while ((getline l < f) > 0) print l; close(f); next} {print}') >"$dir/script.lua"
+	# Each line "-- #include F" is replaced by F's text (composeScript),
+	# twice over: an included block may include another.
+	expand() { awk '/^[ \t]*-- #include /{f=$3; while ((getline l < f) > 0) print l; close(f); next} {print}'; }
+	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")" | expand | expand) >"$dir/script.lua"
 else
 	cp "$lua" "$dir/script.lua"
 fi
