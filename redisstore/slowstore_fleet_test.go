@@ -124,7 +124,6 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 					Key: throttle.KeyFromHeader("X-Category")},
 			},
 		}}}, throttle.WithStore(newStoreOn(t, rdb, prefix)),
-			throttle.WithBreaker(throttle.Breaker{LateGrants: true}),
 			throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				late.Add(int64(ev.Late))
 				retimed.Add(int64(ev.Retimed))
@@ -208,8 +207,7 @@ func runSlowFleet(t *testing.T, faults bool) slowFleetRun {
 
 // TestSlowStoreFleet is issue 29's slow store: 8 instances x 16
 // goroutines on one Redis whose replies are late a tenth of the time and
-// which stops twice for a second. With Breaker.LateGrants, a grant whose
-// reply came late is retimed to the send (quota.Retimer), or given back
+// which stops twice for a second. A grant whose reply came late is retimed to the send (quota.Retimer), or given back
 // and decided again when the limits have no room then (late.go), so the
 // vendor refuses nothing (see the bound below for what a loaded machine
 // adds).
