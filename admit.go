@@ -297,7 +297,7 @@ type demand struct {
 	sent    time.Time          // when the request was sent (or cleared to be), for learning
 	due     time.Time          // a store's grant: the earliest instant it may be charged for (late.go); zero: none
 	ends    time.Time          // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
-	charged time.Time          // with due: the store's clock at its charge (late.go)
+	charge  grantClock         // with due: what the store's clock says of it (late.go)
 	late    int                // grants given back for coming late (late.go)
 }
 

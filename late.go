@@ -120,12 +120,18 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 		// again would take its turn from the others.
 		return false
 	}
-	lag := now.Sub(d.charged) - lim.failover().clock.least(now)
-	if lag <= 0 {
+	// The reply's part of the lag, and the whole of it: what the machine
+	// adds after the answer (a late timer, a busy scheduler) a prompt
+	// store's grants get too, and the requests sent after this check, so
+	// it counts only beyond a second tolerance.
+	least := lim.failover().clock.least(now)
+	lag, whole := d.charge.reply-least, now.Sub(d.charge.at)-least
+	if lag <= 0 && whole <= 0 {
 		return false
 	}
 	for i, b := range d.Limits {
 		l := b.Limit
+		tol := lateBackoff(lateTolerance(l), d.late)
 		switch {
 		case l.Algorithm == Concurrency:
 			// A slot is held from its grant to the response's end.
@@ -135,7 +141,7 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 			// holds one only when it may reach the vendor later than the
 			// log covers (anchorHold). A retime would move its entry past
 			// the next burst's in a full log, and be refused.
-		case lag <= lateBackoff(lateTolerance(l), d.late):
+		case lag <= tol && whole <= 2*tol:
 		case l.Algorithm == FixedWindow && now.Before(d.ends):
 			// Still in the window charged: the charge's window ends
 			// at or after d.ends.
@@ -192,13 +198,19 @@ func grantWindowEnd(dm *quota.Demand, dec quota.Decision, asked time.Time) time.
 	return asked.Add(dec.ResetAfter)
 }
 
+// A grantClock is what the store's clock says of a grant (noteGrant).
+type grantClock struct {
+	at    time.Time     // on the store's clock: the charge (At plus the grant's Delay)
+	reply time.Duration // the answer's local instant less At: the offset plus the reply's lag
+}
+
 // usualPeriod is how long an answer counts as evidence on the store's
 // clock ([storeClock]): between one and two periods.
 const usualPeriod = 10 * time.Second
 
 // usualMin is how many answers make the least lag ([storeClock.least])
 // evidence; with fewer, it counts as zero.
-const usualMin = 64
+const usualMin = 8
 
 // storeClock is what the shared store's recent answers say about its
 // clock against this instance's: for each answer, a call made from asked

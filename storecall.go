@@ -143,7 +143,8 @@ func noteGrant(f *failover, d *demand, dec quota.Decision, asked, answered time.
 	if at.IsZero() {
 		at = asked // a store that does not say its clock (storeClock.observe)
 	}
-	d.due, d.charged, d.ends = asked.Add(dec.Delay), at.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked)
+	d.due, d.ends = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked)
+	d.charge = grantClock{at: at.Add(dec.Delay), reply: answered.Sub(at)}
 }
 
 // retime asks the store to move r, d's grant, to the instant of the call
