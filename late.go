@@ -210,7 +210,7 @@ const usualPeriod = 10 * time.Second
 
 // usualMin is how many answers make the least lag ([storeClock.least])
 // evidence; with fewer, it counts as zero.
-const usualMin = 8
+const usualMin = 4
 
 // storeClock is what the shared store's recent answers say about its
 // clock against this instance's: for each answer, a call made from asked
