@@ -23,13 +23,15 @@ import (
 //  2. Before it is decided (obtainOnce, admit.go): how long a pause this
 //     instance learned holds it back, even if the store lost the pause
 //     ([Limiter.pausedFor], learnreq.go).
-//  3. Once granted: when the grant was charged to each Anchor limit's log
-//     ([Limiter.learnGrant], learnreq.go; the store call noted its
-//     latency for late.go in takeStore, storecall.go), and, once the
-//     grant's delay is over, whether it is sent ([sendPlan.clear]): a
-//     late grant retimed or held (late.go), a wait of sendLag after the
-//     charges, a hold out of the instants an anchored window may end
-//     (anchor.go). obtain gives a held grant back and decides again.
+//  3. Once granted (obtainOnce): when the store charged the grant to each
+//     Anchor limit's log ([Limiter.learnGrant], learnreq.go); then, once
+//     the grant's delay is over, whether it is sent ([sendPlan.clear]): a
+//     late grant (late.go, from what noteGrant in storecall.go noted of
+//     the store call) retimed or held, a wait of sendLag after the
+//     charges, a hold out of the instants at which an anchored window may
+//     end (anchor.go). obtain gives a held grant back and decides the
+//     demand again. A reservation's caller waits the pace instead
+//     ([sendPlan.pace]).
 //  4. Its response, once (RoundTrip; [Permit.Report] without HTTP):
 //     [Limiter.learn] parses the headers into one [quotaheader.Feedback]
 //     and asks whether it says "slow down"; [Limiter.report] decides and
