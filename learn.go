@@ -15,7 +15,7 @@ import (
 
 // Learning along one request's path: Transport.RoundTrip (transport.go),
 // and a Limiter's call (limiter.go) without the HTTP, enters it at these
-// points, each one call from the path:
+// points, in order:
 //
 //  1. Its demand (decide, admit.go) gets, for each Anchor limit, a
 //     sliding log that counts it in every vendor window that may hold it
