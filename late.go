@@ -31,9 +31,15 @@ import (
 // offset is unknown, but it is the same for every answer, so it cancels
 // in the spread: a grant's lag exceeds the least lag of any answer by at
 // most (send - At) - min(answered - At) over recent answers ([storeClock]),
-// the least being one that was sent at once. A grant is late when that
-// excess is more than lateTolerance of one of its limits. A fixed window
-// is different: its charge counts wherever in the window the request
+// the least being one that was sent at once. Of that excess, the reply's
+// part, (answered - At) - min(answered - At), is the store's and the
+// wire's; the rest is what this process added after the answer (a late
+// timer, a busy scheduler), which a prompt store's grants get too, as do
+// the requests it sends after the check. A grant is late when the reply's
+// part is more than lateTolerance of one of its limits, or the whole more
+// than twice it (measured on the shared 2-core VM at load average 8-10:
+// 100-370 ms from a call's start to its script, a few milliseconds from
+// the script to the answer for most calls). A fixed window is different: its charge counts wherever in the window the request
 // arrives, so a grant is late only if its window may also have ended
 // before the send.
 //
