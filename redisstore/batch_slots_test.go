@@ -47,24 +47,28 @@ func randomSlotDemand(rng *rand.Rand, limits []quota.Limit) *quota.Demand {
 // live leases of every slot key must be the same.
 //
 // "lone" runs batches of one demand of one GCRA limit (whole
-// microseconds), one Concurrency limit and at most one pause, which
-// take_batch.lua decides in straight lines.
+// microseconds), one Concurrency limit and at most one pause, and
+// "alike" batches of one to six copies of such a demand: take_batch.lua
+// decides both in straight lines.
 func TestTakeBatchSlotsMatchTake(t *testing.T) {
 	for _, limits := range []struct {
-		name string
-		ls   []quota.Limit
-		lone bool
-	}{{"fractions", gcraLimits, false}, {"exact", exactLimits, false}, {"lone", exactLimits, true}} {
+		name        string
+		ls          []quota.Limit
+		lone, alike bool
+	}{{"fractions", gcraLimits, false, false}, {"exact", exactLimits, false, false}, {"lone", exactLimits, true, false}, {"alike", exactLimits, true, true}} {
 		for seed := uint64(1); seed <= 2; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", limits.name, seed), func(t *testing.T) {
 				t.Parallel()
-				compareSlotBatches(t, limits.ls, limits.lone, seed)
+				compareSlotBatches(t, limits.ls, limits.lone, limits.alike, seed)
 			})
 		}
 	}
 }
 
-func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint64) {
+// compareSlotBatches runs TestTakeBatchSlotsMatchTake's steps: with lone,
+// every demand is of one GCRA limit, one Concurrency limit and at most
+// one pause, alone in its batch, or with alike in a batch of copies of it.
+func compareSlotBatches(t *testing.T, limits []quota.Limit, lone, alike bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 17))
 	clock := storetest.NewClock(storetest.Start)
 	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithGenericTake())
@@ -78,7 +82,7 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint
 			require.NoError(t, single.Pause(ctx(t), "s", key, d))
 		}
 		ds := make([]*quota.Demand, 1+rng.IntN(6))
-		if lone {
+		if lone && !alike {
 			ds = ds[:1]
 		}
 		for i := range ds {
@@ -88,7 +92,7 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint
 				d.Limits = []quota.Bucket{{Limit: limits[rng.IntN(len(limits))], Key: "x"}, {Limit: slotLimits[rng.IntN(len(slotLimits))], Key: "x"}}
 				d.Pauses = d.Pauses[:min(len(d.Pauses), 1)]
 			}
-			if i > 0 && rng.IntN(3) == 0 { // sent as "="
+			if i > 0 && (alike || rng.IntN(3) == 0) { // sent as "="
 				again := *ds[i-1]
 				ds[i] = &again
 			}
