@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,7 +42,7 @@ func WithBatching(max int) Option {
 const DefaultBatchMax = 64
 
 // BatchInFlight is how many decisions of one scope a Store has in flight
-// before later demands of the scope wait to go together in a batch (2
+// before later demands of the scope wait to go together in a batch (1
 // for demands with a Concurrency limit). Below
 // it, batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (about 12k instructions per
@@ -55,14 +56,19 @@ const DefaultBatchMax = 64
 const BatchInFlight = 3
 
 // slotBatchInFlight is [BatchInFlight] for demands with Concurrency
-// limits: their lone call costs Redis more than a plain one (about 111k
+// limits: their lone call costs Redis more than a plain one (about 113k
 // instructions against 48k: ZREM and PUBLISH of the carried release,
 // ZREMRANGEBYSCORE, ZCARD, ZADD and PEXPIRE besides the GCRA limit's
-// commands), and each demand more in a batch about 26k, so they wait to
-// go together from 2 calls in flight. In the bench program at 8 callers
-// (Take then Release) 2 made 0.57 and 0.62 of the EVALSHA baseline in
-// two runs, 3 made 0.45 and 0.38 (0.36 and 0.48 calls per decision).
-const slotBatchInFlight = 2
+// commands), and each demand more in a batch of alike ones about 20k, so
+// they wait to go together as soon as one call of their scope is in
+// flight (and a flush yields before it leaves: Store.flush). In the
+// bench program (Take, then Release; 2026-11-27, load average 7-8, as
+// multiples of the EVALSHA baseline in the same runs) 1 with the yield
+// made 0.75, 0.66 and 0.60 at 8 callers where 2 without it (the default
+// before) made 0.68, 0.58 and 0.53, 2 with it 0.60, 0.46 and 0.48, and 1
+// without it 0.54, 0.50 and 0.52; at 2, 4 and 16 callers 0.46, 0.55 and
+// 1.00 against 0.30, 0.42 and 0.77.
+const slotBatchInFlight = 1
 
 // ErrNotSent wraps the context error of a batched demand whose context
 // ended before its batch was sent: nothing was charged for it.
@@ -230,9 +236,15 @@ func (s *Store) inFlight(scope string) bool {
 }
 
 // flush sends q's waiting demands in batches of at most s.batchMax until
-// none waits, then gives up its place in flight.
+// none waits, then gives up its place in flight. After a batch with
+// Concurrency limits it first yields once (runtime.Gosched) when none
+// waits: the callers it has just answered, who hold a slot for a moment
+// and come back (Take, Release, Take: a request at a time), then queue
+// for its next batch rather than go alone, each in a call of its own,
+// while it leaves.
 func (s *Store) flush(scope string, q *batchQueue) {
 	b := &s.batch
+	yield := false // a batch with Concurrency limits was sent last
 	for {
 		b.mu.Lock()
 		var calls []*batchCall
@@ -245,6 +257,12 @@ func (s *Store) flush(scope string, q *batchQueue) {
 		rest := copy(q.pending, q.pending[n:])
 		clear(q.pending[rest:])
 		q.pending = q.pending[:rest]
+		if len(calls) == 0 && rest == 0 && yield {
+			b.mu.Unlock()
+			yield = false
+			runtime.Gosched()
+			continue
+		}
 		if len(calls) == 0 && rest == 0 {
 			idle := s.leave(scope, q)
 			b.mu.Unlock()
@@ -256,6 +274,7 @@ func (s *Store) flush(scope string, q *batchQueue) {
 		b.mu.Unlock()
 		if len(calls) > 0 {
 			s.sendBatch(calls)
+			yield = slices.ContainsFunc(calls, func(c *batchCall) bool { return c.slots > 0 })
 		}
 	}
 }
