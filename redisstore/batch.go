@@ -334,7 +334,7 @@ func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
 			break
 		}
 	}
-	nk, na := len(carried), 2+2*len(carried)
+	nk, na := len(carried), 2+3*len(carried)
 	for _, c := range calls {
 		nk += len(c.d.Pauses) + len(c.d.Limits)
 		na += 4 + 2*len(c.d.Limits)
@@ -350,7 +350,8 @@ func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
 			break
 		}
 	}
-	args = append(args, count, len(carried))
+	args = append(args, count, 0) // the runs of releases carried, set below
+	runsAt := len(args) - 1
 	// A demand like the one before it (as most are) goes as "=" alone.
 	var prev *quota.Demand
 	for _, c := range calls {
@@ -364,7 +365,9 @@ func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
 		args = appendBatchLimits(args, d, c.slots > 0)
 		prev = d
 	}
-	keys, args = appendReleases(keys, args, carried)
+	var runs int
+	keys, args, runs = appendReleaseRuns(keys, args, carried)
+	args[runsAt] = runs
 	res, err := s.run(ctx, takeBatchScript, mark, keys, args...).Slice()
 	var now int64
 	if err == nil {
@@ -465,7 +468,8 @@ func appendBatchLimits(args []any, d *quota.Demand, slots bool) []any {
 }
 
 // groupReleases orders rs so that the releases of one key are together:
-// take_batch.lua removes each run of them with one ZREM.
+// take_batch.lua removes each run of them with one ZREM
+// (appendReleaseRuns).
 func groupReleases(rs []leaseRelease) {
 	slices.SortStableFunc(rs, func(a, b leaseRelease) int { return strings.Compare(a.key, b.key) })
 }
