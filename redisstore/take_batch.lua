@@ -77,14 +77,17 @@
 -- Carried releases first; a second run is a no-op. From the last run
 -- back: its key is the last key not yet taken, its arguments the ids,
 -- their number and the channel.
+-- (Comparing a string with a constant costs less than tonumber: the
+-- strings are interned.)
 if ARGV[4] ~= '0' then
-  local runs = tonumber(ARGV[4])
+  local runs = ARGV[4] == '1' and 1 or tonumber(ARGV[4])
   local arg = #ARGV -- the channel of the run
   for k = #KEYS, #KEYS - runs + 1, -1 do
-    local n, removed = tonumber(ARGV[arg - 1]), nil
-    if n == 1 then
+    local n, removed = 1, nil
+    if ARGV[arg - 1] == '1' then
       removed = redis.call('ZREM', KEYS[k], ARGV[arg - 2])
     else
+      n = tonumber(ARGV[arg - 1])
       removed = redis.call('ZREM', KEYS[k], unpack(ARGV, arg - 1 - n, arg - 2))
     end
     if removed == 1 then
@@ -101,7 +104,7 @@ end
 -- rest). stored and storedFrac hold the value Redis had, and changed
 -- lists the limit keys to write back, once each, at the end. A batch of
 -- whole microseconds runs what it ran before fractions were kept.
-local demands, exact = tonumber(ARGV[3]), true
+local demands, exact = ARGV[3] == '1' and 1 or tonumber(ARGV[3]), true
 if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), false end
 
 -- Demands all alike (each after the first "=") of at most one pause, one
