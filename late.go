@@ -71,8 +71,14 @@ func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, 
 			return decided, false
 		}
 		ev.Late++
-		dec, ok := lim.retime(ctx, d, d.granted)
+		prev := d.granted
+		dec, ok := lim.retime(ctx, d, prev)
 		if !ok {
+			if buried(d, dec) {
+				// Giving it back would return nothing, and deciding
+				// again would charge the request twice.
+				return decided, false
+			}
 			return decided, true
 		}
 		ev.Retimed++
@@ -80,12 +86,58 @@ func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, 
 			d.held = dec.Reservation // the same slots: a retime moves no lease
 		}
 		d.granted, decided, now = dec.Reservation, d.due, lim.now()
+		if bucketsKept(d, prev, dec.Reservation) {
+			// Each bucket had not drained by the retime: the vendor
+			// counts the send where the store charged it.
+			return decided, false
+		}
 	}
 	if lim.lateGrant(d, now) {
 		ev.Late++
 		return decided, true
 	}
 	return decided, false
+}
+
+// bucketsKept reports whether a retime of d's grant from r to nr moved
+// nothing, the demand's limits being GCRA (or Concurrency) alone: every
+// bucket's arrival time before the charge was still at or after the
+// store's clock at the retime ([quota.Retimer]), so a request sent then
+// is counted where the store counted it, however late its grant was. A
+// uniformly slow store's grants in a bucket that has not drained are
+// such: retiming them again, or giving them back, would gain nothing.
+func bucketsKept(d *demand, r, nr *quota.Reservation) bool {
+	if r == nil || nr == nil || len(r.Marks) != len(d.Limits) || len(nr.Marks) != len(d.Limits) {
+		return false
+	}
+	gcra := false
+	for i, b := range d.Limits {
+		switch b.Limit.Algorithm {
+		case Concurrency:
+		case GCRA:
+			if r.Marks[i] != nr.Marks[i] {
+				return false
+			}
+			gcra = true
+		default:
+			return false
+		}
+	}
+	return gcra
+}
+
+// buried reports whether a retime of d's grant was refused for a GCRA
+// limit of d ([quota.Retimer]): later grants sit on the charge in a
+// bucket still ahead of the store's clock. Cancel would then give back
+// nothing ([quota.Reservation]), and deciding again would charge the
+// request a second unit, so the grant is kept and sent: the bucket's
+// later grants cover the time it skipped, and the vendor's bucket, which
+// has not drained either, counts it no later than the store's chain.
+// (A GCRA retime with the charge still on top of its bucket, the only
+// one Cancel can undo, is never refused for room: its bucket was
+// admitted earlier, so at the retime's later instant too.)
+func buried(d *demand, dec quota.Decision) bool {
+	return !dec.OK && dec.Limit >= 0 && dec.Limit < len(d.Limits) && d.Limits[dec.Limit].Limit.Algorithm == GCRA
 }
 
 // lateRetimes is how many times in a row a late grant is retimed before
@@ -210,33 +262,53 @@ type grantClock struct {
 	reply time.Duration // the answer's local instant less At: the offset plus the reply's lag
 }
 
-// usualPeriod is how long an answer counts as evidence on the store's
-// clock ([storeClock]): between one and two periods.
-const usualPeriod = 10 * time.Second
+// usualSpan is how long an answer counts as evidence of the least lag
+// ([storeClock.least]) whatever came after it; past it, only the last
+// usualLast answers do. A store slow for good is learned within usualSpan
+// or usualLast answers, whichever is longer; a stall shorter than
+// usualSpan (its answers all late) is judged against the answers before it.
+const usualSpan = 2 * time.Second
+
+// usualLast is how many of the latest answers count as evidence whatever
+// their age: an idle spell keeps the least lag, and a store that delays a
+// tenth of its replies has all of them late about once in 10^8.
+const usualLast = 8
 
 // usualMin is how many answers make the least lag ([storeClock.least])
 // evidence; with fewer, it counts as zero.
 const usualMin = 4
 
+// clockAnswers is how many answers a [storeClock] keeps.
+const clockAnswers = 128
+
 // storeClock is what the shared store's recent answers say about its
 // clock against this instance's: for each answer, a call made from asked
 // to answered and decided at At on the store's clock, the offset between
 // the clocks (local less store's) lies between asked-At and answered-At.
-// It keeps, over the last one to two periods (of usualPeriod) in which the
-// store answered, the greatest asked-At and the least answered-At: the
-// offset lies between them, and the least is the offset plus the least
-// lag of an answer. An answer that contradicts them (its interval misses
-// theirs: a clock stepped) starts the evidence again from it. A store
-// slow for good raises the least within two periods; a stall of a second
-// does not (its answers are all slow), nor does an idle spell. Safe for
-// concurrent use; the zero value is ready.
+// Over the recent answers (the last usualLast, and any of the last
+// clockAnswers answered within usualSpan) it reads the greatest asked-At
+// and the least answered-At: the offset lies between them, and the least
+// is the offset plus the least lag of an answer. Recent answers, not the
+// least since some time: one prompt answer before a store turned slow for
+// good would otherwise pin the least, and every grant of the slow store
+// would be judged late for as long. An answer that contradicts the kept
+// ones (its interval misses theirs: a clock stepped) starts the evidence
+// again from it. Safe for concurrent use; the zero value is ready.
 type storeClock struct {
-	mu        sync.Mutex
-	start     time.Time // of the current period
-	cur, prev clockSpan
+	mu  sync.Mutex
+	n   int // answers kept, at most clockAnswers
+	end int // the index after the latest
+	ans [clockAnswers]clockAnswer
+	all clockSpan // what every kept answer says together (a step's test)
 }
 
-// A clockSpan is the evidence of one period's answers.
+// A clockAnswer is one answer's bounds on the offset.
+type clockAnswer struct {
+	answered time.Time
+	lo, hi   time.Duration // asked-At, answered-At
+}
+
+// A clockSpan is the evidence of some answers.
 type clockSpan struct {
 	n      int
 	lo, hi time.Duration // the greatest asked-At, the least answered-At
@@ -252,17 +324,6 @@ func (c *clockSpan) add(lo, hi time.Duration) {
 	c.n++
 }
 
-// with returns what c and o say together.
-func (c clockSpan) with(o clockSpan) clockSpan {
-	switch {
-	case o.n == 0:
-		return c
-	case c.n == 0:
-		return o
-	}
-	return clockSpan{n: c.n + o.n, lo: max(c.lo, o.lo), hi: min(c.hi, o.hi)}
-}
-
 // observe records the answer, at answered, of a call made at asked that
 // the store decided at at on its clock (the zero time: asked stands for
 // it).
@@ -273,18 +334,28 @@ func (c *storeClock) observe(asked, answered, at time.Time) {
 	lo, hi := asked.Sub(at), answered.Sub(at)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.roll(answered)
-	if all := c.cur.with(c.prev); all.n > 0 && (lo > all.hi+clockSlack || hi < all.lo-clockSlack) {
+	if c.n > 0 && (lo > c.all.hi+clockSlack || hi < c.all.lo-clockSlack) {
 		// A clock stepped: what came before no longer holds.
-		c.cur, c.prev = clockSpan{}, clockSpan{}
+		c.n, c.all = 0, clockSpan{}
 	}
-	c.cur.add(lo, hi)
+	c.ans[c.end] = clockAnswer{answered: answered, lo: lo, hi: hi}
+	c.end = (c.end + 1) % clockAnswers
+	if c.n < clockAnswers {
+		c.n++
+		c.all.add(lo, hi)
+		return
+	}
+	// The oldest answer left: the span of those kept, again.
+	c.all = clockSpan{}
+	for _, a := range c.ans {
+		c.all.add(a.lo, a.hi)
+	}
 }
 
 // clockSlack is how far an answer's bounds on the offset may miss the
 // others' before it means a clock stepped: Redis's TIME is whole
 // microseconds, and two clocks drift apart by up to a millisecond over
-// two periods. A step smaller than this moves a lag by less.
+// the answers kept. A step smaller than this moves a lag by less.
 const clockSlack = time.Millisecond
 
 // least returns, at now, what a grant's lag is judged against: the least
@@ -294,24 +365,16 @@ const clockSlack = time.Millisecond
 func (c *storeClock) least(now time.Time) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.roll(now)
-	all := c.cur.with(c.prev)
-	if all.n < usualMin {
-		return all.lo
-	}
-	return all.hi
-}
-
-// roll starts a new period when the current one is over; a period
-// without answers leaves the previous one in place. c.mu is held.
-func (c *storeClock) roll(now time.Time) {
-	switch {
-	case c.start.IsZero():
-		c.start = now
-	case now.Sub(c.start) >= usualPeriod:
-		if c.cur.n > 0 {
-			c.prev, c.cur = c.cur, clockSpan{}
+	var recent clockSpan
+	for k := range c.n {
+		a := &c.ans[(c.end-1-k+clockAnswers)%clockAnswers]
+		if k >= usualLast && now.Sub(a.answered) > usualSpan {
+			break
 		}
-		c.start = now
+		recent.add(a.lo, a.hi)
 	}
+	if recent.n < usualMin {
+		return recent.lo
+	}
+	return recent.hi
 }

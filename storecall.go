@@ -169,8 +169,11 @@ func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation)
 		dec, err = rt.Retime(ctx, r)
 		return err
 	}, lim.giveBackAbandoned(ctx, &dec))
-	if err != nil || !dec.OK { // not dec after an error: an abandoned call may still write it
+	if err != nil { // not dec: an abandoned call may still write it
 		return quota.Decision{}, false
+	}
+	if !dec.OK {
+		return dec, false // the refusal, for its Limit (lateHold)
 	}
 	noteGrant(f, d, dec, asked, lim.now())
 	return dec, true
