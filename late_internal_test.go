@@ -10,8 +10,8 @@ import (
 // The store's clock is an hour ahead of the local one here: the least
 // lag is read from the answers whatever the offset, a tenth of them
 // delayed on the way back do not move it, nor does a call slow before
-// the store decided; a store slow for good moves it within two periods;
-// an idle spell keeps it; a clock that steps starts it again.
+// the store decided, nor a stall; an idle spell keeps it; a store slow
+// for good moves it within usualSpan; a clock that steps starts it again.
 func TestStoreClock(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	const offset = -time.Hour // local less the store's
@@ -40,23 +40,31 @@ func TestStoreClock(t *testing.T) {
 	}
 	assert.Equal(t, offset+200*time.Microsecond, c.least(t0), "warm: the least answered-At")
 
-	// An idle spell of three periods keeps it.
-	idle := t0.Add(3 * usualPeriod)
+	// An idle spell of half a minute keeps it.
+	idle := t0.Add(30 * time.Second)
 	assert.Equal(t, offset+200*time.Microsecond, c.least(idle))
 
-	// Slow for good: after two periods of answers 80 ms after their
-	// charge, 80 ms.
-	for p := range 2 {
-		at := idle.Add(time.Duration(p+1) * usualPeriod)
-		for range 50 {
-			c.observe(call(at, time.Millisecond, 80*time.Millisecond))
-		}
+	// A stall of a second: a prompt answer, then every answer held, the
+	// latest asked least: the prompt one still counts.
+	stall := idle.Add(time.Second)
+	c.observe(call(stall, time.Millisecond, 300*time.Microsecond))
+	for i := range 2 * usualLast {
+		c.observe(call(stall.Add(time.Duration(i)*time.Millisecond), time.Millisecond, time.Second-time.Duration(i)*time.Millisecond))
 	}
-	assert.Equal(t, offset+80*time.Millisecond, c.least(idle.Add(2*usualPeriod)))
+	assert.Equal(t, offset+300*time.Microsecond, c.least(stall.Add(time.Second)), "a stall's answers against the one before")
+
+	// Slow for good: the last usualLast answers, all 80 ms after their
+	// charge, once the prompt ones are usualSpan old; one prompt answer
+	// does not pin the least for longer.
+	slow := stall.Add(usualSpan)
+	for i := range usualLast {
+		c.observe(call(slow.Add(time.Duration(i)*100*time.Millisecond), time.Millisecond, 80*time.Millisecond))
+	}
+	assert.Equal(t, offset+80*time.Millisecond, c.least(slow.Add(time.Second)), "slow for good, within usualSpan")
 
 	// The store's clock steps back a second: the answers before no longer
 	// hold, and the first after it is cold evidence.
-	later := idle.Add(3 * usualPeriod)
+	later := slow.Add(time.Minute)
 	asked, answered, at := call(later, time.Millisecond, time.Millisecond)
 	c.observe(asked, answered, at.Add(-time.Second))
 	assert.Equal(t, offset+time.Second-time.Millisecond, c.least(later), "a stepped clock starts the evidence again")

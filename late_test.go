@@ -189,3 +189,72 @@ func TestLateGrantSlowForGood(t *testing.T) {
 		})
 	}
 }
+
+// A GCRA grant whose answer comes late while later grants were charged
+// on the same bucket, pushing its arrival time past the retime's instant,
+// cannot be moved, and Cancel would give back nothing: the grant is kept
+// and sent, not given back and decided again, which would cost the bucket
+// a second unit for one request. The bucket then admits as many more
+// requests as after two prompt ones. Virtual time (synctest).
+func TestLateGrantBuried(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "prompt", true: "late"}[late], func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				s := &lateStore{Store: memstore.New()}
+				var lateGrants atomic.Int64
+				lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{
+					{Name: "warm", Limits: []throttle.Limit{{Name: "warm", Rate: 1000, Per: 10 * time.Second, Algorithm: throttle.GCRA}}},
+					// 200 ms per unit: a grant 50 ms after a first one
+					// sets the arrival time 400 ms after the first's charge.
+					{Name: "api", Limits: []throttle.Limit{{Name: "calls", Rate: 50, Per: 10 * time.Second, Algorithm: throttle.GCRA}}},
+				}}, throttle.WithStore(s), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+					lateGrants.Add(int64(ev.Late))
+				}}))
+				require.NoError(t, err)
+				// Prompt answers first, on another bucket: the store's least lag.
+				for range 10 {
+					_, err = lim.Allow(context.Background(), "warm")
+					require.NoError(t, err)
+				}
+				s.granted.Store(0)
+
+				// The first grant of a fresh bucket, answered 200 ms late;
+				// a second, prompt, 50 ms after it was charged.
+				if late {
+					s.lateBy.Store(int64(200 * time.Millisecond))
+				}
+				start := time.Now()
+				done := make(chan error, 1)
+				go func() {
+					_, err := lim.Allow(context.Background(), "api")
+					done <- err
+				}()
+				time.Sleep(50 * time.Millisecond)
+				_, err = lim.Allow(context.Background(), "api")
+				require.NoError(t, err)
+				require.NoError(t, <-done)
+				time.Sleep(time.Until(start.Add(300 * time.Millisecond))) // both runs read the bucket at the same instant
+
+				if late {
+					assert.Equal(t, int64(1), lateGrants.Load(), "the first grant came late")
+				} else {
+					assert.Zero(t, lateGrants.Load())
+				}
+				assert.Zero(t, s.canceled.Load(), "nothing given back")
+				assert.Equal(t, int64(2), s.granted.Load(), "one charge per request")
+				// What the bucket admits now: the same after a late grant
+				// as after a prompt one.
+				more := 0
+				for {
+					if _, err := lim.Allow(context.Background(), "api"); err != nil {
+						require.ErrorIs(t, err, throttle.ErrLimited)
+						break
+					}
+					more++
+				}
+				assert.Equal(t, 49, more, "units left: 50 less the half of the two charges (400 ms) not drained in 300 ms")
+			})
+		})
+	}
+}
