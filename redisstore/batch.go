@@ -162,7 +162,7 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand, slots bool) (q
 		b.queues[d.Scope] = q
 	}
 	limit := s.batchInFlight
-	if slots {
+	if slots || d.Shared() { // share_batch.go
 		limit = s.slotInFlight
 	}
 	if q.inflight < limit {
@@ -265,7 +265,7 @@ func (s *Store) flush(scope string, q *batchQueue) {
 // one demand when it has Concurrency limits.
 func (s *Store) takeAlone(ctx context.Context, d *quota.Demand, slots bool) (quota.Decision, error) {
 	if !slots {
-		return s.take(ctx, d, true, false)
+		return s.take(ctx, d, !d.Shared(), false) // take_share.lua for a tenant's
 	}
 	c := newBatchCall(d, true)
 	ctx, cancel := s.callContext(ctx)
@@ -294,6 +294,13 @@ func (s *Store) sendBatch(calls []*batchCall) {
 // the call carries the scope's released leases (releases.go), and demand
 // n's lease is the call's id and "." n (take_batch.lua).
 func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
+	calls, shared := splitShared(calls) // demands with a tenant: share_batch.go
+	if len(shared) > 0 {
+		s.decideShareBatch(ctx, shared)
+		if len(calls) == 0 {
+			return
+		}
+	}
 	if len(calls) == 1 && calls[0].slots == 0 {
 		c := calls[0]
 		c.dec, c.err = s.take(ctx, c.d, true, false)

@@ -199,6 +199,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		}
 		return s.takeAlone(ctx, d, slots)
 	}
+	if s.shareBatched(d) { // take_share.lua, or batched (share_batch.go)
+		return s.takeBatched(ctx, d, false)
+	}
 	return s.take(ctx, d, gcraOnly, needID)
 }
 

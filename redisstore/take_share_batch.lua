@@ -1,0 +1,257 @@
+-- take_share_batch.lua: take_share.lua for several demands of one scope
+-- at once, decided in the order given, as if each were its own call of
+-- take_share.lua at the same instant: the same decisions and the same
+-- state left (TestTakeShareBatchMatchesTakeShare checks both, decision by
+-- decision and key by key). Take sends such a batch when demands with a
+-- tenant arrive while earlier calls of their scope are in flight
+-- (WithBatching, batch.go, share_batch.go): one round trip and one TIME
+-- for the batch, one read of each GCRA key and of each tenant's state,
+-- and one write of each at the end, instead of all of them per demand.
+--
+-- Units as in prologue.lua.
+--
+-- KEYS: for each demand in order that is sent in full (below), its pause
+-- key if any, its limits' keys (one or two), then its shared limit's three
+-- fair-share keys: shares, claims, ends (share.lua). A key may appear for
+-- several demands. All share one hash tag {scope}; no other key is
+-- touched.
+--
+-- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
+-- ARGV[3]  the number of demands
+-- then per demand: P (pause keys, 0 or 1), G (GCRA limits, 1 or 2),
+--          MaxWait (at most T/2, as take_share.lua's ARGV[3]), G pairs
+--          charge, allowance (take_share.lua's), then the shared limit's
+--          entry, take_share.lua's seven: its index (1-based), the
+--          tenant, unit, ahead, window, claim, wait; or "=" alone for a
+--          demand the same as the one before it, or "=" followed by a
+--          tenant for one that differs from it only in the tenant of its
+--          shared limit: neither has keys of its own (demands of a batch
+--          are mostly alike, and each key or argument costs Redis about
+--          1100 instructions)
+--
+-- Reply: a table, per demand take_share.lua's reply to it.
+--
+-- State. values holds every GCRA and pause key read so far (whole µs, 0
+-- when there is none) as the demands decided so far left it, stored the
+-- value Redis had, changed the limit keys to write back, once each at
+-- the end by gcra_write.lua's rule: a run of writes of arrival times
+-- that never decrease leaves the value and expiry that one write of the
+-- last does. states holds, per shares key, what take_share.lua reads of
+-- it: the active tenants' count for a window (ZCOUNT, once; a tenant
+-- that becomes active adds one), the claims' lapse ('#c', once), and per
+-- tenant its last demand and share clock (ZMSCORE, once per tenant);
+-- the tenants' marks and '#c' are written back with one ZADD per key at
+-- the end, then its expiry (share_expire.lua's rule, its latest
+-- instant). Pruning (ZREMRANGEBYSCORE) runs where take_share.lua runs it:
+-- it drops only members that are no longer after now, which a write of
+-- this batch never is, so the ZADD at the end leaves what the writes of
+-- each demand would have. Claims are read and written at once, as in
+-- take_share.lua: they matter only while one is live.
+
+local demands = tonumber(ARGV[3])
+local values, stored, changed = {}, {}, {}
+local states, touched = {}, {}
+local replies = {}
+
+-- value returns the value of the GCRA or pause key key as decided so far.
+local function value(key)
+  local v = values[key]
+  if v == nil then
+    v = tonumber(redis.call('GET', key)) or 0
+    values[key], stored[key] = v, v
+  end
+  return v
+end
+
+-- flushMarks writes a shares key's tenants' marks and '#c' that this
+-- batch changed.
+local function flushMarks(key, st)
+  local marks = {}
+  for tenant, ts in pairs(st.tenants) do
+    if ts.dirty then
+      marks[#marks + 1] = fmt('%d', ts.seen)
+      marks[#marks + 1] = 'a' .. tenant
+      if ts.clockDirty then
+        marks[#marks + 1] = fmt('%d', -ts.clock)
+        marks[#marks + 1] = 'v' .. tenant
+      end
+      ts.dirty, ts.clockDirty = false, false
+    end
+  end
+  if st.lapseDirty then
+    marks[#marks + 1] = fmt('%d', -st.lapse)
+    marks[#marks + 1] = '#c'
+    st.lapseDirty = false
+  end
+  if #marks > 0 then redis.call('ZADD', key, unpack(marks)) end
+end
+
+-- decide decides demand d at now against the state so far and returns
+-- take_share.lua's reply.
+local function decide(d)
+  -- The limits (gcra_read.lua's reading).
+  local instant, pause, binding = now, -1, -1
+  if d.pause then
+    local pauseEnd = value(d.pause)
+    if pauseEnd > instant then instant, pause = pauseEnd, 0 end
+  end
+  local old1, old2 = value(d.k1), 0
+  local earliest = old1 - d.r1
+  if earliest > instant then instant, binding = earliest, 0 end
+  if d.k2 then
+    old2 = value(d.k2)
+    earliest = old2 - d.r2
+    if earliest > instant then instant, binding = earliest, 1 end
+  end
+
+  -- The fair share (take_share.lua's).
+  local key, tenant, window = d.key, d.tenant, d.window
+  local st = states[key]
+  if not st then
+    local got = redis.call('ZMSCORE', key, d.active, d.vclock, '#c')
+    st = {tenants = {}, lapse = -(tonumber(got[3]) or 0)}
+    states[key] = st
+    touched[#touched + 1] = key
+    st.tenants[tenant] = {seen = tonumber(got[1]), clock = -(tonumber(got[2]) or 0), hasClock = got[2] and true}
+  end
+  local ts = st.tenants[tenant]
+  if not ts then
+    local got = redis.call('ZMSCORE', key, d.active, d.vclock)
+    ts = {seen = tonumber(got[1]), clock = -(tonumber(got[2]) or 0), hasClock = got[2] and true}
+    st.tenants[tenant] = ts
+  end
+  if st.window ~= window then
+    -- The active tenants for this window: Redis's, once its marks are
+    -- written (a second window on one key is rare).
+    flushMarks(key, st)
+    st.count, st.window = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf'), window
+  end
+  local seen, n = ts.seen, st.count
+  if not seen or seen <= now - window then
+    n = n + 1
+    st.count = n
+    redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
+  end
+  local clock, lapse = ts.clock, st.lapse
+  local bound = seen and seen + window -- share_expire.lua's
+  if ts.hasClock and (not bound or clock > bound) then bound = clock end
+  local place, held = clock, nil
+  if place < now then place = now end
+  ts.seen, ts.dirty = now, true
+  if lapse > now then
+    local claims, ends, claim = d.claims, d.ends, d.claim
+    -- #include share_held.lua
+  end
+
+  local need
+  if held or (instant > now and instant - now > d.maxWait) then
+    -- Refused (take_share.lua's).
+    local refused = instant
+    if held and held >= refused then refused, binding, pause = held, d.index - 1, -1 end
+    need = now + window
+    if refused - now <= d.wait then
+      local claims, ends, span = d.claims, d.ends, d.claim
+      if span < CLAIM_GRACE then span = CLAIM_GRACE end
+      redis.call('ZADD', claims, fmt('%d', place), tenant)
+      redis.call('ZADD', ends, fmt('%d', refused), tenant)
+      local ttl = math.ceil((refused + span - now) / 1000) + slack
+      if redis.call('PEXPIRE', claims, ttl, 'NX') == 0 then redis.call('PEXPIRE', claims, ttl, 'GT') end
+      if redis.call('PEXPIRE', ends, ttl, 'NX') == 0 then redis.call('PEXPIRE', ends, ttl, 'GT') end
+      if refused + span > lapse then
+        st.lapse, st.lapseDirty = refused + span, true
+        if st.lapse > need then need = st.lapse end
+      end
+    end
+    d.reply = fmt('0 %d %d %d', refused - now, binding, pause)
+  else
+    -- Granted: charge the limits, then the clock.
+    local tat1 = old1
+    if tat1 < instant then tat1 = instant end
+    tat1 = tat1 + d.c1
+    if values[d.k1] ~= tat1 then values[d.k1] = tat1; changed[d.k1] = true end
+    local tat2
+    if d.k2 then
+      tat2 = old2
+      if tat2 < instant then tat2 = instant end
+      tat2 = tat2 + d.c2
+      if values[d.k2] ~= tat2 then values[d.k2] = tat2; changed[d.k2] = true end
+    end
+    if clock < instant then clock = instant end
+    local ahead = instant + d.ahead
+    if clock > ahead then clock = ahead end
+    local step = d.unit * n
+    if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
+    clock = clock + step
+    ts.clock, ts.hasClock, ts.clockDirty = clock, true, true
+    need = now + window
+    if clock > need then need = clock end
+    if lapse > now then
+      redis.call('ZREM', d.claims, tenant)
+      redis.call('ZREM', d.ends, tenant)
+    end
+    if instant == now and old1 <= now and old2 <= now then
+      d.reply = tat1
+    elseif not d.k2 then
+      d.reply = fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1)
+    else
+      d.reply = fmt('1 %d -1 -1 %d -1 %d %d', instant - now, now, tat1, tat2)
+    end
+  end
+  -- The key's expiry (share_expire.lua's rule), sent at the end.
+  if slack > 0 then
+    local ttl = math.ceil((need - now) / 1000) + slack
+    if not st.ttl or ttl > st.ttl then st.ttl = ttl end
+  elseif not bound or floor(need / GRID) > floor(bound / GRID) then
+    local at = (floor(need / GRID) + 2) * 1000
+    if not st.at or at > st.at then st.at = at end
+  end
+  return d.reply
+end
+
+local arg, k, d = 4, 1, nil
+for i = 1, demands do
+  local a = ARGV[arg]
+  if a == '=' then
+    arg = arg + 1
+  elseif string.byte(a) == 61 then -- '=' and a tenant
+    local e = {}
+    for f, v in pairs(d) do e[f] = v end
+    e.tenant = string.sub(a, 2)
+    e.active, e.vclock = 'a' .. e.tenant, 'v' .. e.tenant
+    d = e
+    arg = arg + 1
+  else
+    local g = tonumber(ARGV[arg + 1])
+    d = {maxWait = tonumber(ARGV[arg + 2])}
+    if a == '1' then d.pause, k = KEYS[k], k + 1 end
+    d.k1, d.c1, d.r1 = KEYS[k], tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4])
+    if g == 2 then d.k2, d.c2, d.r2 = KEYS[k + 1], tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]) end
+    k = k + g
+    local e = arg + 3 + 2 * g
+    d.index, d.tenant, d.unit, d.ahead = tonumber(ARGV[e]), ARGV[e + 1], tonumber(ARGV[e + 2]), tonumber(ARGV[e + 3])
+    d.window, d.claim, d.wait = tonumber(ARGV[e + 4]), tonumber(ARGV[e + 5]), tonumber(ARGV[e + 6])
+    d.key, d.claims, d.ends = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    d.active, d.vclock = 'a' .. d.tenant, 'v' .. d.tenant
+    k = k + 3
+    arg = e + 7
+  end
+  replies[i] = decide(d)
+end
+
+-- Write back: the limits' arrival times, then each shares key's marks and
+-- its expiry.
+for key in pairs(changed) do
+  local old, tat = stored[key], values[key]
+  -- #include gcra_write.lua
+end
+for _, key in ipairs(touched) do
+  local st = states[key]
+  flushMarks(key, st)
+  if st.ttl then
+    if redis.call('PEXPIRE', key, st.ttl, 'GT') == 0 then redis.call('PEXPIRE', key, st.ttl, 'NX') end
+  elseif st.at then
+    local at = fmt('%d', st.at)
+    if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
+  end
+end
+return replies
