@@ -49,8 +49,8 @@
 -- take_share.lua: they matter only while one is live.
 
 local demands = tonumber(ARGV[3])
-local values, stored, changed = {}, {}, {}
-local states, touched = {}, {}
+local values, stored = {}, {} -- GCRA and pause keys
+local states = {} -- shares keys
 local replies = {}
 
 -- value returns the value of the GCRA or pause key key as decided so far.
@@ -63,62 +63,78 @@ local function value(key)
   return v
 end
 
--- flushMarks writes a shares key's tenants' marks and '#c' that this
--- batch changed.
+-- flushMarks writes the marks of shares key key (its state st) that
+-- this batch changed: st.marks holds each mark read or written by its
+-- member ('a'..tenant, 'v'..tenant, '#c'), as its score (false: none),
+-- st.dirty the members written.
 local function flushMarks(key, st)
-  local marks = {}
-  for tenant, ts in pairs(st.tenants) do
-    if ts.dirty then
-      marks[#marks + 1] = fmt('%d', ts.seen)
-      marks[#marks + 1] = 'a' .. tenant
-      if ts.clockDirty then
-        marks[#marks + 1] = fmt('%d', -ts.clock)
-        marks[#marks + 1] = 'v' .. tenant
-      end
-      ts.dirty, ts.clockDirty = false, false
+  local dirty = st.dirty
+  if next(dirty) then
+    local zadd, n, marks = {}, 0, st.marks
+    for member in pairs(dirty) do
+      zadd[n + 1], zadd[n + 2], n = fmt('%d', marks[member]), member, n + 2
+      dirty[member] = nil
     end
+    redis.call('ZADD', key, unpack(zadd))
   end
-  if st.lapseDirty then
-    marks[#marks + 1] = fmt('%d', -st.lapse)
-    marks[#marks + 1] = '#c'
-    st.lapseDirty = false
-  end
-  if #marks > 0 then redis.call('ZADD', key, unpack(marks)) end
 end
 
--- decide decides demand d at now against the state so far and returns
--- take_share.lua's reply.
-local function decide(d)
+-- The demand being decided: its arguments stay for "=" and "=tenant".
+local pauseKey, k1, c1, r1, k2, c2, r2, maxWait
+local index, tenant, unit, ahead, window, claimSpan, wait, key, claims, ends, active, vclock
+local arg, k = 4, 1
+for i = 1, demands do
+  local a = ARGV[arg]
+  if a == '=' then
+    arg = arg + 1
+  elseif string.byte(a) == 61 then -- '=' and a tenant
+    tenant = string.sub(a, 2)
+    active, vclock = 'a' .. tenant, 'v' .. tenant
+    arg = arg + 1
+  else
+    local g = tonumber(ARGV[arg + 1])
+    maxWait, pauseKey = tonumber(ARGV[arg + 2]), nil
+    if a == '1' then pauseKey, k = KEYS[k], k + 1 end
+    k1, c1, r1, k2 = KEYS[k], tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4]), nil
+    if g == 2 then k2, c2, r2 = KEYS[k + 1], tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]) end
+    k = k + g
+    local e = arg + 3 + 2 * g
+    index, tenant, unit, ahead = tonumber(ARGV[e]), ARGV[e + 1], tonumber(ARGV[e + 2]), tonumber(ARGV[e + 3])
+    window, claimSpan, wait = tonumber(ARGV[e + 4]), tonumber(ARGV[e + 5]), tonumber(ARGV[e + 6])
+    key, claims, ends = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    active, vclock = 'a' .. tenant, 'v' .. tenant
+    k = k + 3
+    arg = e + 7
+  end
+
   -- The limits (gcra_read.lua's reading).
   local instant, pause, binding = now, -1, -1
-  if d.pause then
-    local pauseEnd = value(d.pause)
+  if pauseKey then
+    local pauseEnd = value(pauseKey)
     if pauseEnd > instant then instant, pause = pauseEnd, 0 end
   end
-  local old1, old2 = value(d.k1), 0
-  local earliest = old1 - d.r1
+  local old1, old2 = value(k1), 0
+  local earliest = old1 - r1
   if earliest > instant then instant, binding = earliest, 0 end
-  if d.k2 then
-    old2 = value(d.k2)
-    earliest = old2 - d.r2
+  if k2 then
+    old2 = value(k2)
+    earliest = old2 - r2
     if earliest > instant then instant, binding = earliest, 1 end
   end
 
   -- The fair share (take_share.lua's).
-  local key, tenant, window = d.key, d.tenant, d.window
   local st = states[key]
   if not st then
-    local got = redis.call('ZMSCORE', key, d.active, d.vclock, '#c')
-    st = {tenants = {}, lapse = -(tonumber(got[3]) or 0)}
+    local got = redis.call('ZMSCORE', key, active, vclock, '#c')
+    st = {marks = {[active] = tonumber(got[1]) or false, [vclock] = tonumber(got[2]) or false, ['#c'] = tonumber(got[3]) or false}, dirty = {}}
     states[key] = st
-    touched[#touched + 1] = key
-    st.tenants[tenant] = {seen = tonumber(got[1]), clock = -(tonumber(got[2]) or 0), hasClock = got[2] and true}
   end
-  local ts = st.tenants[tenant]
-  if not ts then
-    local got = redis.call('ZMSCORE', key, d.active, d.vclock)
-    ts = {seen = tonumber(got[1]), clock = -(tonumber(got[2]) or 0), hasClock = got[2] and true}
-    st.tenants[tenant] = ts
+  local marks = st.marks
+  local seen = marks[active]
+  if seen == nil then
+    local got = redis.call('ZMSCORE', key, active, vclock)
+    seen = tonumber(got[1]) or false
+    marks[active], marks[vclock] = seen, tonumber(got[2]) or false
   end
   if st.window ~= window then
     -- The active tenants for this window: Redis's, once its marks are
@@ -126,31 +142,32 @@ local function decide(d)
     flushMarks(key, st)
     st.count, st.window = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf'), window
   end
-  local seen, n = ts.seen, st.count
+  local n = st.count
   if not seen or seen <= now - window then
     n = n + 1
     st.count = n
     redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
   end
-  local clock, lapse = ts.clock, st.lapse
+  local score, lapse = marks[vclock], -(marks['#c'] or 0)
+  local clock = -(score or 0)
   local bound = seen and seen + window -- share_expire.lua's
-  if ts.hasClock and (not bound or clock > bound) then bound = clock end
+  if score and (not bound or clock > bound) then bound = clock end
   local place, held = clock, nil
   if place < now then place = now end
-  ts.seen, ts.dirty = now, true
+  marks[active], st.dirty[active] = now, true
   if lapse > now then
-    local claims, ends, claim = d.claims, d.ends, d.claim
+    local claim = claimSpan
     -- #include share_held.lua
   end
 
   local need
-  if held or (instant > now and instant - now > d.maxWait) then
+  if held or (instant > now and instant - now > maxWait) then
     -- Refused (take_share.lua's).
     local refused = instant
-    if held and held >= refused then refused, binding, pause = held, d.index - 1, -1 end
+    if held and held >= refused then refused, binding, pause = held, index - 1, -1 end
     need = now + window
-    if refused - now <= d.wait then
-      local claims, ends, span = d.claims, d.ends, d.claim
+    if refused - now <= wait then
+      local span = claimSpan
       if span < CLAIM_GRACE then span = CLAIM_GRACE end
       redis.call('ZADD', claims, fmt('%d', place), tenant)
       redis.call('ZADD', ends, fmt('%d', refused), tenant)
@@ -158,43 +175,43 @@ local function decide(d)
       if redis.call('PEXPIRE', claims, ttl, 'NX') == 0 then redis.call('PEXPIRE', claims, ttl, 'GT') end
       if redis.call('PEXPIRE', ends, ttl, 'NX') == 0 then redis.call('PEXPIRE', ends, ttl, 'GT') end
       if refused + span > lapse then
-        st.lapse, st.lapseDirty = refused + span, true
-        if st.lapse > need then need = st.lapse end
+        lapse = refused + span
+        marks['#c'], st.dirty['#c'] = -lapse, true
+        if lapse > need then need = lapse end
       end
     end
-    d.reply = fmt('0 %d %d %d', refused - now, binding, pause)
+    replies[i] = fmt('0 %d %d %d', refused - now, binding, pause)
   else
     -- Granted: charge the limits, then the clock.
     local tat1 = old1
     if tat1 < instant then tat1 = instant end
-    tat1 = tat1 + d.c1
-    if values[d.k1] ~= tat1 then values[d.k1] = tat1; changed[d.k1] = true end
+    tat1 = tat1 + c1
+    values[k1] = tat1
     local tat2
-    if d.k2 then
+    if k2 then
       tat2 = old2
       if tat2 < instant then tat2 = instant end
-      tat2 = tat2 + d.c2
-      if values[d.k2] ~= tat2 then values[d.k2] = tat2; changed[d.k2] = true end
+      tat2 = tat2 + c2
+      values[k2] = tat2
     end
     if clock < instant then clock = instant end
-    local ahead = instant + d.ahead
-    if clock > ahead then clock = ahead end
-    local step = d.unit * n
+    if clock > instant + ahead then clock = instant + ahead end
+    local step = unit * n
     if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
     clock = clock + step
-    ts.clock, ts.hasClock, ts.clockDirty = clock, true, true
+    marks[vclock], st.dirty[vclock] = -clock, true
     need = now + window
     if clock > need then need = clock end
     if lapse > now then
-      redis.call('ZREM', d.claims, tenant)
-      redis.call('ZREM', d.ends, tenant)
+      redis.call('ZREM', claims, tenant)
+      redis.call('ZREM', ends, tenant)
     end
     if instant == now and old1 <= now and old2 <= now then
-      d.reply = tat1
-    elseif not d.k2 then
-      d.reply = fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1)
+      replies[i] = tat1
+    elseif not k2 then
+      replies[i] = fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1)
     else
-      d.reply = fmt('1 %d -1 -1 %d -1 %d %d', instant - now, now, tat1, tat2)
+      replies[i] = fmt('1 %d -1 -1 %d -1 %d %d', instant - now, now, tat1, tat2)
     end
   end
   -- The key's expiry (share_expire.lua's rule), sent at the end.
@@ -205,47 +222,17 @@ local function decide(d)
     local at = (floor(need / GRID) + 2) * 1000
     if not st.at or at > st.at then st.at = at end
   end
-  return d.reply
-end
-
-local arg, k, d = 4, 1, nil
-for i = 1, demands do
-  local a = ARGV[arg]
-  if a == '=' then
-    arg = arg + 1
-  elseif string.byte(a) == 61 then -- '=' and a tenant
-    local e = {}
-    for f, v in pairs(d) do e[f] = v end
-    e.tenant = string.sub(a, 2)
-    e.active, e.vclock = 'a' .. e.tenant, 'v' .. e.tenant
-    d = e
-    arg = arg + 1
-  else
-    local g = tonumber(ARGV[arg + 1])
-    d = {maxWait = tonumber(ARGV[arg + 2])}
-    if a == '1' then d.pause, k = KEYS[k], k + 1 end
-    d.k1, d.c1, d.r1 = KEYS[k], tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4])
-    if g == 2 then d.k2, d.c2, d.r2 = KEYS[k + 1], tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]) end
-    k = k + g
-    local e = arg + 3 + 2 * g
-    d.index, d.tenant, d.unit, d.ahead = tonumber(ARGV[e]), ARGV[e + 1], tonumber(ARGV[e + 2]), tonumber(ARGV[e + 3])
-    d.window, d.claim, d.wait = tonumber(ARGV[e + 4]), tonumber(ARGV[e + 5]), tonumber(ARGV[e + 6])
-    d.key, d.claims, d.ends = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-    d.active, d.vclock = 'a' .. d.tenant, 'v' .. d.tenant
-    k = k + 3
-    arg = e + 7
-  end
-  replies[i] = decide(d)
 end
 
 -- Write back: the limits' arrival times, then each shares key's marks and
 -- its expiry.
-for key in pairs(changed) do
-  local old, tat = stored[key], values[key]
-  -- #include gcra_write.lua
+for key, old in pairs(stored) do
+  local tat = values[key]
+  if tat ~= old then
+    -- #include gcra_write.lua
+  end
 end
-for _, key in ipairs(touched) do
-  local st = states[key]
+for key, st in pairs(states) do
   flushMarks(key, st)
   if st.ttl then
     if redis.call('PEXPIRE', key, st.ttl, 'GT') == 0 then redis.call('PEXPIRE', key, st.ttl, 'NX') end
