@@ -25,8 +25,10 @@ import (
 // one round trip's system calls) at the price of waiting for a call of
 // the scope to end; below that concurrency every demand goes alone, as
 // with batching off. It applies to demands whose limits are all GCRA or
-// Concurrency (none shared among tenants), and not with [ReplayIDs];
-// other demands always go alone. A batch with Concurrency limits also
+// Concurrency, and to demands of one or two GCRA limits one of which is
+// shared among tenants (quota.Bucket.Tenant; take_share_batch.lua,
+// which decides each as take_share.lua would), and not with
+// [ReplayIDs]; other demands always go alone. A batch with Concurrency limits also
 // carries the scope's released leases ([Store.Release]).
 //
 // A failed batch fails every demand in it with the same error, and a
@@ -42,7 +44,7 @@ const DefaultBatchMax = 64
 
 // BatchInFlight is how many decisions of one scope a Store has in flight
 // before later demands of the scope wait to go together in a batch (2
-// for demands with a Concurrency limit). Below
+// for demands with a Concurrency limit or a tenant). Below
 // it, batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (about 12k instructions per
 // demand against 48k for a call of its own, for demands alike), so three
