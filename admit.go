@@ -96,7 +96,7 @@ func (lim *Limiter) decide(r *rule, req *http.Request, budget time.Duration, d *
 // obtain decides d, the demand of a request under rule r whose pause key
 // is pk, as of now, and waits as long as d.MaxWait allows: for a pause
 // this instance learned, a slot, or the reservation's instant. A grant
-// that must not be sent as it is (obtainOnce's [heldGrant]) is given
+// that must not be sent as it is ([sendPlan.clear]'s [heldGrant]) is given
 // back, and d decided again once the instant the hold names is past: a
 // grant that the vendor may count in another window of an Anchor limit
 // than the store charged it to (anchor.go), and a grant whose answer came
@@ -135,19 +135,12 @@ func (lim *Limiter) obtain(ctx context.Context, r *rule, d *demand, pk string, n
 	}
 }
 
-// heldGrant is obtainOnce's answer for a grant that must be given back
-// and its demand decided again, not before until: see [Limiter.anchorHold]
-// and [Limiter.lateGrant].
-type heldGrant struct{ until time.Time }
-
-func (heldGrant) Error() string { return "throttle: grant held back, to be decided again" }
-
 // obtainOnce is one decision of obtain.
 func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk string, now time.Time, ev *DecisionEvent) error {
-	// A pause this instance learned holds even if the store lost it.
+	// Learning, before the decision (learnreq.go): a pause this instance
+	// learned holds even if the store lost it.
 	var paused time.Duration // for a reservation: the pause it must wait out too
-	if until, ok := lim.learned.localPause(r.pauseID(pk), now); ok {
-		wait := until.Sub(now)
+	if wait := lim.pausedFor(r, pk, now); wait > 0 {
 		if wait > d.MaxWait {
 			ev.Outcome, ev.Wait = Refused, wait
 			return &LimitError{Rule: r.id, Pause: pauseName(pk), RetryAfter: wait}
@@ -189,10 +182,10 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	}
 	d.granted = dec.Reservation
 	ev.Remaining, ev.ResetAfter = dec.Remaining, dec.ResetAfter
-	charges := lim.anchorCharges(d, call) // anchor.go: when each Anchor limit's log was charged
+	plan := lim.learnGrant(d, call) // learnreq.go: learning, once granted
 	if d.reserve {
 		// The caller waits: nothing sleeps here.
-		d.delay = max(dec.Delay, paused, anchorPace(charges, lim.now()))
+		d.delay = max(dec.Delay, paused, plan.pace(lim.now()))
 		if d.delay > 0 {
 			ev.Outcome, ev.Wait = Waited, d.delay
 		}
@@ -211,36 +204,11 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 		}
 	}
 	// A request with a place in the queue is the queue's to move
-	// (queue.go); the others are decided again when their grant came late
-	// (late.go), and held out of the instants where an Anchor limit's
-	// windows may end.
-	if d.place == nil {
-		now := lim.now()
-		var hold bool
-		granted := d.granted
-		if decided, hold = lim.lateHold(ctx, d, ev, decided, now); hold {
-			return heldGrant{now}
-		}
-		if d.granted != granted {
-			// Retimed (late.go): charged anew, by a call that started at
-			// decided.
-			now = lim.now()
-			charges = lim.anchorCharges(d, grantCall{asked: decided, answered: now, dec: quota.Decision{OK: true, Reservation: d.granted}})
-		}
-		if wait := anchorPace(charges, now); wait > 0 {
-			waited := ev.Wait
-			ev.Outcome, ev.Wait = Waited, waited+wait
-			if slept, err := lim.sleep(ctx, wait, d.granted); err != nil {
-				ev.Outcome, ev.Wait = GaveUp, waited+slept
-				return &LimitError{Rule: r.id, Err: err}
-			}
-			now = lim.now()
-		}
-		if until, hold := lim.anchorHold(ctx, d, charges, now); hold {
-			return heldGrant{until}
-		}
+	// (queue.go); learning clears the others to be sent, or holds them.
+	if d.place != nil {
+		return nil
 	}
-	return nil
+	return plan.clear(ctx, r, ev, decided)
 }
 
 // sleepOn waits delay for res, the reservation d was granted, as sleep

@@ -13,6 +13,34 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
+// Learning along one request's path: Transport.RoundTrip (transport.go),
+// and a Limiter's call (limiter.go) without the HTTP, enters it at these
+// points, in order:
+//
+//  1. Its demand (decide, admit.go) gets, for each Anchor limit, a
+//     sliding log that counts it in every vendor window that may hold it
+//     ([demand.anchorLog], anchor.go).
+//  2. Before it is decided (obtainOnce, admit.go): how long a pause this
+//     instance learned holds it back, even if the store lost the pause
+//     ([Limiter.pausedFor], learnreq.go).
+//  3. Once granted (obtainOnce): when the store charged the grant to each
+//     Anchor limit's log ([Limiter.learnGrant], learnreq.go); then, once
+//     the grant's delay is over, whether it is sent ([sendPlan.clear]): a
+//     late grant (late.go, from what noteGrant in storecall.go noted of
+//     the store call) retimed or held, a wait of sendLag after the
+//     charges, a hold out of the instants at which an anchored window may
+//     end (anchor.go). obtain gives a held grant back and decides the
+//     demand again. A reservation's caller waits the pace instead
+//     ([sendPlan.pace]).
+//  4. Its response, once (RoundTrip; [Permit.Report] without HTTP):
+//     [Limiter.learn] parses the headers into one [quotaheader.Feedback]
+//     and asks whether it says "slow down"; [Limiter.report] decides and
+//     applies, in order, the reset on the vendor's clock (vendorclock.go),
+//     the anchor (anchor.go), the sync and the pause (the store's and
+//     this instance's copy, read again at 2).
+//
+// A resend (retry.go) takes the same path again.
+
 // Learning configures what a [Rule] learns from the vendor's responses.
 // The zero value learns with the defaults below; set Off to learn nothing.
 //
@@ -110,9 +138,9 @@ func (lim *Limiter) learn(ctx context.Context, r *rule, d *demand, req *http.Req
 	c := lim.learnConfig(r, req.URL.Host)
 	fb := quotaheader.Parse(resp.Header, now, quotaheader.Options{ResetFormat: c.resetFormat, MaxPause: c.maxPause})
 	ls := lesson{fb: fb, limited: c.limited(resp, fb)}
-	lim.report(ctx, r, d, c, ls.limited, fb, resp.StatusCode, now)
-	if ls.limited { // for Retry; the demand's pause key, as req's body is sent
-		ls.until, _ = lim.learned.localPause(r.pauseID(r.pauseKey(d)), now)
+	id := lim.report(ctx, r, d, c, ls.limited, fb, resp.StatusCode, now)
+	if ls.limited { // for Retry
+		ls.until, _ = lim.learned.localPause(id, now)
 	}
 	return ls
 }
@@ -183,6 +211,7 @@ func (lim *Limiter) learnConfig(r *rule, host string) learnConfig {
 // report is the one place that decides what an answer to a call under
 // rule r, whose demand was d, teaches, and applies it; limited says the
 // answer was "slow down", status is its HTTP status (0 without HTTP).
+// It returns the id of the pause the answer applies to ([rule.pauseID]).
 // In order:
 //
 //  1. the reset, read on the vendor's clock (vendorclock.go);
@@ -191,7 +220,7 @@ func (lim *Limiter) learnConfig(r *rule, host string) learnConfig {
 //  4. the pause the answer calls for ([Limiter.pauseOf]);
 //  5. that pause recorded, locally and in the store, and reported to the
 //     hooks and the log ([Limiter.recordPause]).
-func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) {
+func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfig, limited bool, fb quotaheader.Feedback, status int, now time.Time) (id string) {
 	if d != nil {
 		fb.Reset = lim.learned.clockReset(r.scope, d.sent, now, fb) // Date's whole seconds
 	}
@@ -206,11 +235,13 @@ func (lim *Limiter) report(ctx context.Context, r *rule, d *demand, c learnConfi
 		lim.sync(ctx, r, d, fb, now, windowEnd)
 	}
 	pk := r.pauseKey(d) // pauseby.go: the scope, or one key of the PauseBy limit
-	p, exact := lim.pauseOf(r, d, r.pauseID(pk), c, limited, fb, now)
+	id = r.pauseID(pk)
+	p, exact := lim.pauseOf(r, d, id, c, limited, fb, now)
 	if p <= 0 {
-		return
+		return id
 	}
 	lim.recordPause(ctx, r, pk, p, exact, fb.Capped, status, now)
+	return id
 }
 
 // sync lowers the rule's Sync limit to the vendor's remaining quota, when
@@ -460,10 +491,5 @@ func (t *Transport) LearnedPause(req *http.Request) time.Duration {
 	if r == nil {
 		return 0
 	}
-	now := t.lim.now()
-	until, ok := t.lim.learned.localPause(r.pauseID(r.pauseKeyOf(out)), now)
-	if !ok {
-		return 0
-	}
-	return until.Sub(now)
+	return t.lim.pausedFor(r, r.pauseKeyOf(out), t.lim.now()) // learnreq.go
 }
