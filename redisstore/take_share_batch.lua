@@ -33,20 +33,21 @@
 --
 -- State. values holds every GCRA and pause key read so far (whole µs, 0
 -- when there is none) as the demands decided so far left it, stored the
--- value Redis had, changed the limit keys to write back, once each at
--- the end by gcra_write.lua's rule: a run of writes of arrival times
+-- value Redis had; a limit key whose value changed is written back once
+-- at the end by gcra_write.lua's rule: a run of writes of arrival times
 -- that never decrease leaves the value and expiry that one write of the
 -- last does. states holds, per shares key, what take_share.lua reads of
 -- it: the active tenants' count for a window (ZCOUNT, once; a tenant
--- that becomes active adds one), the claims' lapse ('#c', once), and per
--- tenant its last demand and share clock (ZMSCORE, once per tenant);
--- the tenants' marks and '#c' are written back with one ZADD per key at
--- the end, then its expiry (share_expire.lua's rule, its latest
--- instant). Pruning (ZREMRANGEBYSCORE) runs where take_share.lua runs it:
--- it drops only members that are no longer after now, which a write of
--- this batch never is, so the ZADD at the end leaves what the writes of
--- each demand would have. Claims are read and written at once, as in
--- take_share.lua: they matter only while one is live.
+-- that becomes active adds one), in marks the claims' lapse ('#c', once)
+-- and per tenant its last demand and share clock (ZMSCORE, once per
+-- tenant), in dirty the members written; those are written back with
+-- one ZADD per key at the end, then its expiry (share_expire.lua's
+-- rule, its latest instant). Pruning (ZREMRANGEBYSCORE) runs where
+-- take_share.lua runs it: it drops only members that are no longer
+-- after now, which a write of this batch never is, so the ZADD at the
+-- end leaves what the writes of each demand would have. Claims are read
+-- and written at once, as in take_share.lua: they matter only while one
+-- is live.
 
 local demands = tonumber(ARGV[3])
 local values, stored = {}, {} -- GCRA and pause keys
