@@ -69,9 +69,19 @@ end
 -- member ('a'..tenant, 'v'..tenant, '#c'), as its score (false: none),
 -- st.dirty the members written.
 local function flushMarks(key, st)
-  local dirty = st.dirty
-  if next(dirty) then
-    local zadd, n, marks = {}, 0, st.marks
+  local dirty, marks = st.dirty, st.marks
+  local m1 = next(dirty)
+  if not m1 then return end
+  local m2 = next(dirty, m1)
+  if not m2 then
+    redis.call('ZADD', key, fmt('%d', marks[m1]), m1)
+    dirty[m1] = nil
+  elseif not next(dirty, m2) then
+    -- One tenant's two marks, the common case: no table.
+    redis.call('ZADD', key, fmt('%d', marks[m1]), m1, fmt('%d', marks[m2]), m2)
+    dirty[m1], dirty[m2] = nil, nil
+  else
+    local zadd, n = {}, 0
     for member in pairs(dirty) do
       zadd[n + 1], zadd[n + 2], n = fmt('%d', marks[member]), member, n + 2
       dirty[member] = nil
