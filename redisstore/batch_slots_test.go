@@ -42,32 +42,42 @@ func randomSlotDemand(rng *rand.Rand, limits []quota.Limit) *quota.Demand {
 // Concurrency limits in random batches through take_batch.lua, and the
 // same demands one call each through take.lua (WithGenericTake) on
 // another prefix at the same instant of one clock; both sides release,
-// claim (a reservation come due) and let expire the same leases. The
+// claim (a reservation come due) and let expire the same leases; the
+// releases are carried by later calls (take_batch.lua's runs of one key,
+// take.lua's and claim.lua's layout) or, every third step, flushed. The
 // decisions (marks, Remaining and ResetAfter included), the claims and the
 // live leases of every slot key must be the same.
 //
 // "lone" runs batches of one demand of one GCRA limit (whole
-// microseconds), one Concurrency limit and at most one pause, which
-// take_batch.lua decides in straight lines.
+// microseconds), one Concurrency limit and at most one pause, and
+// "alike" batches of one to six copies of such a demand: take_batch.lua
+// decides both in straight lines.
 func TestTakeBatchSlotsMatchTake(t *testing.T) {
 	for _, limits := range []struct {
-		name string
-		ls   []quota.Limit
-		lone bool
-	}{{"fractions", gcraLimits, false}, {"exact", exactLimits, false}, {"lone", exactLimits, true}} {
+		name        string
+		ls          []quota.Limit
+		lone, alike bool
+	}{{"fractions", gcraLimits, false, false}, {"exact", exactLimits, false, false}, {"lone", exactLimits, true, false}, {"alike", exactLimits, true, true}} {
 		for seed := uint64(1); seed <= 2; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", limits.name, seed), func(t *testing.T) {
 				t.Parallel()
-				compareSlotBatches(t, limits.ls, limits.lone, seed)
+				compareSlotBatches(t, limits.ls, limits.lone, limits.alike, seed)
 			})
 		}
 	}
 }
 
-func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint64) {
+// compareSlotBatches runs TestTakeBatchSlotsMatchTake's steps: with lone,
+// every demand is of one GCRA limit, one Concurrency limit and at most
+// one pause, alone in its batch, or with alike in a batch of copies of it.
+func compareSlotBatches(t *testing.T, limits []quota.Limit, lone, alike bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 17))
 	clock := storetest.NewClock(storetest.Start)
-	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithGenericTake())
+	// Releases wait for a later call to carry them (no release.lua call
+	// on a timer), and are flushed on some steps only: the others' are
+	// carried by the next batch, in runs of one key.
+	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithGenericTake(), redisstore.WithReleaseLinger(time.Hour))
+	batched = newStoreOn(t, c, batchPrefix, redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithReleaseLinger(time.Hour))
 	type held struct{ batched, single *quota.Reservation }
 	var holding, waiting []held // leases held; reservations to claim
 	seen := map[string]int{}
@@ -78,7 +88,7 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint
 			require.NoError(t, single.Pause(ctx(t), "s", key, d))
 		}
 		ds := make([]*quota.Demand, 1+rng.IntN(6))
-		if lone {
+		if lone && !alike {
 			ds = ds[:1]
 		}
 		for i := range ds {
@@ -88,7 +98,7 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint
 				d.Limits = []quota.Bucket{{Limit: limits[rng.IntN(len(limits))], Key: "x"}, {Limit: slotLimits[rng.IntN(len(slotLimits))], Key: "x"}}
 				d.Pauses = d.Pauses[:min(len(d.Pauses), 1)]
 			}
-			if i > 0 && rng.IntN(3) == 0 { // sent as "="
+			if i > 0 && (alike || rng.IntN(3) == 0) { // sent as "="
 				again := *ds[i-1]
 				ds[i] = &again
 			}
@@ -145,8 +155,10 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone bool, seed uint
 				holding = append(holding, held{got.Reservation, want.Reservation})
 			}
 		}
-		require.NoError(t, batched.Flush(ctx(t)))
-		require.NoError(t, single.Flush(ctx(t)))
+		if step%3 == 0 {
+			require.NoError(t, batched.Flush(ctx(t)))
+			require.NoError(t, single.Flush(ctx(t)))
+		}
 		now := fmt.Sprint(clock.Now().UnixMicro())
 		for _, l := range slotLimits {
 			for _, key := range []string{"x", "y"} {

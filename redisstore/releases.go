@@ -193,6 +193,29 @@ func appendReleases(keys []string, args []any, rs []leaseRelease) ([]string, []a
 	return keys, args
 }
 
+// appendReleaseRuns appends the keys and arguments that carry rs, grouped
+// by key (groupReleases), to a take_batch.lua call, and returns the
+// number of runs (keys): per run of releases of one key, the key in
+// keys, and in args its lease ids, their number and the key's channel.
+// A run of n releases so costs Redis one key and n + 2 arguments where
+// release.lua's layout would cost n keys and 2n arguments.
+func appendReleaseRuns(keys []string, args []any, rs []leaseRelease) ([]string, []any, int) {
+	runs := 0
+	for i := 0; i < len(rs); runs++ {
+		j := i + 1
+		for j < len(rs) && rs[j].key == rs[i].key {
+			j++
+		}
+		keys = append(keys, rs[i].key)
+		for _, r := range rs[i:j] {
+			args = append(args, r.id)
+		}
+		args = append(args, j-i, rs[i].channel)
+		i = j
+	}
+	return keys, args, runs
+}
+
 // sendReleases applies rs in one release.lua call.
 func (s *Store) sendReleases(ctx context.Context, rs []leaseRelease) error {
 	args, _ := s.scriptArgs(2*len(rs), "", false)

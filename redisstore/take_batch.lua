@@ -12,8 +12,9 @@
 --
 -- KEYS: for each demand in order, its pause keys, then its GCRA limit
 -- keys, then its Concurrency limit keys (one per limit); then the
--- concurrency keys of the leases released earlier that this call carries
--- (ARGV[4] of them). A key may appear for several demands. All share one
+-- concurrency keys of the leases released earlier that this call carries,
+-- one per run of releases of one key (ARGV[4] of them). A key may appear
+-- for several demands. All share one
 -- hash tag {scope}; no other key is touched.
 --
 -- ARGV[1], ARGV[2]  the clock and the call id (prologue.lua): "" when no
@@ -22,7 +23,8 @@
 -- ARGV[3]  the number of demands; "N f" when the emission interval of a
 --          limit is not a whole number of microseconds, so that its
 --          arguments and arrival times may carry fractions (take_gcra.lua)
--- ARGV[4]  the number of leases released earlier, carried by this call
+-- ARGV[4]  the number of runs of leases released earlier (of one key
+--          each) that this call carries
 -- then per demand: P (pause keys), G (GCRA limits), C (Concurrency
 --          limits), MaxWait, then G pairs charge = cost*T, allowance =
 --          Burst*T - cost*T (T = Per/Rate, "q" or, with fractions,
@@ -32,8 +34,12 @@
 --          arguments), which then has no keys of its own either: demands
 --          of a batch are mostly alike, and each key or argument costs
 --          Redis about 1100 instructions
--- then 2 per carried release, as in release.lua: the lease id, the
---          channel announcing it
+-- then per run of carried releases: the lease ids, their number and
+--          the channel announcing releases of the run's key (not
+--          release.lua's layout, one key and two arguments per release: a
+--          batch carries about as many releases as it has demands, mostly
+--          of one key, and this saves it about 2k instructions for each
+--          but the first)
 --
 -- Concurrency limits decide as in take.lua: after the GCRA limits and
 -- pauses set the instant (and MaxWait allows it), every Concurrency
@@ -50,7 +56,7 @@
 -- again.
 --
 -- Carried releases: applied first, as in release.lua, by one ZREM per
--- run of releases of the same key (Go sends them grouped), announced with
+-- run of releases of the same key (appendReleaseRuns), announced with
 -- one PUBLISH of the number removed (the watchers of the channel wake
 -- that many: lease.go). A second run removes nothing.
 --
@@ -68,29 +74,28 @@
 -- instructions per demand, an integer in the table about 0.6k: in a batch
 -- of 64 demands the strings were most of the work.)
 
--- Carried releases first; a second run is a no-op.
-local carried = tonumber(ARGV[4])
-if carried > 0 then
-  local k, last = #KEYS - carried + 1, #KEYS
-  while k <= last do
-    local key, arg = KEYS[k], #ARGV - 2 * (last - k) - 1
-    local channel, removed = ARGV[arg + 1], 0
-    k = k + 1
-    if k > last or KEYS[k] ~= key then
-      removed = redis.call('ZREM', key, ARGV[arg])
+-- Carried releases first; a second run is a no-op. From the last run
+-- back: its key is the last key not yet taken, its arguments the ids,
+-- their number and the channel.
+-- (Comparing a string with a constant costs less than tonumber: the
+-- strings are interned.)
+if ARGV[4] ~= '0' then
+  local runs = ARGV[4] == '1' and 1 or tonumber(ARGV[4])
+  local arg = #ARGV -- the channel of the run
+  for k = #KEYS, #KEYS - runs + 1, -1 do
+    local n, removed = 1, nil
+    if ARGV[arg - 1] == '1' then
+      removed = redis.call('ZREM', KEYS[k], ARGV[arg - 2])
     else
-      local ids = {ARGV[arg]}
-      while k <= last and KEYS[k] == key do
-        ids[#ids + 1] = ARGV[#ARGV - 2 * (last - k) - 1]
-        k = k + 1
-      end
-      removed = redis.call('ZREM', key, unpack(ids))
+      n = tonumber(ARGV[arg - 1])
+      removed = redis.call('ZREM', KEYS[k], unpack(ARGV, arg - 1 - n, arg - 2))
     end
     if removed == 1 then
-      redis.call('PUBLISH', channel, '1')
+      redis.call('PUBLISH', ARGV[arg], '1')
     elseif removed > 1 then
-      redis.call('PUBLISH', channel, fmt('%d', removed))
+      redis.call('PUBLISH', ARGV[arg], fmt('%d', removed))
     end
+    arg = arg - n - 2
   end
 end
 
@@ -99,53 +104,110 @@ end
 -- rest). stored and storedFrac hold the value Redis had, and changed
 -- lists the limit keys to write back, once each, at the end. A batch of
 -- whole microseconds runs what it ran before fractions were kept.
-local demands, exact = tonumber(ARGV[3]), true
+local demands, exact = ARGV[3] == '1' and 1 or tonumber(ARGV[3]), true
 if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), false end
 
--- A lone demand of at most one pause, one GCRA limit in whole
--- microseconds and one Concurrency limit, the common in-flight demand
--- (a request's rate and its slot): the decision below in straight lines,
--- without tables or closures (they cost a third of such a call), the same
--- reply. TestTakeBatchSlotsMatchTake checks both paths against take.lua.
-if demands == 1 and exact and ARGV[6] == '1' and ARGV[7] == '1' and (ARGV[5] == '0' or ARGV[5] == '1') then
-  local pauses = tonumber(ARGV[5])
-  local instant, pause = now, -1
+-- Demands all alike (each after the first "=") of at most one pause, one
+-- GCRA limit in whole microseconds and one Concurrency limit, the common
+-- in-flight demand (a request's rate and its slot), alone or batched:
+-- the decision below in straight lines, without the general path's
+-- tables and closures (they cost a third of a lone call), the same
+-- replies and writes. TestTakeBatchSlotsMatchTake checks both paths
+-- against take.lua.
+local straight = exact and ARGV[6] == '1' and ARGV[7] == '1' and (ARGV[5] == '0' or ARGV[5] == '1')
+if straight then
+  for a = 13, 11 + demands do
+    if ARGV[a] ~= '=' then
+      straight = false
+      break
+    end
+  end
+end
+if straight then
+  local pauses = ARGV[5] == '1' and 1 or 0
+  local pausedUntil, pause = now, -1
   if pauses == 1 then
     local pauseEnd = tonumber(redis.call('GET', KEYS[1]))
-    if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
+    if pauseEnd and pauseEnd > now then pausedUntil, pause = pauseEnd, 0 end
   end
   -- ARGV[8] MaxWait, [9] charge, [10] allowance, [11] lease time, [12] slots
   local key, slotKey = KEYS[pauses + 1], KEYS[pauses + 2]
+  -- (Arithmetic reads a string as tonumber does, without its call.)
+  local charge, allowance, capacity = ARGV[9] + 0, ARGV[10] + 0, ARGV[12] + 0
   local old = tonumber(redis.call('GET', key)) or 0
-  local binding, earliest = -1, old - ARGV[10]
-  if earliest > instant then instant, binding = earliest, 0 end
-  if instant > now and instant - now > tonumber(ARGV[8]) then
-    return {now, fmt('0 %d %d %d', instant - now, binding, pause)}
+  -- tat: the limit's arrival time as the demands so far left it; leases:
+  -- the key's live leases, those added included (nil: not read yet), and
+  -- held those it held when read; the leases added and not yet written:
+  -- first, the id of the first, or from the second on adds (expiry, id,
+  -- ...); expiry: theirs (now + the lease time).
+  local tat, leases, held, first, adds, expiry, expiryArg = old, nil, 0, nil, nil, nil, nil
+  -- The reply, sized for a lone grant's (the clock, TAT, slots left); r:
+  -- its last entry.
+  local replies, r = {now, false, false}, 1
+  for demand = 1, demands do
+    local instant, binding = pausedUntil, -1
+    if tat - allowance > instant then instant, binding = tat - allowance, 0 end
+    r = r + 1
+    if instant > now and instant - now > tonumber(ARGV[8]) then
+      replies[r] = fmt('0 %d %d %d', instant - now, binding, pause)
+    else
+      if not leases then
+        redis.call('ZREMRANGEBYSCORE', slotKey, '-inf', fmt('%d', now))
+        leases = redis.call('ZCARD', slotKey)
+        held = leases
+      end
+      if leases >= capacity then
+        -- The ranks are read with the leases added written first.
+        if adds then
+          redis.call('ZADD', slotKey, unpack(adds))
+        elseif first then
+          redis.call('ZADD', slotKey, expiryArg, first)
+        end
+        first, adds = nil, nil
+        local frees = tonumber(redis.call('ZRANGE', slotKey, leases - capacity, leases - capacity, 'WITHSCORES')[2])
+        if frees < instant then frees = instant end
+        replies[r] = fmt('0 %d 1 -1', frees - now)
+      else
+        if tat < instant then tat = instant end
+        tat = tat + charge
+        if instant > now then
+          replies[r] = fmt('1 %d -1 -1 %d -1 %d 0', instant - now, now, tat)
+        else
+          if not expiry then expiry = now + ARGV[11]; expiryArg = fmt('%d', expiry) end
+          -- (fmt's %d, not '..', which formats a number as %.14g.)
+          local id = demand == 1 and callID .. '.1' or callID .. fmt('.%d', demand)
+          if adds then
+            adds[#adds + 1], adds[#adds + 2] = expiryArg, id
+          elseif first then
+            adds, first = {expiryArg, first, expiryArg, id}, nil
+          else
+            first = id
+          end
+          leases = leases + 1
+          replies[r], replies[r + 1] = tat, capacity - leases
+          r = r + 1
+        end
+      end
+    end
   end
-  local capacity = tonumber(ARGV[12])
-  redis.call('ZREMRANGEBYSCORE', slotKey, '-inf', fmt('%d', now))
-  local leases = redis.call('ZCARD', slotKey)
-  if leases >= capacity then
-    local frees = tonumber(redis.call('ZRANGE', slotKey, leases - capacity, leases - capacity, 'WITHSCORES')[2])
-    if frees < instant then frees = instant end
-    return {now, fmt('0 %d 1 -1', frees - now)}
+  if r < 3 then replies[3] = nil end
+  if adds then
+    redis.call('ZADD', slotKey, unpack(adds))
+  elseif first then
+    redis.call('ZADD', slotKey, expiryArg, first)
   end
-  local tat = old
-  if tat < instant then tat = instant end
-  tat = tat + ARGV[9]
-  -- #include gcra_write.lua
-  if instant > now then
-    return {now, fmt('1 %d -1 -1 %d -1 %d 0', instant - now, now, tat)}
+  if expiry then
+    local ttl = fmt('%d', math.ceil((expiry - now) / 1000) + slack)
+    if held == 0 then
+      redis.call('PEXPIRE', slotKey, ttl)
+    else
+      redis.call('PEXPIRE', slotKey, ttl, 'GT')
+    end
   end
-  local expiry = now + ARGV[11]
-  redis.call('ZADD', slotKey, fmt('%d', expiry), callID .. '.1')
-  local ttl = math.ceil((expiry - now) / 1000) + slack
-  if leases == 0 then
-    redis.call('PEXPIRE', slotKey, ttl)
-  else
-    redis.call('PEXPIRE', slotKey, ttl, 'GT')
+  if tat ~= old then
+    -- #include gcra_write.lua
   end
-  return {now, tat, capacity - leases - 1}
+  return replies
 end
 
 local current, stored, changed = {}, {}, {}
