@@ -12,9 +12,8 @@ import (
 // GCRA limits of whole microseconds, one of them shared among tenants, at
 // most one pause key) as batch.go batches plain ones: they wait in their
 // scope's queue while shareBatchInFlight calls of it are in flight, and
-// a flush decides them in one call of
-// take_share_batch.lua, each as take_share.lua would have at the same
-// instant.
+// a flush decides them in one call of take_share_batch.lua, each as
+// take_share.lua would have at the same instant.
 
 // shareBatchInFlight is [BatchInFlight] for demands with a tenant: their
 // lone call (take_share.lua) costs Redis 118.8k instructions against a
