@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
@@ -213,29 +211,6 @@ func TestShareBatchContention(t *testing.T) {
 // by go-redis (its reply lost) is refused as a whole with ErrResent, and
 // only its first sending charged.
 func TestTakeShareBatchResent(t *testing.T) {
-	p := faultproxy.New(t, srv.Addr())
-	c := newClient(t, p.Addr())
-	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithReplay(redisstore.ReplayDetect))
-	shared := quota.Bucket{Limit: quota.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}, Key: "k", Tenant: "acme"}
-	d := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{shared}}
-	_, err := s.Take(ctx(t), d)
-	require.NoError(t, err)
-	// Load take_share_batch.lua first (see TestTakeBatchResent).
-	warm := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: shared.Limit, Key: "warm", Tenant: "acme"}}}
-	_, errs := redisstore.TakeBatch(s, []*quota.Demand{warm, warm})
-	require.NoError(t, errors.Join(errs...))
-	p.DropNextReply()
-	_, errs = redisstore.TakeBatch(s, []*quota.Demand{d, d})
-	for _, err := range errs {
-		assert.ErrorIs(t, err, redisstore.ErrResent)
-	}
-	// 1 + 2 charged of 5: two more fit, not three.
-	for range 2 {
-		dec, err := s.Take(ctx(t), d)
-		require.NoError(t, err)
-		assert.True(t, dec.OK)
-	}
-	dec, err := s.Take(ctx(t), d)
-	require.NoError(t, err)
-	assert.False(t, dec.OK, "the batch was charged twice")
+	l := quota.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}
+	batchResentOnce(t, quota.Bucket{Limit: l, Key: "k", Tenant: "acme"}, quota.Bucket{Limit: l, Key: "warm", Tenant: "acme"})
 }

@@ -179,12 +179,7 @@ for i = 1, demands do
     need = now + window
     if refused - now <= wait then
       local span = claimSpan
-      if span < CLAIM_GRACE then span = CLAIM_GRACE end
-      redis.call('ZADD', claims, fmt('%d', place), tenant)
-      redis.call('ZADD', ends, fmt('%d', refused), tenant)
-      local ttl = math.ceil((refused + span - now) / 1000) + slack
-      if redis.call('PEXPIRE', claims, ttl, 'NX') == 0 then redis.call('PEXPIRE', claims, ttl, 'GT') end
-      if redis.call('PEXPIRE', ends, ttl, 'NX') == 0 then redis.call('PEXPIRE', ends, ttl, 'GT') end
+      -- #include share_claim.lua
       if refused + span > lapse then
         lapse = refused + span
         marks['#c'], st.dirty['#c'] = -lapse, true
