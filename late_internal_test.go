@@ -7,59 +7,70 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// The usual latency is what most answers take: a tenth of them delayed,
-// or a stall's few answers, do not move it; a store slow for good moves
-// it within two periods; an idle spell keeps it.
-func TestUsualLatency(t *testing.T) {
+// The store's clock is an hour ahead of the local one here: the least
+// lag is read from the answers whatever the offset, a tenth of them
+// delayed on the way back do not move it, nor does a call slow before
+// the store decided; a store slow for good moves it within two periods;
+// an idle spell keeps it; a clock that steps starts it again.
+func TestStoreClock(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	var u usualLatency
-	_, ok := u.at(t0)
-	assert.False(t, ok, "no answer yet")
-	u.observe(2*time.Millisecond, t0)
-	u.observe(300*time.Millisecond, t0)
-	_, ok = u.at(t0)
-	assert.False(t, ok, "too few answers")
+	const offset = -time.Hour // local less the store's
+	// call returns a call's instants: asked at local, decided pre later,
+	// answered post after that.
+	call := func(local time.Time, pre, post time.Duration) (asked, answered, at time.Time) {
+		return local, local.Add(pre + post), local.Add(pre - offset)
+	}
+	var c storeClock
+	assert.Zero(t, c.least(t0), "no answer yet")
+
+	// Cold: the greatest asked-At, at most the offset.
+	c.observe(call(t0, 3*time.Millisecond, time.Millisecond))
+	assert.Equal(t, offset-3*time.Millisecond, c.least(t0), "one answer: its start")
+	c.observe(call(t0, 100*time.Microsecond, 300*time.Millisecond))
+	assert.Equal(t, offset-100*time.Microsecond, c.least(t0), "the answer nearest the offset")
 
 	for i := range 90 {
-		u.observe(time.Millisecond+time.Duration(i)*time.Microsecond, t0)
+		c.observe(call(t0, time.Duration(50+i)*time.Microsecond, 200*time.Microsecond+time.Duration(i)*time.Microsecond))
 	}
 	for range 10 {
-		u.observe(250*time.Millisecond, t0)
+		c.observe(call(t0, 50*time.Microsecond, 250*time.Millisecond)) // late on the way back
 	}
-	got, ok := u.at(t0)
-	assert.True(t, ok)
-	assert.GreaterOrEqual(t, got, time.Millisecond)
-	assert.LessOrEqual(t, got, 2*time.Millisecond, "a tenth delayed does not move it")
+	for range 10 {
+		c.observe(call(t0, 400*time.Millisecond, 200*time.Microsecond)) // slow before the store decided
+	}
+	assert.Equal(t, offset+200*time.Microsecond, c.least(t0), "warm: the least answered-At")
 
-	// An idle spell of three periods keeps what the last answers took.
+	// An idle spell of three periods keeps it.
 	idle := t0.Add(3 * usualPeriod)
-	again, _ := u.at(idle)
-	assert.Equal(t, got, again)
+	assert.Equal(t, offset+200*time.Microsecond, c.least(idle))
 
-	// Slow for good: after two periods of 80 ms answers, 80 ms.
+	// Slow for good: after two periods of answers 80 ms after their
+	// charge, 80 ms.
 	for p := range 2 {
 		at := idle.Add(time.Duration(p+1) * usualPeriod)
 		for range 50 {
-			u.observe(80*time.Millisecond, at)
+			c.observe(call(at, time.Millisecond, 80*time.Millisecond))
 		}
 	}
-	got, _ = u.at(idle.Add(2 * usualPeriod))
-	assert.GreaterOrEqual(t, got, 80*time.Millisecond)
-	assert.LessOrEqual(t, got, 100*time.Millisecond, "within a quarter octave")
+	assert.Equal(t, offset+80*time.Millisecond, c.least(idle.Add(2*usualPeriod)))
+
+	// The store's clock steps back a second: the answers before no longer
+	// hold, and the first after it is cold evidence.
+	later := idle.Add(3 * usualPeriod)
+	asked, answered, at := call(later, time.Millisecond, time.Millisecond)
+	c.observe(asked, answered, at.Add(-time.Second))
+	assert.Equal(t, offset+time.Second-time.Millisecond, c.least(later), "a stepped clock starts the evidence again")
 }
 
-// bucketOf and upperOf agree: every latency is at most its bucket's
-// upper bound, and more than the bucket below's.
-func TestLatencyBuckets(t *testing.T) {
-	for _, d := range []time.Duration{0, time.Microsecond, 3 * time.Microsecond, 999 * time.Microsecond,
-		time.Millisecond, 37 * time.Millisecond, 150 * time.Millisecond, time.Second, time.Hour, 1000 * time.Hour} {
-		b := bucketOf(d)
-		if b == latencyBuckets-1 {
-			continue
-		}
-		assert.LessOrEqual(t, d, upperOf(b), "%v in bucket %d", d, b)
-		if b > 0 {
-			assert.Greater(t, d, upperOf(b-1)-time.Microsecond, "%v in bucket %d", d, b)
-		}
+// A store that does not say its clock: the call's start stands for At,
+// so the least lag is the least call's latency, and a cold one is zero.
+func TestStoreClockUnsaid(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var c storeClock
+	c.observe(t0, t0.Add(5*time.Millisecond), time.Time{})
+	assert.Zero(t, c.least(t0))
+	for i := range usualMin {
+		c.observe(t0, t0.Add(time.Duration(2+i)*time.Millisecond), time.Time{})
 	}
+	assert.Equal(t, 2*time.Millisecond, c.least(t0))
 }
