@@ -462,7 +462,7 @@ type anchorCharge struct {
 }
 
 // anchorCharges returns the charges of g to the logs of d's Anchor
-// limits ([Limiter.anchorSend]); none when d has none.
+// limits (used by [Limiter.learnGrant] and [sendPlan.clear]); none when d has none.
 func (lim *Limiter) anchorCharges(d *demand, g grantCall) []anchorCharge {
 	var cs []anchorCharge
 	for i, b := range d.Limits {
@@ -478,7 +478,7 @@ func (lim *Limiter) anchorCharges(d *demand, g grantCall) []anchorCharge {
 
 // anchorPace returns how long after now a request charged cs must wait
 // so that it is sent no earlier than sendLag after each charge
-// ([Limiter.anchorSend]).
+// ([sendPlan.pace]).
 func anchorPace(cs []anchorCharge, now time.Time) time.Duration {
 	var wait time.Duration
 	for _, c := range cs {

@@ -49,7 +49,6 @@ const (
 	gOursPause
 	gOurs2
 	gOursTenant
-	gOursWindow
 	gOursWindowClass
 	gOursSlots
 )
@@ -75,11 +74,15 @@ var guardRows = []guardRow{
 // guardInstrRows are rows whose instructions only are counted (callgrind,
 // as the c=1 rows'), not their throughput, so that the guard takes only
 // the callgrind run's few seconds more for them: a tenant's decision and
-// a class's on a window, against our plain decision on the same limit
-// (issue 31 asks at most 1.5x its Redis CPU).
+// a class's on a sliding window, both against our plain GCRA decision on
+// one limit. (Issue 31 compares each with the plain decision on its own
+// limit, redisstore/BENCHMARKS.md; the plain sliding window is no
+// yardstick here: its count per decision came out at 71.5-72.4k in some
+// runs of the guard and 74.3-74.8k in others, for the same code, while
+// the class's and the GCRA decision's stayed within 1%.)
 var guardInstrRows = []guardRow{
 	{"gcra-tenant", 1, gOursTenant, gOurs1},
-	{"sliding-window-class", 1, gOursWindowClass, gOursWindow},
+	{"sliding-window-class", 1, gOursWindowClass, gOurs1},
 }
 
 // guardContenders returns the contenders of the guard on client c, in the
@@ -96,7 +99,6 @@ func guardContenders(c *redis.Client) ([]contender, error) {
 		ours(oursConfig{name: "ours: GCRA, 1 limit, with Transport's pause key", buckets: one(quota.GCRA), pauses: []string{""}}),
 		ours(oursConfig{name: "ours: GCRA, 2 limits (all + per key)", buckets: hierarchy}),
 		ours(oursConfig{name: "ours: GCRA, 1 limit, a tenant", buckets: shared(one(quota.GCRA), "acme", 0)}),
-		ours(oursConfig{name: "ours: sliding window, 1 limit", buckets: one(quota.SlidingWindow)}),
 		ours(oursConfig{name: "ours: sliding window, 1 limit, a class with a headroom", buckets: shared(one(quota.SlidingWindow), "", 200)}),
 		ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}),
 	} {

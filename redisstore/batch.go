@@ -26,8 +26,10 @@ import (
 // one round trip's system calls) at the price of waiting for a call of
 // the scope to end; below that concurrency every demand goes alone, as
 // with batching off. It applies to demands whose limits are all GCRA or
-// Concurrency (none shared among tenants), and not with [ReplayIDs];
-// other demands always go alone. A batch with Concurrency limits also
+// Concurrency, and to demands of one or two GCRA limits one of which is
+// shared among tenants (quota.Bucket.Tenant; take_share_batch.lua,
+// which decides each as take_share.lua would), and not with
+// [ReplayIDs]; other demands always go alone. A batch with Concurrency limits also
 // carries the scope's released leases ([Store.Release]).
 //
 // A failed batch fails every demand in it with the same error, and a
@@ -43,7 +45,7 @@ const DefaultBatchMax = 64
 
 // BatchInFlight is how many decisions of one scope a Store has in flight
 // before later demands of the scope wait to go together in a batch (1
-// for demands with a Concurrency limit). Below
+// for demands with a Concurrency limit, 2 for those with a tenant). Below
 // it, batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (about 12k instructions per
 // demand against 48k for a call of its own, for demands alike), so three
@@ -170,6 +172,8 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand, slots bool) (q
 	limit := s.batchInFlight
 	if slots {
 		limit = s.slotInFlight
+	} else if d.Shared() {
+		limit = s.shareInFlight() // share_batch.go
 	}
 	if q.inflight < limit {
 		q.inflight++
@@ -293,7 +297,7 @@ func (s *Store) flush(scope string, q *batchQueue) {
 // one demand when it has Concurrency limits.
 func (s *Store) takeAlone(ctx context.Context, d *quota.Demand, slots bool) (quota.Decision, error) {
 	if !slots {
-		return s.take(ctx, d, true, false)
+		return s.take(ctx, d, !d.Shared(), false) // take_share.lua for a tenant's
 	}
 	c := newBatchCall(d, true)
 	ctx, cancel := s.callContext(ctx)
@@ -322,6 +326,13 @@ func (s *Store) sendBatch(calls []*batchCall) {
 // the call carries the scope's released leases (releases.go), and demand
 // n's lease is the call's id and "." n (take_batch.lua).
 func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
+	calls, shared := splitShared(calls) // demands with a tenant: share_batch.go
+	if len(shared) > 0 {
+		s.decideShareBatch(ctx, shared)
+		if len(calls) == 0 {
+			return
+		}
+	}
 	if len(calls) == 1 && calls[0].slots == 0 {
 		c := calls[0]
 		c.dec, c.err = s.take(ctx, c.d, true, false)

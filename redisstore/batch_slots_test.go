@@ -76,8 +76,8 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone, alike bool, se
 	// Releases wait for a later call to carry them (no release.lua call
 	// on a timer), and are flushed on some steps only: the others' are
 	// carried by the next batch, in runs of one key.
-	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithGenericTake(), redisstore.WithReleaseLinger(time.Hour))
-	batched = newStoreOn(t, c, batchPrefix, redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithReleaseLinger(time.Hour))
+	c, _, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithGenericTake(), redisstore.WithReleaseLinger(time.Hour))
+	batched := newStoreOn(t, c, batchPrefix, redisstore.WithNow(clock.Now), redisstore.WithReplay(redisstore.ReplayNoRetries), redisstore.WithReleaseLinger(time.Hour))
 	type held struct{ batched, single *quota.Reservation }
 	var holding, waiting []held // leases held; reservations to claim
 	seen := map[string]int{}

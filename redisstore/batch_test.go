@@ -118,15 +118,24 @@ func TestDemandFieldsAlike(t *testing.T) {
 // TestTakeBatchResent: a batch sent again by go-redis (its reply lost) is
 // refused as a whole with ErrResent, and only its first sending charged.
 func TestTakeBatchResent(t *testing.T) {
+	l := quota.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}
+	batchResentOnce(t, quota.Bucket{Limit: l, Key: "k"}, quota.Bucket{Limit: l, Key: "warm"})
+}
+
+// batchResentOnce checks, for demands of bucket b on a limit of 5, that
+// a batch of two sent again by go-redis (its reply lost) is refused as a
+// whole with ErrResent and charged once. A batch of warm, on other keys,
+// loads the batch's script first: run alone on a fresh server, the
+// dropped reply would be NOSCRIPT's, and nothing charged.
+func batchResentOnce(t *testing.T, b, warmBucket quota.Bucket) {
+	t.Helper()
 	p := faultproxy.New(t, srv.Addr())
 	c := newClient(t, p.Addr())
 	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithReplay(redisstore.ReplayDetect))
-	d := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 5, Per: 24 * time.Hour}, Key: "k"}}}
+	d := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{b}}
 	_, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
-	// Load take_batch.lua first: run alone on a fresh server, the dropped
-	// reply was NOSCRIPT's and nothing was charged.
-	warm := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: d.Limits[0].Limit, Key: "warm"}}}
+	warm := &quota.Demand{Scope: "s", Cost: 1, Limits: []quota.Bucket{warmBucket}}
 	_, errs := redisstore.TakeBatch(s, []*quota.Demand{warm, warm})
 	require.NoError(t, errors.Join(errs...))
 	p.DropNextReply()

@@ -83,7 +83,10 @@
 //
 // A demand with a [quota.Bucket] Tenant, or a class noted on a window or
 // log limit ([quota.Bucket.Noted]), runs take.lua, whose lent headrooms
-// and fair shares are in share.lua. A headroom on GCRA costs nothing: it
+// and fair shares are in share.lua, unless a shorter script decides it
+// the same way: take_share.lua a demand of one or two GCRA limits with a
+// tenant (take_share_batch.lua several of them at once, [WithBatching]),
+// take_window.lua a class on one window. A headroom on GCRA costs nothing: it
 // lowers the allowance every script already takes. A restricted demand
 // is sent with MaxWait at most T/2, the furthest it may be reserved.
 //

@@ -31,7 +31,7 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua share_state.lua share_held.lua share_expire.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua retime.lua
+//go:embed share.lua share_state.lua share_held.lua share_expire.lua share_claim.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua take_share_batch.lua retime.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
@@ -41,10 +41,11 @@ var luaFiles embed.FS
 // remove; share_state.lua what take.lua and take_share.lua share of fair
 // shares.
 var scriptParts = map[string][]string{
-	"take.lua":       {"share_state.lua", "share.lua", "slidinglog.lua"},
-	"take_share.lua": {"share_state.lua"},
-	"cancel.lua":     {"slidinglog.lua"},
-	"retime.lua":     {"slidinglog.lua"},
+	"take.lua":             {"share_state.lua", "share.lua", "slidinglog.lua"},
+	"take_share.lua":       {"share_state.lua"},
+	"take_share_batch.lua": {"share_state.lua"},
+	"cancel.lua":           {"slidinglog.lua"},
+	"retime.lua":           {"slidinglog.lua"},
 }
 
 var (
@@ -58,6 +59,9 @@ var (
 	// take_share.lua is take.lua for a demand of one or two GCRA limits,
 	// one of them shared among tenants (see Store.Take).
 	takeShareScript = newScript("take_share.lua")
+	// take_share_batch.lua is take_share.lua for several demands of one
+	// scope at once (share_batch.go).
+	takeShareBatchScript = newScript("take_share_batch.lua")
 	// take_window.lua is take.lua for a demand of one fixed-window or
 	// sliding-window limit (see Store.Take).
 	takeWindowScript = newScript("take_window.lua")
@@ -85,7 +89,7 @@ var (
 // empty reply it has before Exec). TestCheck compares it with the
 // package's .lua files.
 var storeScripts = []luaScript{
-	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript, takeShareScript,
+	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript, takeShareScript, takeShareBatchScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
 	syncScript, anchorScript, settleScript, retimeScript,
 }

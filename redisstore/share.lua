@@ -139,14 +139,8 @@ local function sharesRefusal(shared, instant, pauseEnd, maxWait, binding, pause,
   if refused - now <= shared[1].wait then
     for _, share in ipairs(shared) do
       if share.tenant ~= '' then
-        local span = share.claim
-        if span < CLAIM_GRACE then span = CLAIM_GRACE end
-        redis.call('ZADD', share.claims, fmt('%d', share.place), share.tenant)
-        redis.call('ZADD', share.ends, fmt('%d', refused), share.tenant)
-        local ttl = math.ceil((refused + span - now) / 1000) + slack
-        for _, key in ipairs({share.claims, share.ends}) do
-          if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
-        end
+        local claims, ends, place, tenant, span = share.claims, share.ends, share.place, share.tenant, share.claim
+        -- #include share_claim.lua
         local lapse = refused + span
         if lapse > share.lapse then
           redis.call('ZADD', share.key, fmt('%d', -lapse), '#c')

@@ -170,9 +170,11 @@ func (s *Store) nowArg() string {
 // A demand whose limits are all GCRA, the common case, runs
 // take_gcra.lua (or goes in a batch: [WithBatching]); one of GCRA and
 // Concurrency limits runs take_batch.lua, alone or in a batch; one of a
-// single fixed-window or sliding-window limit runs take_window.lua. All
-// three decide as take.lua does, in fewer Redis commands, and are used
-// unless replies are remembered ([ReplayIDs]). Any other runs take.lua.
+// single fixed-window or sliding-window limit runs take_window.lua; one
+// of one or two GCRA limits, one shared among tenants, runs
+// take_share.lua, alone or in a batch (take_share_batch.lua). All decide
+// as take.lua does, in fewer Redis commands, and are used unless replies
+// are remembered ([ReplayIDs]). Any other runs take.lua.
 func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
 	if err := d.Validate(); err != nil {
 		return quota.Decision{}, fmt.Errorf("redisstore: %w", err)
@@ -198,6 +200,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 			return s.takeBatched(ctx, d, slots)
 		}
 		return s.takeAlone(ctx, d, slots)
+	}
+	if s.shareBatched(d) { // take_share.lua, or batched (share_batch.go)
+		return s.takeBatched(ctx, d, false)
 	}
 	return s.take(ctx, d, gcraOnly, needID)
 }

@@ -59,12 +59,7 @@ if held or (instant > now and instant - now > tonumber(ARGV[3])) then
   local need = now + window
   if refused - now <= tonumber(ARGV[e + 6]) then
     local claims, ends, span = KEYS[first + limits + 1], KEYS[first + limits + 2], tonumber(ARGV[e + 5])
-    if span < CLAIM_GRACE then span = CLAIM_GRACE end
-    redis.call('ZADD', claims, fmt('%d', place), tenant)
-    redis.call('ZADD', ends, fmt('%d', refused), tenant)
-    local ttl = math.ceil((refused + span - now) / 1000) + slack
-    if redis.call('PEXPIRE', claims, ttl, 'NX') == 0 then redis.call('PEXPIRE', claims, ttl, 'GT') end
-    if redis.call('PEXPIRE', ends, ttl, 'NX') == 0 then redis.call('PEXPIRE', ends, ttl, 'GT') end
+    -- #include share_claim.lua
     if refused + span > lapse then
       lapse = refused + span
       redis.call('ZADD', key, fmt('%d', now), active, fmt('%d', -lapse), '#c')

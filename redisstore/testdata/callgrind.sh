@@ -33,7 +33,7 @@ prologue=$(dirname "$lua")/prologue.lua
 parts=
 case "$(basename "$lua")" in
 take.lua) parts="share_state.lua share.lua slidinglog.lua" ;;
-take_share.lua) parts=share_state.lua ;;
+take_share.lua | take_share_batch.lua) parts=share_state.lua ;;
 cancel.lua | retime.lua) parts=slidinglog.lua ;;
 esac
 if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then

@@ -1,0 +1,250 @@
+-- take_share_batch.lua: take_share.lua for several demands of one scope
+-- at once, decided in the order given, as if each were its own call of
+-- take_share.lua at the same instant: the same decisions and the same
+-- state left (TestTakeShareBatchMatchesTakeShare checks both, decision by
+-- decision and key by key). Take sends such a batch when demands with a
+-- tenant arrive while earlier calls of their scope are in flight
+-- (WithBatching, batch.go, share_batch.go): one round trip and one TIME
+-- for the batch, one read of each GCRA key and of each tenant's state,
+-- and one write of each at the end, instead of all of them per demand.
+--
+-- Units as in prologue.lua.
+--
+-- KEYS: for each demand in order that is sent in full (below), its pause
+-- key if any, its limits' keys (one or two), then its shared limit's three
+-- fair-share keys: shares, claims, ends (share.lua). A key may appear for
+-- several demands. All share one hash tag {scope}; no other key is
+-- touched.
+--
+-- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
+-- ARGV[3]  the number of demands
+-- then per demand: P (pause keys, 0 or 1), G (GCRA limits, 1 or 2),
+--          MaxWait (at most T/2, as take_share.lua's ARGV[3]), G pairs
+--          charge, allowance (take_share.lua's), then the shared limit's
+--          entry, take_share.lua's seven: its index (1-based), the
+--          tenant, unit, ahead, window, claim, wait; or "=" alone for a
+--          demand the same as the one before it, or "=" followed by a
+--          tenant for one that differs from it only in the tenant of its
+--          shared limit: neither has keys of its own (demands of a batch
+--          are mostly alike, and each key or argument costs Redis about
+--          1100 instructions)
+--
+-- Reply: a table, per demand take_share.lua's reply to it.
+--
+-- State. values holds every GCRA and pause key read so far (whole µs, 0
+-- when there is none) as the demands decided so far left it, stored the
+-- value Redis had; a limit key whose value changed is written back once
+-- at the end by gcra_write.lua's rule: a run of writes of arrival times
+-- that never decrease leaves the value and expiry that one write of the
+-- last does. states holds, per shares key, what take_share.lua reads of
+-- it: the active tenants' count for a window (ZCOUNT, once; a tenant
+-- that becomes active adds one), in marks the claims' lapse ('#c', once)
+-- and per tenant its last demand and share clock (ZMSCORE, once per
+-- tenant), in dirty the members written; those are written back with
+-- one ZADD per key at the end, then its expiry (share_expire.lua's
+-- rule, its latest instant). Pruning (ZREMRANGEBYSCORE) runs where
+-- take_share.lua runs it: it drops only members that are no longer
+-- after now, which a write of this batch never is, so the ZADD at the
+-- end leaves what the writes of each demand would have. Claims are read
+-- and written at once, as in take_share.lua: they matter only while one
+-- is live.
+
+local demands = tonumber(ARGV[3])
+local values, stored = {}, {} -- GCRA and pause keys
+local states = {} -- shares keys
+local replies = {}
+
+-- value returns the value of the GCRA or pause key key as decided so far.
+local function value(key)
+  local v = values[key]
+  if v == nil then
+    v = tonumber(redis.call('GET', key)) or 0
+    values[key], stored[key] = v, v
+  end
+  return v
+end
+
+-- flushMarks writes the marks of shares key key (its state st) that
+-- this batch changed: st.marks holds each mark read or written by its
+-- member ('a'..tenant, 'v'..tenant, '#c'), as its score (false: none),
+-- st.dirty the members written.
+local function flushMarks(key, st)
+  local dirty, marks = st.dirty, st.marks
+  local m1 = next(dirty)
+  if not m1 then return end
+  local m2 = next(dirty, m1)
+  if not m2 then
+    redis.call('ZADD', key, fmt('%d', marks[m1]), m1)
+    dirty[m1] = nil
+  elseif not next(dirty, m2) then
+    -- One tenant's two marks, the common case: no table.
+    redis.call('ZADD', key, fmt('%d', marks[m1]), m1, fmt('%d', marks[m2]), m2)
+    dirty[m1], dirty[m2] = nil, nil
+  else
+    local zadd, n = {}, 0
+    for member in pairs(dirty) do
+      zadd[n + 1], zadd[n + 2], n = fmt('%d', marks[member]), member, n + 2
+      dirty[member] = nil
+    end
+    redis.call('ZADD', key, unpack(zadd))
+  end
+end
+
+-- The demand being decided: its arguments stay for "=" and "=tenant".
+local pauseKey, k1, c1, r1, k2, c2, r2, maxWait
+local index, tenant, unit, ahead, window, claimSpan, wait, key, claims, ends, active, vclock
+local arg, k = 4, 1
+for i = 1, demands do
+  local a = ARGV[arg]
+  if a == '=' then
+    arg = arg + 1
+  elseif string.byte(a) == 61 then -- '=' and a tenant
+    tenant = string.sub(a, 2)
+    active, vclock = 'a' .. tenant, 'v' .. tenant
+    arg = arg + 1
+  else
+    local g = tonumber(ARGV[arg + 1])
+    maxWait, pauseKey = tonumber(ARGV[arg + 2]), nil
+    if a == '1' then pauseKey, k = KEYS[k], k + 1 end
+    k1, c1, r1, k2 = KEYS[k], tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4]), nil
+    if g == 2 then k2, c2, r2 = KEYS[k + 1], tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]) end
+    k = k + g
+    local e = arg + 3 + 2 * g
+    index, tenant, unit, ahead = tonumber(ARGV[e]), ARGV[e + 1], tonumber(ARGV[e + 2]), tonumber(ARGV[e + 3])
+    window, claimSpan, wait = tonumber(ARGV[e + 4]), tonumber(ARGV[e + 5]), tonumber(ARGV[e + 6])
+    key, claims, ends = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    active, vclock = 'a' .. tenant, 'v' .. tenant
+    k = k + 3
+    arg = e + 7
+  end
+
+  -- The limits (gcra_read.lua's reading).
+  local instant, pause, binding = now, -1, -1
+  if pauseKey then
+    local pauseEnd = value(pauseKey)
+    if pauseEnd > instant then instant, pause = pauseEnd, 0 end
+  end
+  local old1, old2 = value(k1), 0
+  local earliest = old1 - r1
+  if earliest > instant then instant, binding = earliest, 0 end
+  if k2 then
+    old2 = value(k2)
+    earliest = old2 - r2
+    if earliest > instant then instant, binding = earliest, 1 end
+  end
+
+  -- The fair share (take_share.lua's).
+  local st = states[key]
+  if not st then
+    local got = redis.call('ZMSCORE', key, active, vclock, '#c')
+    st = {marks = {[active] = tonumber(got[1]) or false, [vclock] = tonumber(got[2]) or false, ['#c'] = tonumber(got[3]) or false}, dirty = {}}
+    states[key] = st
+  end
+  local marks = st.marks
+  local seen = marks[active]
+  if seen == nil then
+    local got = redis.call('ZMSCORE', key, active, vclock)
+    seen = tonumber(got[1]) or false
+    marks[active], marks[vclock] = seen, tonumber(got[2]) or false
+  end
+  if st.window ~= window then
+    -- The active tenants for this window: Redis's, once its marks are
+    -- written (a second window on one key is rare).
+    flushMarks(key, st)
+    st.count, st.window = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf'), window
+  end
+  local n = st.count
+  if not seen or seen <= now - window then
+    n = n + 1
+    st.count = n
+    redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
+  end
+  local score, lapse = marks[vclock], -(marks['#c'] or 0)
+  local clock = -(score or 0)
+  local bound = seen and seen + window -- share_expire.lua's
+  if score and (not bound or clock > bound) then bound = clock end
+  local place, held = clock, nil
+  if place < now then place = now end
+  marks[active], st.dirty[active] = now, true
+  if lapse > now then
+    local claim = claimSpan
+    -- #include share_held.lua
+  end
+
+  local need
+  if held or (instant > now and instant - now > maxWait) then
+    -- Refused (take_share.lua's).
+    local refused = instant
+    if held and held >= refused then refused, binding, pause = held, index - 1, -1 end
+    need = now + window
+    if refused - now <= wait then
+      local span = claimSpan
+      -- #include share_claim.lua
+      if refused + span > lapse then
+        lapse = refused + span
+        marks['#c'], st.dirty['#c'] = -lapse, true
+        if lapse > need then need = lapse end
+      end
+    end
+    replies[i] = fmt('0 %d %d %d', refused - now, binding, pause)
+  else
+    -- Granted: charge the limits, then the clock.
+    local tat1 = old1
+    if tat1 < instant then tat1 = instant end
+    tat1 = tat1 + c1
+    values[k1] = tat1
+    local tat2
+    if k2 then
+      tat2 = old2
+      if tat2 < instant then tat2 = instant end
+      tat2 = tat2 + c2
+      values[k2] = tat2
+    end
+    if clock < instant then clock = instant end
+    if clock > instant + ahead then clock = instant + ahead end
+    local step = unit * n
+    if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
+    clock = clock + step
+    marks[vclock], st.dirty[vclock] = -clock, true
+    need = now + window
+    if clock > need then need = clock end
+    if lapse > now then
+      redis.call('ZREM', claims, tenant)
+      redis.call('ZREM', ends, tenant)
+    end
+    if instant == now and old1 <= now and old2 <= now then
+      replies[i] = tat1
+    elseif not k2 then
+      replies[i] = fmt('1 %d -1 -1 %d -1 %d', instant - now, now, tat1)
+    else
+      replies[i] = fmt('1 %d -1 -1 %d -1 %d %d', instant - now, now, tat1, tat2)
+    end
+  end
+  -- The key's expiry (share_expire.lua's rule), sent at the end.
+  if slack > 0 then
+    local ttl = math.ceil((need - now) / 1000) + slack
+    if not st.ttl or ttl > st.ttl then st.ttl = ttl end
+  elseif not bound or floor(need / GRID) > floor(bound / GRID) then
+    local at = (floor(need / GRID) + 2) * 1000
+    if not st.at or at > st.at then st.at = at end
+  end
+end
+
+-- Write back: the limits' arrival times, then each shares key's marks and
+-- its expiry.
+for key, old in pairs(stored) do
+  local tat = values[key]
+  if tat ~= old then
+    -- #include gcra_write.lua
+  end
+end
+for key, st in pairs(states) do
+  flushMarks(key, st)
+  if st.ttl then
+    if redis.call('PEXPIRE', key, st.ttl, 'GT') == 0 then redis.call('PEXPIRE', key, st.ttl, 'NX') end
+  elseif st.at then
+    local at = fmt('%d', st.at)
+    if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
+  end
+end
+return replies
