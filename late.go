@@ -52,8 +52,10 @@ import (
 //
 // A late grant is retimed where the store can ([quota.Retimer]): its
 // charge moves to the instant of the retime, just before the send, and
-// keeps its place if the limits have room there ([Limiter.lateHold]).
-// Otherwise it is given back and its demand decided again at once, by the
+// keeps its place if the limits have room there ([Limiter.lateHold]); a
+// GCRA retime that moved nothing ([bucketsKept]) ends the judgment, and a
+// GCRA grant whose retime is refused is kept ([buried]): Cancel could not
+// give its unit back. Otherwise it is given back and its demand decided again at once, by the
 // loop that gives back a grant held out of an anchored window's end
 // ([Limiter.obtain]): the second decision is charged at an instant close
 // to the send, or refused if the quota went meanwhile. Nothing is held
@@ -136,8 +138,20 @@ func bucketsKept(d *demand, r, nr *quota.Reservation) bool {
 // (A GCRA retime with the charge still on top of its bucket, the only
 // one Cancel can undo, is never refused for room: its bucket was
 // admitted earlier, so at the retime's later instant too.)
+//
+// Only a demand of GCRA (and Concurrency) limits: a late grant of one
+// with other limits too (a sliding log, a window) would reach the vendor
+// late on those, so it is given back, and its buried GCRA unit is lost.
 func buried(d *demand, dec quota.Decision) bool {
-	return !dec.OK && dec.Limit >= 0 && dec.Limit < len(d.Limits) && d.Limits[dec.Limit].Limit.Algorithm == GCRA
+	if dec.OK || dec.Limit < 0 || dec.Limit >= len(d.Limits) || d.Limits[dec.Limit].Limit.Algorithm != GCRA {
+		return false
+	}
+	for _, b := range d.Limits {
+		if a := b.Limit.Algorithm; a != GCRA && a != Concurrency {
+			return false
+		}
+	}
+	return true
 }
 
 // lateRetimes is how many times in a row a late grant is retimed before
