@@ -265,7 +265,7 @@ type demand struct {
 	sent    time.Time          // when the request was sent (or cleared to be), for learning
 	due     time.Time          // a store's grant: the earliest instant it may be charged for (late.go); zero: none
 	ends    time.Time          // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
-	took    time.Duration      // with due: how long the call that granted it took
+	charge  grantClock         // with due: what the store's clock says of it (late.go)
 	late    int                // grants given back for coming late (late.go)
 }
 

@@ -31,23 +31,6 @@ type Breaker struct {
 	// retransmission timeout) up to four times this. A failed call runs on
 	// and a grant it makes late is given back. Zero or less means 2 s.
 	CallTimeout time.Duration
-
-	// LateGrants retimes a grant whose answer came later than the store's
-	// usual latency by more than a twentieth of one of its limits' windows
-	// (at most 100 ms): the store moves its charge to the send
-	// ([quota.Retimer]), where it keeps its place if the limits have room
-	// then; otherwise, or with a store that cannot retime, the grant is
-	// given back and the request decided again at once. So a slow reply
-	// is not sent after the instant the store charged (late.go;
-	// docs/when-redis-fails.md, "A late answer"). Off by default: on a
-	// loaded machine the process's own lag makes most grants late too,
-	// each costs a round trip or more, and a retime the limits have no
-	// room for loses its place to the reservations ahead (measured at load
-	// average 9-20: an anchored fleet's share of the quota fell to 0-22%
-	// with it on, against 26-100% off; a stacked fleet's reads to 65%,
-	// against 100%). Turn it on when the store, not the machine, is what
-	// is slow, and the vendor forgives little.
-	LateGrants bool
 }
 
 // Defaults of [Breaker].

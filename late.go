@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"math/bits"
 	"sync"
 	"time"
 
@@ -10,40 +9,57 @@ import (
 )
 
 // A grant is late when the request it admits would reach the vendor
-// further from the instant the store charged it than the vendor's counter
-// forgives. The store charges on its own clock at an instant it does not
-// say; what this instance knows is that the instant lies between the start
-// of the call that granted it and the call's answer. So a grant's due
-// instant is bounded below by the call's start (plus the reservation's
-// delay, for a grant made for later), and the request's lag at the vendor,
-// the send instant less the charge's, is at most now less that bound:
-// the call's latency, and whatever the machine added after the answer (a
-// late timer, a busy scheduler).
-
-// A uniform lag harms no limit: every charge moves by the same amount. A
-// lag that varies does: a sliding log (or window, or GCRA) that is full
-// frees the unit of its oldest charge Per after that charge, and if that
-// charge's request was sent late, the vendor sees the next grant's
-// request within Per of it, one over. What the vendor forgives is the
-// spread of the lags, from the least a prompt answer has; so the lag that
-// counts is the excess over the store's usual latency ([usualLatency],
-// what its fastest answers take), and a grant is late when that excess
-// is more than lateTolerance of one of its limits. A fixed window is
-// different: its charge counts wherever in the window the request
+// later after the instant the store charged it than other requests reach
+// it after theirs, by more than the vendor's counter forgives. A uniform
+// lag harms no limit: every charge moves by the same amount. A lag that
+// varies does: a sliding log (or window, or GCRA) that is full frees the
+// unit of its oldest charge Per after that charge, and if that charge's
+// request was sent late, the vendor sees the next grant's request within
+// Per of it, one over. So what counts is the spread of the lags, each from
+// the charge instant on the store's clock to the send.
+//
+// Only the part of a call after the store decided is lag. A call slow
+// before it (a goroutine scheduled late, a wait for a pooled connection, a
+// Redis busy with other scripts or starved of CPU itself) is charged when
+// it is decided: its charge moves with the delay, and the request is no
+// later after it. A loaded machine adds much of its delay there. A reply
+// held on the wire, or by a Redis stopped between its script and its
+// write, or a process that runs late between the answer and the send, is
+// lag. The store says when it decided ([quota.Decision].At, Redis's TIME
+// that the scripts read anyway); an answer read locally at answered shows
+// answered-At, the lag so far plus the offset between the two clocks. The
+// offset is unknown, but it is the same for every answer, so it cancels
+// in the spread: a grant's lag exceeds the least lag of any answer by at
+// most (send - At) - min(answered - At) over recent answers ([storeClock]),
+// the least being one that was sent at once. Of that excess, the reply's
+// part, (answered - At) - min(answered - At), is the store's and the
+// wire's; the rest is what this process added after the answer (a late
+// timer, a busy scheduler), which a prompt store's grants get too, as do
+// the requests it sends after the check. A grant is late when the reply's
+// part is more than lateTolerance of one of its limits, or the whole more
+// than twice it (measured on the shared 2-core VM at load average 8-10:
+// 100-370 ms from a call's start to its script, a few milliseconds from
+// the script to the answer for most calls). A fixed window is different: its charge counts wherever in the window the request
 // arrives, so a grant is late only if its window may also have ended
 // before the send.
 //
+// Until the store has answered usualMin calls of this instance, the least
+// lag counts as zero, which the calls' starts bound: the excess is then
+// judged against max(asked - At), at most the offset, so a cold start's
+// grants are judged on their whole latency, as a store that does not say
+// its clock ([quota.Decision].At zero) has every grant judged: its call's
+// start stands for At.
+//
 // A late grant is retimed where the store can ([quota.Retimer]): its
 // charge moves to the instant of the retime, just before the send, and
-// keeps its place if the limits have room there ([Limiter.lateHold]).
-// Otherwise it is given back and its demand decided again at once, by the
+// keeps its place if the limits have room there ([Limiter.lateHold]); a
+// GCRA retime that moved nothing ([bucketsKept]) ends the judgment, and a
+// GCRA grant whose retime is refused is kept ([buried]): Cancel could not
+// give its unit back. Otherwise it is given back and its demand decided again at once, by the
 // loop that gives back a grant held out of an anchored window's end
 // ([Limiter.obtain]): the second decision is charged at an instant close
 // to the send, or refused if the quota went meanwhile. Nothing is held
 // and nothing is admitted that a prompt store would not have admitted.
-// Giving back costs the request its place (the units it frees go to the
-// reservations ahead), which a loaded machine, whose own lag makes grants
-// late, pays often; a retime costs one round trip.
 
 // lateHold judges d's grant, charged at decided, at now ([Limiter.lateGrant])
 // and moves a late one to the send ([Limiter.retime]), judging the moved
@@ -57,8 +73,14 @@ func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, 
 			return decided, false
 		}
 		ev.Late++
-		dec, ok := lim.retime(ctx, d, d.granted)
+		prev := d.granted
+		dec, ok := lim.retime(ctx, d, prev)
 		if !ok {
+			if buried(d, dec) {
+				// Giving it back would return nothing, and deciding
+				// again would charge the request twice.
+				return decided, false
+			}
 			return decided, true
 		}
 		ev.Retimed++
@@ -66,6 +88,11 @@ func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, 
 			d.held = dec.Reservation // the same slots: a retime moves no lease
 		}
 		d.granted, decided, now = dec.Reservation, d.due, lim.now()
+		if bucketsKept(d, prev, dec.Reservation) {
+			// Each bucket had not drained by the retime: the vendor
+			// counts the send where the store charged it.
+			return decided, false
+		}
 	}
 	if lim.lateGrant(d, now) {
 		ev.Late++
@@ -74,19 +101,71 @@ func (lim *Limiter) lateHold(ctx context.Context, d *demand, ev *DecisionEvent, 
 	return decided, false
 }
 
+// bucketsKept reports whether a retime of d's grant from r to nr moved
+// nothing, the demand's limits being GCRA (or Concurrency) alone: every
+// bucket's arrival time before the charge was still at or after the
+// store's clock at the retime ([quota.Retimer]), so a request sent then
+// is counted where the store counted it, however late its grant was. A
+// uniformly slow store's grants in a bucket that has not drained are
+// such: retiming them again, or giving them back, would gain nothing.
+func bucketsKept(d *demand, r, nr *quota.Reservation) bool {
+	if r == nil || nr == nil || len(r.Marks) != len(d.Limits) || len(nr.Marks) != len(d.Limits) {
+		return false
+	}
+	gcra := false
+	for i, b := range d.Limits {
+		switch b.Limit.Algorithm {
+		case Concurrency:
+		case GCRA:
+			if r.Marks[i] != nr.Marks[i] {
+				return false
+			}
+			gcra = true
+		default:
+			return false
+		}
+	}
+	return gcra
+}
+
+// buried reports whether a retime of d's grant was refused for a GCRA
+// limit of d ([quota.Retimer]): later grants sit on the charge in a
+// bucket still ahead of the store's clock. Cancel would then give back
+// nothing ([quota.Reservation]), and deciding again would charge the
+// request a second unit, so the grant is kept and sent: the bucket's
+// later grants cover the time it skipped, and the vendor's bucket, which
+// has not drained either, counts it no later than the store's chain.
+// (A GCRA retime with the charge still on top of its bucket, the only
+// one Cancel can undo, is never refused for room: its bucket was
+// admitted earlier, so at the retime's later instant too.)
+//
+// Only a demand of GCRA (and Concurrency) limits: a late grant of one
+// with other limits too (a sliding log, a window) would reach the vendor
+// late on those, so it is given back, and its buried GCRA unit is lost.
+func buried(d *demand, dec quota.Decision) bool {
+	if dec.OK || dec.Limit < 0 || dec.Limit >= len(d.Limits) || d.Limits[dec.Limit].Limit.Algorithm != GCRA {
+		return false
+	}
+	for _, b := range d.Limits {
+		if a := b.Limit.Algorithm; a != GCRA && a != Concurrency {
+			return false
+		}
+	}
+	return true
+}
+
 // lateRetimes is how many times in a row a late grant is retimed before
 // it is given back: each retime of a store slow for good is late too,
 // with a tolerance that doubles after the first lateFirm (lateBackoff).
 const lateRetimes = 3
 
-// lateTolerance is the lag beyond the store's usual latency that a
-// request of limit l may have at the vendor: a twentieth of its window,
-// at most lateToleranceMax. Vendors' counters forgive some jitter between
-// a client's clock and theirs, and a policy's window is often a margin
-// longer than the vendor's (presets/githubquota's Margin), which covers
-// the same; a loaded machine delays some answers by tens of milliseconds,
-// and deciding those again costs quota for nothing. lateToleranceMax
-// keeps a long window's allowance to what a network's jitter is.
+// lateTolerance is the lag beyond the least lag of the store's answers
+// that a request of limit l may have at the vendor: a twentieth of its
+// window, at most lateToleranceMax. Vendors' counters forgive some jitter
+// between a client's clock and theirs, and a policy's window is often a
+// margin longer than the vendor's (presets/githubquota's Margin), which
+// covers the same. lateToleranceMax keeps a long window's allowance to
+// what a network's jitter is.
 func lateTolerance(l quota.Limit) time.Duration {
 	return min(l.Per/20, lateToleranceMax)
 }
@@ -94,18 +173,16 @@ func lateTolerance(l quota.Limit) time.Duration {
 // lateToleranceMax caps [lateTolerance].
 const lateToleranceMax = 100 * time.Millisecond
 
-// lateGrant reports whether d's grant, with the call's latency and its
-// window end recorded by takeStore, is late if its request is sent now.
-// Each late grant of the same request doubles the tolerance after the
-// first lateFirm (lateBackoff), so that a store whose every answer is
-// slow (one slow Cluster node, a Redis moved far away) still lets
-// requests go, after a few retimes or decisions each, until its usual
-// latency has risen. Until the store has answered usualMin calls, its
-// usual latency counts as zero: the whole latency is the lag.
+// lateGrant reports whether d's grant, with the store's clock at its
+// charge and its window end recorded by takeStore, is late if its request
+// is sent now. Each late grant of the same request doubles the tolerance
+// after the first lateFirm (lateBackoff), so that a store whose every
+// answer is slow (one slow Cluster node, a Redis moved far away) still
+// lets requests go, after a few retimes or decisions each, until its
+// least lag has risen.
 func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 	if d.due.IsZero() {
-		// Off ([Breaker].LateGrants: takeStore records due only then), a
-		// failure mode's grant (no store charged it), or none.
+		// A failure mode's grant (no store charged it), or none.
 		return false
 	}
 	if d.Restricted() || d.Shared() {
@@ -115,11 +192,12 @@ func (lim *Limiter) lateGrant(d *demand, now time.Time) bool {
 		// again would take its turn from the others.
 		return false
 	}
-	usual, _ := lim.failover().usual.at(now) // 0 until it has answered usualMin calls
-	// The store's part of the lag, and the whole of it: what the machine
+	// The reply's part of the lag, and the whole of it: what the machine
 	// adds after the answer (a late timer, a busy scheduler) a prompt
-	// store's grants get too, so it counts only beyond a second tolerance.
-	lag, whole := d.took-usual, now.Sub(d.due)-usual
+	// store's grants get too, and the requests sent after this check, so
+	// it counts only beyond a second tolerance.
+	least := lim.failover().clock.least(now)
+	lag, whole := d.charge.reply-least, now.Sub(d.charge.at)-least
 	if lag <= 0 && whole <= 0 {
 		return false
 	}
@@ -192,106 +270,125 @@ func grantWindowEnd(dm *quota.Demand, dec quota.Decision, asked time.Time) time.
 	return asked.Add(dec.ResetAfter)
 }
 
-// usualPeriod is how long a latency sample counts towards the store's
-// usual latency: between one and two periods.
-const usualPeriod = 10 * time.Second
-
-// usualQuantile is the share of the store's recent answers at least as
-// fast as its usual latency: the fastest tenth, the lower end of the
-// lags that the vendor sees spread. A Redis stopped for a second stalls
-// every call in flight, and an instance's calls then all answer a second
-// late: a quarter of a period's answers in the slow-store fleet, which
-// moved a high quantile (0.8) to 300 ms and let grants that late go; the
-// median still let 150-260 ms lags go. A loaded machine, on which most
-// calls take longer, makes more of its grants late than a higher quantile
-// would; each costs a retime, one round trip that keeps its place.
-const usualQuantile = 0.1
-
-// usualMin is how many answers the usual latency needs; with fewer, it
-// counts as zero (lateGrant).
-const usualMin = 64
-
-// latencyBuckets is the resolution of [usualLatency]: a quarter of an
-// octave, from 1 µs to about an hour.
-const latencyBuckets = 128
-
-// usualLatency is the latency that usualQuantile of the shared store's
-// answers over the last one to two periods (of usualPeriod) in which it
-// answered took at most: what a prompt answer takes, however slow the
-// slow ones are. A store that is slow for good (a distant Redis) raises
-// it within two periods; a stall of a second does not, since its answers
-// are all slow, nor does an idle spell. Safe for concurrent
-// use; the zero value is ready.
-type usualLatency struct {
-	mu        sync.Mutex
-	start     time.Time // of the current period
-	cur, prev latencyHistogram
+// A grantClock is what the store's clock says of a grant (noteGrant).
+type grantClock struct {
+	at    time.Time     // on the store's clock: the charge (At plus the grant's Delay)
+	reply time.Duration // the answer's local instant less At: the offset plus the reply's lag
 }
 
-// A latencyHistogram counts answers by latency bucket (bucketOf).
-type latencyHistogram struct {
+// usualSpan is how long an answer counts as evidence of the least lag
+// ([storeClock.least]) whatever came after it; past it, only the last
+// usualLast answers do. A store slow for good is learned within usualSpan
+// or usualLast answers, whichever is longer; a stall shorter than
+// usualSpan (its answers all late) is judged against the answers before it.
+const usualSpan = 2 * time.Second
+
+// usualLast is how many of the latest answers count as evidence whatever
+// their age: an idle spell keeps the least lag, and a store that delays a
+// tenth of its replies has all of them late about once in 10^8.
+const usualLast = 8
+
+// usualMin is how many answers make the least lag ([storeClock.least])
+// evidence; with fewer, it counts as zero.
+const usualMin = 4
+
+// clockAnswers is how many answers a [storeClock] keeps.
+const clockAnswers = 128
+
+// storeClock is what the shared store's recent answers say about its
+// clock against this instance's: for each answer, a call made from asked
+// to answered and decided at At on the store's clock, the offset between
+// the clocks (local less store's) lies between asked-At and answered-At.
+// Over the recent answers (the last usualLast, and any of the last
+// clockAnswers answered within usualSpan) it reads the greatest asked-At
+// and the least answered-At: the offset lies between them, and the least
+// is the offset plus the least lag of an answer. Recent answers, not the
+// least since some time: one prompt answer before a store turned slow for
+// good would otherwise pin the least, and every grant of the slow store
+// would be judged late for as long. An answer that contradicts the kept
+// ones (its interval misses theirs: a clock stepped) starts the evidence
+// again from it. Safe for concurrent use; the zero value is ready.
+type storeClock struct {
+	mu  sync.Mutex
+	n   int // answers kept, at most clockAnswers
+	end int // the index after the latest
+	ans [clockAnswers]clockAnswer
+	all clockSpan // what every kept answer says together (a step's test)
+}
+
+// A clockAnswer is one answer's bounds on the offset.
+type clockAnswer struct {
+	answered time.Time
+	lo, hi   time.Duration // asked-At, answered-At
+}
+
+// A clockSpan is the evidence of some answers.
+type clockSpan struct {
 	n      int
-	counts [latencyBuckets]int32
+	lo, hi time.Duration // the greatest asked-At, the least answered-At
 }
 
-// bucketOf returns d's bucket: 4*log2(d in µs), within the buckets.
-func bucketOf(d time.Duration) int {
-	us := d.Microseconds()
-	if us < 1 {
-		return 0
+// add records an answer's bounds on the offset.
+func (c *clockSpan) add(lo, hi time.Duration) {
+	if c.n == 0 {
+		c.lo, c.hi = lo, hi
+	} else {
+		c.lo, c.hi = max(c.lo, lo), min(c.hi, hi)
 	}
-	b := 4*(bits.Len64(uint64(us))-1) + int(us<<2>>(bits.Len64(uint64(us))-1)&3)
-	return min(b, latencyBuckets-1)
+	c.n++
 }
 
-// upperOf returns the longest latency of bucket b.
-func upperOf(b int) time.Duration {
-	us := int64(1) << (b / 4) * int64(4+b%4+1) / 4
-	return time.Duration(us) * time.Microsecond
-}
-
-// observe records an answer that took took, at now.
-func (u *usualLatency) observe(took time.Duration, now time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.roll(now)
-	u.cur.n++
-	u.cur.counts[bucketOf(took)]++
-}
-
-// at returns the usual latency at now, and false when fewer than
-// usualMin answers count: a cold start's answers are slow (connections,
-// scripts to load), and make no baseline. lateGrant then judges the
-// whole latency: a slow cold answer is retimed, which costs a round trip.
-func (u *usualLatency) at(now time.Time) (time.Duration, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.roll(now)
-	n := u.cur.n + u.prev.n
-	if n < usualMin {
-		return 0, false
+// observe records the answer, at answered, of a call made at asked that
+// the store decided at at on its clock (the zero time: asked stands for
+// it).
+func (c *storeClock) observe(asked, answered, at time.Time) {
+	if at.IsZero() {
+		at = asked
 	}
-	want := int(usualQuantile * float64(n))
-	seen := 0
-	for b := range latencyBuckets {
-		seen += int(u.cur.counts[b] + u.prev.counts[b])
-		if seen >= want {
-			return upperOf(b), true
+	lo, hi := asked.Sub(at), answered.Sub(at)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n > 0 && (lo > c.all.hi+clockSlack || hi < c.all.lo-clockSlack) {
+		// A clock stepped: what came before no longer holds.
+		c.n, c.all = 0, clockSpan{}
+	}
+	c.ans[c.end] = clockAnswer{answered: answered, lo: lo, hi: hi}
+	c.end = (c.end + 1) % clockAnswers
+	if c.n < clockAnswers {
+		c.n++
+		c.all.add(lo, hi)
+		return
+	}
+	// The oldest answer left: the span of those kept, again.
+	c.all = clockSpan{}
+	for _, a := range c.ans {
+		c.all.add(a.lo, a.hi)
+	}
+}
+
+// clockSlack is how far an answer's bounds on the offset may miss the
+// others' before it means a clock stepped: Redis's TIME is whole
+// microseconds, and two clocks drift apart by up to a millisecond over
+// the answers kept. A step smaller than this moves a lag by less.
+const clockSlack = time.Millisecond
+
+// least returns, at now, what a grant's lag is judged against: the least
+// answered-At of the recent answers (the offset plus the least lag), or,
+// with fewer than usualMin of them, the greatest asked-At (at most the
+// offset: the least lag counts as zero). Zero without answers.
+func (c *storeClock) least(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var recent clockSpan
+	for k := range c.n {
+		a := &c.ans[(c.end-1-k+clockAnswers)%clockAnswers]
+		if k >= usualLast && now.Sub(a.answered) > usualSpan {
+			break
 		}
+		recent.add(a.lo, a.hi)
 	}
-	return upperOf(latencyBuckets - 1), true
-}
-
-// roll starts a new period when the current one is over; a period
-// without answers leaves the previous one in place. u.mu is held.
-func (u *usualLatency) roll(now time.Time) {
-	switch {
-	case u.start.IsZero():
-		u.start = now
-	case now.Sub(u.start) >= usualPeriod:
-		if u.cur.n > 0 {
-			u.prev, u.cur = u.cur, latencyHistogram{}
-		}
-		u.start = now
+	if recent.n < usualMin {
+		return recent.lo
 	}
+	return recent.hi
 }

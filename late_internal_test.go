@@ -7,59 +7,78 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// The usual latency is what most answers take: a tenth of them delayed,
-// or a stall's few answers, do not move it; a store slow for good moves
-// it within two periods; an idle spell keeps it.
-func TestUsualLatency(t *testing.T) {
+// The store's clock is an hour ahead of the local one here: the least
+// lag is read from the answers whatever the offset, a tenth of them
+// delayed on the way back do not move it, nor does a call slow before
+// the store decided, nor a stall; an idle spell keeps it; a store slow
+// for good moves it within usualSpan; a clock that steps starts it again.
+func TestStoreClock(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	var u usualLatency
-	_, ok := u.at(t0)
-	assert.False(t, ok, "no answer yet")
-	u.observe(2*time.Millisecond, t0)
-	u.observe(300*time.Millisecond, t0)
-	_, ok = u.at(t0)
-	assert.False(t, ok, "too few answers")
+	const offset = -time.Hour // local less the store's
+	// call returns a call's instants: asked at local, decided pre later,
+	// answered post after that.
+	call := func(local time.Time, pre, post time.Duration) (asked, answered, at time.Time) {
+		return local, local.Add(pre + post), local.Add(pre - offset)
+	}
+	var c storeClock
+	assert.Zero(t, c.least(t0), "no answer yet")
+
+	// Cold: the greatest asked-At, at most the offset.
+	c.observe(call(t0, 3*time.Millisecond, time.Millisecond))
+	assert.Equal(t, offset-3*time.Millisecond, c.least(t0), "one answer: its start")
+	c.observe(call(t0, 100*time.Microsecond, 300*time.Millisecond))
+	assert.Equal(t, offset-100*time.Microsecond, c.least(t0), "the answer nearest the offset")
 
 	for i := range 90 {
-		u.observe(time.Millisecond+time.Duration(i)*time.Microsecond, t0)
+		c.observe(call(t0, time.Duration(50+i)*time.Microsecond, 200*time.Microsecond+time.Duration(i)*time.Microsecond))
 	}
 	for range 10 {
-		u.observe(250*time.Millisecond, t0)
+		c.observe(call(t0, 50*time.Microsecond, 250*time.Millisecond)) // late on the way back
 	}
-	got, ok := u.at(t0)
-	assert.True(t, ok)
-	assert.GreaterOrEqual(t, got, time.Millisecond)
-	assert.LessOrEqual(t, got, 2*time.Millisecond, "a tenth delayed does not move it")
-
-	// An idle spell of three periods keeps what the last answers took.
-	idle := t0.Add(3 * usualPeriod)
-	again, _ := u.at(idle)
-	assert.Equal(t, got, again)
-
-	// Slow for good: after two periods of 80 ms answers, 80 ms.
-	for p := range 2 {
-		at := idle.Add(time.Duration(p+1) * usualPeriod)
-		for range 50 {
-			u.observe(80*time.Millisecond, at)
-		}
+	for range 10 {
+		c.observe(call(t0, 400*time.Millisecond, 200*time.Microsecond)) // slow before the store decided
 	}
-	got, _ = u.at(idle.Add(2 * usualPeriod))
-	assert.GreaterOrEqual(t, got, 80*time.Millisecond)
-	assert.LessOrEqual(t, got, 100*time.Millisecond, "within a quarter octave")
+	assert.Equal(t, offset+200*time.Microsecond, c.least(t0), "warm: the least answered-At")
+
+	// An idle spell of half a minute keeps it.
+	idle := t0.Add(30 * time.Second)
+	assert.Equal(t, offset+200*time.Microsecond, c.least(idle))
+
+	// A stall of a second: a prompt answer, then every answer held, the
+	// latest asked least: the prompt one still counts.
+	stall := idle.Add(time.Second)
+	c.observe(call(stall, time.Millisecond, 300*time.Microsecond))
+	for i := range 2 * usualLast {
+		c.observe(call(stall.Add(time.Duration(i)*time.Millisecond), time.Millisecond, time.Second-time.Duration(i)*time.Millisecond))
+	}
+	assert.Equal(t, offset+300*time.Microsecond, c.least(stall.Add(time.Second)), "a stall's answers against the one before")
+
+	// Slow for good: the last usualLast answers, all 80 ms after their
+	// charge, once the prompt ones are usualSpan old; one prompt answer
+	// does not pin the least for longer.
+	slow := stall.Add(usualSpan)
+	for i := range usualLast {
+		c.observe(call(slow.Add(time.Duration(i)*100*time.Millisecond), time.Millisecond, 80*time.Millisecond))
+	}
+	assert.Equal(t, offset+80*time.Millisecond, c.least(slow.Add(time.Second)), "slow for good, within usualSpan")
+
+	// The store's clock steps back a second: the answers before no longer
+	// hold, and the first after it is cold evidence.
+	later := slow.Add(time.Minute)
+	asked, answered, at := call(later, time.Millisecond, time.Millisecond)
+	c.observe(asked, answered, at.Add(-time.Second))
+	assert.Equal(t, offset+time.Second-time.Millisecond, c.least(later), "a stepped clock starts the evidence again")
 }
 
-// bucketOf and upperOf agree: every latency is at most its bucket's
-// upper bound, and more than the bucket below's.
-func TestLatencyBuckets(t *testing.T) {
-	for _, d := range []time.Duration{0, time.Microsecond, 3 * time.Microsecond, 999 * time.Microsecond,
-		time.Millisecond, 37 * time.Millisecond, 150 * time.Millisecond, time.Second, time.Hour, 1000 * time.Hour} {
-		b := bucketOf(d)
-		if b == latencyBuckets-1 {
-			continue
-		}
-		assert.LessOrEqual(t, d, upperOf(b), "%v in bucket %d", d, b)
-		if b > 0 {
-			assert.Greater(t, d, upperOf(b-1)-time.Microsecond, "%v in bucket %d", d, b)
-		}
+// A store that does not say its clock: the call's start stands for At,
+// so the least lag is the least call's latency, and a cold one is zero.
+func TestStoreClockUnsaid(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var c storeClock
+	c.observe(t0, t0.Add(5*time.Millisecond), time.Time{})
+	assert.Zero(t, c.least(t0))
+	for i := range usualMin {
+		c.observe(t0, t0.Add(time.Duration(2+i)*time.Millisecond), time.Time{})
 	}
+	assert.Equal(t, 2*time.Millisecond, c.least(t0))
 }

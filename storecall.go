@@ -31,7 +31,7 @@ type failover struct {
 	once     sync.Once
 	breaker  *breaker
 	local    *memstore.Store
-	usual    usualLatency // the latency of the store's usual answers (late.go)
+	clock    storeClock // what the store's answers say of its clock (late.go)
 }
 
 // failover returns the transport's failover state, set up on first use.
@@ -89,21 +89,14 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	// for may still run while the request goes on and changes d (its
 	// MaxWait, when it waits for a slot).
 	sd := d.Demand
-	var asked time.Time
-	if f.settings.LateGrants {
-		asked = lim.now()
-	}
+	asked := lim.now()
 	err := f.breaker.call(ctx, func(ctx context.Context) error {
 		var err error
 		dec, err = lim.store.Take(ctx, &sd)
 		return err
 	}, lim.giveBackAbandoned(ctx, &dec))
 	if err == nil {
-		if f.settings.LateGrants { // late.go's bookkeeping, only when asked for
-			now := lim.now()
-			f.usual.observe(now.Sub(asked), now)
-			noteGrant(d, dec, asked, now)
-		}
+		noteGrant(f, d, dec, asked, lim.now())
 		return dec, nil
 	}
 	ev.StoreErr = err
@@ -136,14 +129,22 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	return ldec, nil // a failure mode's grant: never late (d.due stays zero)
 }
 
-// noteGrant records in d, for [Limiter.lateGrant], the instants of dec,
-// a decision by a call made from asked to answered: the earliest its grant
-// may be charged for, and the earliest its fixed windows may end.
-func noteGrant(d *demand, dec quota.Decision, asked, answered time.Time) {
+// noteGrant records, for [Limiter.lateGrant], what dec, a decision by a
+// call made from asked to answered, says of the store's clock (in f), and
+// in d the instants of its grant: the earliest it may be charged for
+// locally, the store's clock at its charge, and the earliest its fixed
+// windows may end.
+func noteGrant(f *failover, d *demand, dec quota.Decision, asked, answered time.Time) {
 	if !dec.OK {
 		return
 	}
-	d.due, d.ends, d.took = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked), answered.Sub(asked)
+	f.clock.observe(asked, answered, dec.At)
+	at := dec.At
+	if at.IsZero() {
+		at = asked // a store that does not say its clock (storeClock.observe)
+	}
+	d.due, d.ends = asked.Add(dec.Delay), grantWindowEnd(&d.Demand, dec, asked)
+	d.charge = grantClock{at: at.Add(dec.Delay), reply: answered.Sub(at)}
 }
 
 // retime asks the store to move r, d's grant, to the instant of the call
@@ -168,12 +169,13 @@ func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation)
 		dec, err = rt.Retime(ctx, r)
 		return err
 	}, lim.giveBackAbandoned(ctx, &dec))
-	if err != nil || !dec.OK { // not dec after an error: an abandoned call may still write it
+	if err != nil { // not dec: an abandoned call may still write it
 		return quota.Decision{}, false
 	}
-	now := lim.now()
-	f.usual.observe(now.Sub(asked), now)
-	noteGrant(d, dec, asked, now)
+	if !dec.OK {
+		return dec, false // the refusal, for its Limit (lateHold)
+	}
+	noteGrant(f, d, dec, asked, lim.now())
 	return dec, true
 }
 

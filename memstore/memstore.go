@@ -254,7 +254,7 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	}
 	charged(sh, t)
 	s.ops++
-	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r}
+	dec := quota.Decision{OK: true, Delay: quotamath.Micros(t - now), Limit: -1, Reservation: r, At: time.UnixMicro(now)}
 	left(&dec, d, ps, bs, now)
 	return dec, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
@@ -64,7 +65,7 @@ func (s *Store) Retime(ctx context.Context, r *quota.Reservation) (quota.Decisio
 	nr := newReservation(d)
 	copy(nr.Marks, marks)
 	nr.ID, nr.Unclaimed = r.ID, r.Unclaimed
-	return quota.Decision{OK: true, Limit: -1, Reservation: nr, ResetAfter: quotamath.Micros(end - now)}, nil
+	return quota.Decision{OK: true, Limit: -1, Reservation: nr, ResetAfter: quotamath.Micros(end - now), At: time.UnixMicro(now)}, nil
 }
 
 // clone returns a copy of b whose windows and log may change without

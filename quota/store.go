@@ -342,6 +342,14 @@ type Decision struct {
 	// Concurrency slot frees when it is released, so those limits do not
 	// count. It is 0 for a refusal (see Delay).
 	ResetAfter time.Duration
+
+	// At is, when the demand is granted, the store's clock at the
+	// decision: a grant for now is charged at At, one for later at At plus
+	// Delay. The zero time means the store does not say. A Limiter uses it
+	// to tell a reply that came late after its charge (which a vendor
+	// counting on arrival sees late) from a call that was slow before the
+	// store decided (which moves the charge with it).
+	At time.Time
 }
 
 // A Reservation records what a granted [Decision] charged, so that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
@@ -110,5 +111,5 @@ func parseRetime(res []any, r *quota.Reservation) (quota.Decision, error) {
 		}
 		end = max(end, l.ChargeEnd(nr.Marks[i]))
 	}
-	return quota.Decision{OK: true, Limit: -1, Reservation: nr, ResetAfter: quotamath.Micros(end - now)}, nil
+	return quota.Decision{OK: true, Limit: -1, Reservation: nr, ResetAfter: quotamath.Micros(end - now), At: time.UnixMicro(now)}, nil
 }

@@ -571,7 +571,7 @@ func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decisio
 		return quota.Decision{}, fmt.Errorf("redisstore: take: reply has %d marks for %d limits", len(marks), len(d.Limits))
 	}
 	r := newReservation(d, id)
-	dec.Reservation = r
+	dec.Reservation, dec.At = r, time.UnixMicro(now)
 	// Remaining and ResetAfter (quota.Decision defines them): the reply's
 	// remaining for the other limits, GCRA's from the arrival times; the
 	// latest end of the charges.

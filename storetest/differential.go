@@ -223,6 +223,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		if got.Remaining != want.Remaining || got.ResetAfter != want.ResetAfter {
 			fail(step, "granted with Remaining=%d ResetAfter=%v, want %d and %v", got.Remaining, got.ResetAfter, want.Remaining, want.ResetAfter)
 		}
+		if !got.At.IsZero() && got.At.UnixMicro() != now {
+			fail(step, "granted with At=+%dµs, want the store's clock, +%dµs", got.At.UnixMicro()-Start.UnixMicro(), now-Start.UnixMicro())
+		}
 		if len(d.Limits) > 0 && got.Reservation == nil {
 			fail(step, "granted without a Reservation")
 		}
@@ -264,6 +267,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		}
 		if got.ResetAfter != want.ResetAfter || got.Limit != -1 || got.Reservation == nil || got.Reservation.ID != g.store.ID {
 			fail(step, "retime: granted with ResetAfter=%v Limit=%d, want %v and -1, and the reservation's ID", got.ResetAfter, got.Limit, want.ResetAfter)
+		}
+		if !got.At.IsZero() && got.At.UnixMicro() != now {
+			fail(step, "retime: granted with At=+%dµs, want the store's clock, +%dµs", got.At.UnixMicro()-Start.UnixMicro(), now-Start.UnixMicro())
 		}
 		for j, b := range g.demand.Limits {
 			id := bucketID(g.demand.Scope, b)
