@@ -103,30 +103,14 @@ func TestLateGrant(t *testing.T) {
 				if c.store == "cannot" {
 					store = noRetimer{s}
 				}
-				var late, retimed atomic.Int64
-				lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
-					Name:   "api",
-					Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: c.per, Algorithm: c.alg}},
-				}}}, throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
-					late.Add(int64(ev.Late))
-					retimed.Add(int64(ev.Retimed))
-				}}))
-				require.NoError(t, err)
-
-				// Prompt answers first: the store's least lag.
-				for range 70 {
-					_, err = lim.Wait(context.Background(), "api")
-					require.NoError(t, err)
-				}
-				late.Store(0)
-				retimed.Store(0)
+				lim, late, retimed := lateLimiter(t, store, c.per, c.alg)
 
 				if c.slow == "after" {
 					s.lateBy.Store(int64(200 * time.Millisecond))
 				} else {
 					s.slowBy.Store(int64(200 * time.Millisecond))
 				}
-				_, err = lim.Wait(context.Background(), "api")
+				_, err := lim.Wait(context.Background(), "api")
 				require.NoError(t, err)
 				if c.late {
 					assert.Equal(t, int64(1), late.Load(), "late grants")
@@ -145,6 +129,30 @@ func TestLateGrant(t *testing.T) {
 	}
 }
 
+// lateLimiter returns a Limiter of one rule, "api", of one limit of
+// 1000 per per decided by alg, on store, after 70 calls answered
+// promptly (the store's least lag), and the counts of late and of
+// retimed grants ([throttle.DecisionEvent]) from then on.
+func lateLimiter(t *testing.T, store quota.Store, per time.Duration, alg throttle.Algorithm) (lim *throttle.Limiter, late, retimed *atomic.Int64) {
+	t.Helper()
+	late, retimed = new(atomic.Int64), new(atomic.Int64)
+	lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
+		Name:   "api",
+		Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: per, Algorithm: alg}},
+	}}}, throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+		late.Add(int64(ev.Late))
+		retimed.Add(int64(ev.Retimed))
+	}}))
+	require.NoError(t, err)
+	for range 70 {
+		_, err = lim.Wait(context.Background(), "api")
+		require.NoError(t, err)
+	}
+	late.Store(0)
+	retimed.Store(0)
+	return lim, late, retimed
+}
+
 // A store whose every answer is slow, after prompt ones, still lets a
 // request go: each late grant of the same request widens its tolerance,
 // so it is retimed a few times, not for ever; and given back and decided
@@ -158,24 +166,11 @@ func TestLateGrantSlowForGood(t *testing.T) {
 			if !retimes {
 				store = noRetimer{s}
 			}
-			var late, retimed atomic.Int64
-			lim, err := throttle.NewLimiter(throttle.Policy{Instances: 1, Rules: []throttle.Rule{{
-				Name:   "api",
-				Limits: []throttle.Limit{{Name: "calls", Rate: 1000, Per: 10 * time.Second, Algorithm: throttle.SlidingLog}},
-			}}}, throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
-				late.Add(int64(ev.Late))
-				retimed.Add(int64(ev.Retimed))
-			}}))
-			require.NoError(t, err)
-			for range 70 {
-				_, err = lim.Wait(context.Background(), "api")
-				require.NoError(t, err)
-			}
-			late.Store(0)
+			lim, late, retimed := lateLimiter(t, store, 10*time.Second, throttle.SlidingLog)
 
 			s.always.Store(true)
 			s.lateBy.Store(int64(250 * time.Millisecond))
-			_, err = lim.Wait(context.Background(), "api")
+			_, err := lim.Wait(context.Background(), "api")
 			require.NoError(t, err)
 			// Tolerances of 100 ms four times, 200, then 400 > 250: five
 			// late grants, more on a machine that adds 150 ms to a call.

@@ -184,14 +184,7 @@ func compareSlotBatches(t *testing.T, limits []quota.Limit, lone, alike bool, se
 // key holds no lease: none lost, none freed twice.
 func TestBatchSlotsContention(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	var sent atomic.Int64
-	stores := make([]*redisstore.Store, 4)
-	for i := range stores {
-		c := newClient(t, srv.Addr())
-		c.AddHook(countHook{&sent})
-		stores[i] = newStoreOn(t, c, prefix)
-	}
+	prefix, stores, sent := countedStores(t, 4)
 	d := &quota.Demand{Scope: "sc", Cost: 1, Limits: []quota.Bucket{
 		{Limit: quota.Limit{Name: "slots", Rate: 7, Per: time.Minute, Algorithm: quota.Concurrency}, Key: "k"},
 		{Limit: quota.Limit{Name: "rate", Rate: 20, Per: time.Hour}, Key: "k"},

@@ -175,14 +175,7 @@ func batchingContention(t *testing.T, opts ...redisstore.Option) {
 		catRate    = 150 // T = 6667 µs
 		run        = 1500 * time.Millisecond
 	)
-	prefix := redistest.Prefix(t)
-	var sent atomic.Int64
-	stores := make([]*redisstore.Store, 8)
-	for i := range stores {
-		c := newClient(t, srv.Addr())
-		c.AddHook(countHook{&sent})
-		stores[i] = newStoreOn(t, c, prefix, opts...)
-	}
+	prefix, stores, sent := countedStores(t, 8, opts...)
 	global := quota.Limit{Name: "global", Rate: globalRate, Per: time.Second, Burst: 10}
 	perCat := quota.Limit{Name: "cat", Rate: catRate, Per: time.Second, Burst: 3}
 	var (
@@ -242,6 +235,21 @@ func batchingContention(t *testing.T, opts ...redisstore.Option) {
 	t.Logf("%d decisions, %d granted, in %d calls", n, len(byLimit["global"]), sent.Load())
 	require.Greater(t, len(byLimit["global"]), globalRate, "the run admitted more than a second's quota")
 	assert.Less(t, sent.Load(), n, "no batch formed")
+}
+
+// countedStores returns a prefix of keys, n stores on it, each on a
+// client of its own (instances), with opts, and the count of the script
+// calls they send.
+func countedStores(t *testing.T, n int, opts ...redisstore.Option) (string, []*redisstore.Store, *atomic.Int64) {
+	prefix := redistest.Prefix(t)
+	sent := new(atomic.Int64)
+	stores := make([]*redisstore.Store, n)
+	for i := range stores {
+		c := newClient(t, srv.Addr())
+		c.AddHook(countHook{sent})
+		stores[i] = newStoreOn(t, c, prefix, opts...)
+	}
+	return prefix, stores, sent
 }
 
 // countHook counts the script calls a client sends.

@@ -3,13 +3,13 @@ package redisstore_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/quota"
 	"github.com/quotakit/throttle/redisstore"
 	"github.com/quotakit/throttle/storetest"
@@ -41,14 +41,9 @@ func compareShareBatches(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 17))
 	clock := storetest.NewClock(storetest.Start)
 	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithBatching(0))
-	limits := []quota.Limit{
-		{Name: "a", Rate: 5, Per: 10 * time.Millisecond},           // T = 2000 µs
-		{Name: "b", Rate: 4, Per: 8 * time.Millisecond, Burst: 2},  // T = 2000 µs
-		{Name: "c", Rate: 10, Per: 5 * time.Millisecond, Burst: 3}, // T = 500 µs
-		// a's counter under another window (Per): the batch counts the
-		// active tenants again for it
-		{Name: "a", Rate: 10, Per: 20 * time.Millisecond},
-	}
+	// and a's counter under another window (Per): the batch counts the
+	// active tenants again for it
+	limits := append(slices.Clone(shareLimits), quota.Limit{Name: "a", Rate: 10, Per: 20 * time.Millisecond})
 	tenants := []string{"t1", "t2", "t3"}
 	seen, claimed, batches := map[string]int{}, 0, 0
 	spans := writeSpans{}
@@ -149,14 +144,7 @@ func compareShareBatches(t *testing.T, seed uint64) {
 // demands with tenants decided them.
 func TestShareBatchContention(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	var sent atomic.Int64
-	stores := make([]*redisstore.Store, 4)
-	for i := range stores {
-		c := newClient(t, srv.Addr())
-		c.AddHook(countHook{&sent})
-		stores[i] = newStoreOn(t, c, prefix)
-	}
+	prefix, stores, sent := countedStores(t, 4)
 	shared := quota.Limit{Name: "rate", Rate: 20, Per: time.Hour}
 	plain := quota.Limit{Name: "day", Rate: 30, Per: time.Hour}
 	check := newClient(t, srv.Addr())

@@ -32,6 +32,15 @@ func TestTakeShareMatchesTake(t *testing.T) {
 	}
 }
 
+// shareLimits are the GCRA limits of the tenant differentials: limits of
+// a few units, so that three tenants make claims and are held back by
+// them.
+var shareLimits = []quota.Limit{
+	{Name: "a", Rate: 5, Per: 10 * time.Millisecond},           // T = 2000 µs
+	{Name: "b", Rate: 4, Per: 8 * time.Millisecond, Burst: 2},  // T = 2000 µs
+	{Name: "c", Rate: 10, Per: 5 * time.Millisecond, Burst: 3}, // T = 500 µs
+}
+
 func compareShareTakes(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	clock := storetest.NewClock(storetest.Start)
@@ -40,11 +49,7 @@ func compareShareTakes(t *testing.T, seed uint64) {
 	fastPrefix, slowPrefix := redistest.Prefix(t)+"fast:", redistest.Prefix(t)+"slow:"
 	fast := newStoreOn(t, c, fastPrefix, opts...)
 	slow := newStoreOn(t, c, slowPrefix, append(opts, redisstore.WithGenericTake())...)
-	limits := []quota.Limit{
-		{Name: "a", Rate: 5, Per: 10 * time.Millisecond},           // T = 2000 µs
-		{Name: "b", Rate: 4, Per: 8 * time.Millisecond, Burst: 2},  // T = 2000 µs
-		{Name: "c", Rate: 10, Per: 5 * time.Millisecond, Burst: 3}, // T = 500 µs
-	}
+	limits := shareLimits
 	seen, claimed := map[string]int{}, 0
 	for step := range 400 {
 		if rng.IntN(10) == 0 {
