@@ -229,15 +229,7 @@ for i = 1, limits do
     -- The new window first, so the key is never left empty meanwhile.
     local count = redis.call('HINCRBY', key, fmt('%d', window), cost)
     if count == cost then
-      local ends = (window + 1) * per + phase
-      if algo == SLIDING_WINDOW then ends = ends + per end
-      local ttl = math.ceil((ends - now) / 1000) + slack
-      if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
-        redis.call('PEXPIRE', key, ttl, 'GT')
-      end
-      if anchored and ends > expiry then
-        redis.call('HSET', key, 'e', fmt('%d', ends))
-      end
+      -- #include window_expiry.lua
     end
     if from and redis.call('HEXISTS', key, fmt('%d', from)) == 1 then
       if redis.call('HINCRBY', key, fmt('%d', from), -cost) <= 0 then

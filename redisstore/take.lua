@@ -447,14 +447,9 @@ for i = 1, limits do
     if count == tonumber(cost) then
       -- A new window (once per window and key): extend the TTL to its
       -- end, and drop windows that have passed.
-      local ends = (window + 1) * per + phase
-      if algo == SLIDING_WINDOW then ends = ends + per end
-      local ttl = math.ceil((ends - now) / 1000) + slack
-      if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
-        redis.call('PEXPIRE', key, ttl, 'GT')
-      end
-      if anchored and ends > expiries[i] then
-        redis.call('HSET', key, 'e', fmt('%d', ends))
+      do
+        local expiry = expiries[i]
+        -- #include window_expiry.lua
       end
       if redis.call('HLEN', key) > 3 then
         local keep = floor((now - phase) / per)
