@@ -133,7 +133,7 @@ func (b *memBucket) expireAnchor(p params, now int64) {
 // numbers less its headroom (quotamath.Limit.Less).
 func demandParams(d *quota.Demand, i int) params {
 	b := &d.Limits[i]
-	return params{Limit: quotamath.Of(b.Limit).Less(int64(b.Headroom)), cost: int64(d.CostOf(i))}
+	return params{Limit: quotamath.Of(b.Limit).Less(int64(b.Headroom)).WithExpiry(b.Expiry), cost: int64(d.CostOf(i))}
 }
 
 // minSweep is the smallest number of entries at which sweeps run; between
@@ -450,9 +450,10 @@ func (b *memBucket) commit(p params, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: t, Cost: p.cost}) // before later reservations
-		b.expire = max(b.expire, t+p.Per)
-		return t
+		at := p.LogAt(t) // t, or by the demand's Expiry
+		b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: at, Cost: p.cost}) // before later reservations
+		b.expire = max(b.expire, at+p.Per)
+		return at
 	}
 	return 0
 }

@@ -241,6 +241,9 @@ func (d *Demand) Validate() error {
 		if err := d.checkShare(i); err != nil {
 			return err
 		}
+		if field, err := d.Limits[i].Expiry.check(l); err != nil {
+			return &FieldError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Err: err}
+		}
 	}
 	return nil
 }
@@ -298,6 +301,12 @@ type Bucket struct {
 	// none gets more than its share while another is held back. A
 	// [Concurrency] limit cannot be shared.
 	Tenant string
+
+	// Expiry, on a [SlidingLog] limit, scores the demand's entry by the
+	// windows of a grid (a vendor's) instead of by its instant: see
+	// [LogExpiry]. The zero value keeps the log's own rule. Other
+	// algorithms must leave it zero.
+	Expiry LogExpiry
 }
 
 // A Decision is a [Store]'s answer to a [Demand].

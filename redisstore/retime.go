@@ -40,7 +40,7 @@ func (s *Store) Retime(ctx context.Context, r *quota.Reservation) (quota.Decisio
 		case quota.Concurrency:
 			args = append(args, algoCode(l.Algorithm), 0, 0, 0, 1, 0)
 		default:
-			args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-int64(b.Headroom)-cost, r.Marks[i], cost, phaseArg(l))
+			args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-int64(b.Headroom)-cost, r.Marks[i], cost, bucketPhaseArg(b))
 		}
 	}
 	ctx, cancel := s.callContext(ctx)

@@ -20,7 +20,9 @@
 --                   start for an Anchored limit, phase -1), phase as in
 --                   take.lua
 --   SLIDING_LOG     param = Per, allowance = Rate - h - cost, mark = the
---                   entry's instant; its member is "instant:cost:id"
+--                   entry's instant; its member is "instant:cost:id";
+--                   phase = 0, or the demand's expiry, as in take.lua:
+--                   the entry moves to logEnd(now) - Per
 --   CONCURRENCY     nothing is read: its slot stays as it is
 --
 -- Each limit moves as quota.Retimer says, and as internal/quotamath's
@@ -41,7 +43,7 @@
 --
 -- Reply: {1, now, mark...} when retimed, a mark per limit: the GCRA
 -- arrival time set ("us" or "us:frac"), the window charged (its start, if
--- anchored), the log instant, or "-" for a limit left as it was (Go keeps
+-- anchored), the log entry's instant, or "-" for a limit left as it was (Go keeps
 -- its mark); or {0, binding limit, pause} when refused, 0-based, -1 for
 -- none.
 
@@ -189,13 +191,17 @@ for i = 1, limits do
     if logRemove(key, member, cost) then
       removed[#removed + 1] = {key = key, at = at, cost = cost, member = member, per = per}
     end
-    local lg = logLoad(key, now)
-    if logEarliest(key, lg, now, allowance, per) ~= now then
+    -- The entry's new instant (slidinglog.lua's logEnd), which may be
+    -- before now: the log is read from there.
+    local ex = logExpiry(ARGV[arg + 5])
+    local entry = logEnd(ex, now, per) - per
+    local lg = logLoad(key, math.min(now, entry))
+    if logEarliest(key, lg, now, allowance, per, ex) ~= now then
       putBack()
       return {0, i - 1, -1}
     end
-    plan[i] = {lg, per, cost}
-    reply[2 + i] = now
+    plan[i] = {lg, per, cost, entry}
+    reply[2 + i] = entry
   end
 end
 
@@ -214,8 +220,8 @@ for i = 1, limits do
       redis.call('SET', key, value, 'PXAT', fmt('%d', (floor(p[1] / GRID) + 2) * 1000))
     end
   elseif p and algo == SLIDING_LOG then
-    logInsert(key, p[1], now, p[3], fmt('%d:%d:%s', now, p[3], callID))
-    local ttl = math.ceil(p[2] / 1000) + slack
+    logInsert(key, p[1], p[4], p[3], fmt('%d:%d:%s', p[4], p[3], callID))
+    local ttl = math.ceil((p[4] + p[2] - now) / 1000) + slack
     local left = redis.call('PTTL', key)
     if left < 0 or left < ttl then redis.call('PEXPIRE', key, ttl) end
   elseif p then

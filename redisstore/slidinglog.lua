@@ -26,6 +26,28 @@
 -- it against. The new entry then goes in order, and the f entries after it
 -- move up by its cost.
 
+-- Expiry (quota.LogExpiry): a log limit's phase argument is 0, or
+-- "every:phase:spread:reach" (µs), the grid whose windows score the
+-- demand's entry. logExpiry parses it (nil for 0), and logEnd returns
+-- when the entry of a demand decided at t stops counting, quotamath's
+-- LogEnd: t + per, or the latest end of a window of the grid (ends in
+-- [phase, phase + spread] modulo every) that may hold a = t + reach;
+-- the entry is at logEnd - per. Lua's % is a floored modulo, as
+-- quotamath's FloorMod.
+local function logExpiry(arg)
+  local every, phase, spread, reach = string.match(arg, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not every then return nil end
+  return {every = tonumber(every), phase = tonumber(phase), spread = tonumber(spread), reach = tonumber(reach)}
+end
+
+local function logEnd(ex, t, per)
+  if not ex then return t + per end
+  local a = t + ex.reach
+  local d = (a - ex.phase - ex.spread) % ex.every
+  if d + ex.spread >= ex.every then d = 0 end
+  return a + ex.every - d
+end
+
 -- logReach returns the earliest instant y at which the running total of
 -- key up to y reaches need: the instant of the first entry whose score
 -- reaches it, or false when the total before the log's first entry
@@ -72,9 +94,11 @@ end
 
 -- logEarliest returns the earliest instant, not before t, at which the
 -- log of key admits a demand leaving room (the allowance) in every window
--- of length per that holds it; lg is what logLoad read for an instant at
+-- of length per that holds it, or with an expiry ex, in every window
+-- that ends from the instant to its entry's end (logEnd: condition (2)
+-- reads "in (x, logEnd(x))"); lg is what logLoad read for an instant at
 -- or before t.
-local function logEarliest(key, lg, t, room, per)
+local function logEarliest(key, lg, t, room, per, ex)
   local at, score = lg.at, lg.score
   local n = #at
   -- ends(j): the running total at the last entry of at[j]'s instant.
@@ -97,8 +121,9 @@ local function logEarliest(key, lg, t, room, per)
     end
     if fits then
       -- (2): the entries in (x, x+Per) whose window is too full.
+      local upto = logEnd(ex, x, per)
       for j = k + 1, n do
-        if at[j] >= x + per then break end
+        if at[j] >= upto then break end
         local b = lg.blocked[j]
         if b == nil then
           local r = logReach(key, ends(j) - room)

@@ -265,7 +265,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			case quota.Concurrency: // lease.go
 				args = append(args, algoCode(l.Algorithm), l.Per.Microseconds(), int64(l.Rate)-h, 1, 0)
 			default:
-				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-h-cost, cost, phaseArg(l))
+				args = append(args, algoCode(l.Algorithm), windowPer(l), int64(l.Rate)-h-cost, cost, bucketPhaseArg(b))
 			}
 		}
 		if shares > 0 {
@@ -302,6 +302,18 @@ func phaseArg(l *quota.Limit) int64 {
 		return -1
 	}
 	return quotamath.Of(*l).Phase
+}
+
+// bucketPhaseArg is the phase argument of take.lua and retime.lua for
+// bucket b: phaseArg of its limit, or for a sliding log its
+// [quota.LogExpiry], "every:phase:spread:reach" in µs (slidinglog.lua's
+// logExpiry), 0 for none.
+func bucketPhaseArg(b *quota.Bucket) any {
+	if b.Limit.Algorithm != quota.SlidingLog || b.Expiry.Every <= 0 {
+		return phaseArg(&b.Limit)
+	}
+	e := quotamath.Of(b.Limit).WithExpiry(b.Expiry).Expiry
+	return formatInt(e.Every) + ":" + formatInt(e.Phase) + ":" + formatInt(e.Spread) + ":" + formatInt(e.Reach)
 }
 
 // gcraMode is take_gcra.lua's last argument, "" when it is left out (the

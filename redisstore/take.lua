@@ -26,7 +26,10 @@
 --   FIXED_WINDOW    param = Per,    allowance = Rate - h - cost, phase =
 --                   the windows' phase F (window k starts at F + k*Per),
 --                   or -1: the counter's own (an Anchored limit, below)
---   SLIDING_LOG     param = Per,    allowance = Rate - h - cost
+--   SLIDING_LOG     param = Per,    allowance = Rate - h - cost, phase =
+--                   0, or the demand's expiry "every:phase:spread:reach"
+--                   (slidinglog.lua's logExpiry): its entry is then at
+--                   logEnd - Per, not at the instant
 --   SLIDING_WINDOW  param = Per, or "Per:s:W" (take_window.lua),
 --                   allowance = Rate - h - cost, phase as for FIXED_WINDOW
 --   CONCURRENCY     param = lease time (Per), allowance = Rate - h
@@ -59,7 +62,7 @@
 -- after the charge, the least over them less their headrooms, or -1 if
 -- every limit is GCRA (Go computes theirs from the arrival times), else
 -- 0; a mark per limit: the GCRA arrival time set, "us" or "us:frac" as
--- stored (take_gcra.lua), the window charged, the log instant, or the
+-- stored (take_gcra.lua), the window charged, the log entry's instant, or the
 -- lease's expiry, 0 for a slot left unclaimed), or {0, delay, binding
 -- pause index} when refused; indexes are 0-based, -1 for none.
 
@@ -119,10 +122,13 @@ local logTotal = {} -- sliding log: the running total of its newest entry, 0 if 
 -- phases[i]: the phase of window limit i; false for an anchored counter
 -- with no state (it admits anything, and its first charge sets it).
 local phases, expiries = {}, {}
+local logEx = {} -- logEx[i]: sliding log i's expiry, nil for none
 for i = 1, limits do
   local arg = 3 + 5 * i
   local algo = ARGV[arg]
-  if algo == FIXED_WINDOW or algo == SLIDING_WINDOW then
+  if algo == SLIDING_LOG then
+    logEx[i] = logExpiry(ARGV[arg + 4])
+  elseif algo == FIXED_WINDOW or algo == SLIDING_WINDOW then
     local phase = tonumber(ARGV[arg + 4])
     if phase < 0 then
       local st = redis.call('HMGET', KEYS[pauses + i], 'a', 'e')
@@ -248,7 +254,7 @@ local function common(instant)
           state[i] = logFloor
         end
         if type(logFloor) == 'table' then
-          earliest = logEarliest(key, logFloor, instant, allowance, param)
+          earliest = logEarliest(key, logFloor, instant, allowance, param, logEx[i])
         elseif logFloor > earliest then
           earliest = logFloor
         end
@@ -372,13 +378,18 @@ for i = 1, limits do
     end
   elseif algo == SLIDING_LOG then
     -- The entry's score is the running total with its cost: it goes last
-    -- when the instant is not before the newest entry, else in order
-    -- (slidinglog.lua).
+    -- when its instant is not before the newest entry, else in order
+    -- (slidinglog.lua). Its instant is the one decided, or with an
+    -- expiry logEnd - Per, which may be before entries that logLoad did
+    -- not read for the instant decided: they are read from there.
     local per = param
+    local at = logEnd(logEx[i], instant, per) - per
     local total = logTotal[i] + tonumber(cost)
-    local member = fmt('%d:%s:%s', instant, cost, callID)
-    if type(state[i]) == 'table' then
-      total = logInsert(key, state[i], instant, tonumber(cost), member)
+    local member = fmt('%d:%s:%s', at, cost, callID)
+    local loaded = state[i]
+    if logEx[i] and logTotal[i] > 0 then loaded = logLoad(key, at) end
+    if type(loaded) == 'table' then
+      total = logInsert(key, loaded, at, tonumber(cost), member)
     else
       redis.call('ZADD', key, fmt('%d', total), member)
     end
@@ -411,13 +422,13 @@ for i = 1, limits do
     -- The log lives until Per after its newest entry. An entry placed in
     -- a loaded log (which had entries, and so a TTL) may be before them:
     -- GT never shortens it.
-    local ttl = math.ceil((instant + per - now) / 1000) + slack
-    if type(state[i]) == 'table' then
+    local ttl = math.ceil((at + per - now) / 1000) + slack
+    if type(loaded) == 'table' then
       redis.call('PEXPIRE', key, ttl, 'GT')
     else
       redis.call('PEXPIRE', key, ttl)
     end
-    reply[6 + i] = instant
+    reply[6 + i] = at
     if instant == now then
       -- After the pruning above, the first entry is the first after
       -- now-Per: the cost since is the newest total less the total

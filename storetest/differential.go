@@ -23,18 +23,21 @@ func (s *suite) testDifferential(t *testing.T) {
 		algs   []quota.Algorithm
 		large  bool // large and awkward rates (largeLimit)
 		shares bool // headrooms and tenants too
+		expiry bool // sliding logs' entries scored by a random quota.LogExpiry, mostly
 	}{
-		{"GCRA", []quota.Algorithm{quota.GCRA}, false, false},
-		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}, false, false},
-		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}, false, false},
-		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, false, false},
-		{"mixed", algorithms, false, false},
-		{"large/GCRA", []quota.Algorithm{quota.GCRA}, true, false},
-		{"large/SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, true, false},
-		{"large/mixed", algorithms, true, false},
-		{"shares/GCRA", []quota.Algorithm{quota.GCRA}, false, true},
-		{"shares/mixed", algorithms, false, true},
-		{"large/shares/mixed", algorithms, true, true},
+		{"GCRA", []quota.Algorithm{quota.GCRA}, false, false, false},
+		{"FixedWindow", []quota.Algorithm{quota.FixedWindow}, false, false, false},
+		{"SlidingLog", []quota.Algorithm{quota.SlidingLog}, false, false, false},
+		{"SlidingLog/expiry", []quota.Algorithm{quota.SlidingLog}, false, false, true},
+		{"SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, false, false, false},
+		{"mixed", algorithms, false, false, false},
+		{"mixed/expiry", algorithms, false, false, true},
+		{"large/GCRA", []quota.Algorithm{quota.GCRA}, true, false, false},
+		{"large/SlidingWindow", []quota.Algorithm{quota.SlidingWindow}, true, false, false},
+		{"large/mixed", algorithms, true, false, false},
+		{"shares/GCRA", []quota.Algorithm{quota.GCRA}, false, true, false},
+		{"shares/mixed", algorithms, false, true, false},
+		{"large/shares/mixed", algorithms, true, true, false},
 	}
 	for _, mix := range mixes {
 		seeds := uint64(4)
@@ -44,7 +47,7 @@ func (s *suite) testDifferential(t *testing.T) {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", mix.name, seed), func(t *testing.T) {
 				t.Parallel()
-				s.differential(t, mix.algs, mix.large, mix.shares, seed)
+				s.differential(t, mix.algs, mix.large, mix.shares, mix.expiry, seed)
 			})
 		}
 	}
@@ -79,6 +82,33 @@ func largeLimit(rng *rand.Rand, name string, alg quota.Algorithm) quota.Limit {
 
 func int64ToInt(n int64) int { return int(min(n, int64(^uint(0)>>1))) }
 
+// randomExpiry returns a [quota.LogExpiry] for a sliding log l: a grid
+// of windows up to Per (mostly near it, as an Anchor limit's log has),
+// its ends known exactly or within a spread, and a reach up to Per.
+func randomExpiry(rng *rand.Rand, l quota.Limit) quota.LogExpiry {
+	p := per(l)
+	every := 1 + rng.Int64N(p)
+	if rng.IntN(2) == 0 {
+		every = p - rng.Int64N(p/4+1)
+	}
+	e := quota.LogExpiry{Every: time.Duration(every) * us, Phase: time.Duration(rng.Int64N(every)) * us,
+		Reach: time.Duration(rng.Int64N(p+1)) * us}
+	if rng.IntN(3) > 0 {
+		e.Spread = time.Duration(rng.Int64N(every)) * us
+	}
+	return e
+}
+
+// admitted returns the admission of a grant of cost c on bucket b at
+// instant at (its entry's instant too, for a log with an expiry).
+func admitted(b quota.Bucket, at, c int64) admission {
+	a := admission{at: at, cost: c}
+	if b.Limit.Algorithm == quota.SlidingLog && b.Expiry.Every > 0 {
+		a.scored, a.logAt = true, quotamath.Of(b.Limit).WithExpiry(b.Expiry).LogAt(at)
+	}
+	return a
+}
+
 // granted is a reservation the differential test may cancel.
 type granted struct {
 	step   int
@@ -92,11 +122,14 @@ type granted struct {
 	settled bool
 }
 
-func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares bool, seed uint64) {
+func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares, expiry bool, seed uint64) {
 	const steps = 400
 	stream := uint64(len(algs))
 	if shares {
 		stream += 100
+	}
+	if expiry {
+		stream += 300
 	}
 	if large {
 		stream += 200
@@ -234,7 +267,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		for _, b := range d.Limits {
 			id := bucketID(d.Scope, b)
 			g.adm = append(g.adm, len(adm[id]))
-			adm[id] = append(adm[id], admission{at: at, cost: int64(d.Cost)})
+			adm[id] = append(adm[id], admitted(b, at, int64(d.Cost)))
 			cancelled[id] = append(cancelled[id], false)
 			lastGrant[id] = seq
 		}
@@ -273,7 +306,7 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 		}
 		for j, b := range g.demand.Limits {
 			id := bucketID(g.demand.Scope, b)
-			adm[id][g.adm[j]].at = now
+			adm[id][g.adm[j]] = admitted(b, now, adm[id][g.adm[j]].cost)
 			if want.Reservation.Marks[j] != g.model.Marks[j] {
 				lastGrant[id] = g.seq // a GCRA charge made again: the bucket's latest
 			}
@@ -303,6 +336,9 @@ func (s *suite) differential(t *testing.T, algs []quota.Algorithm, large, shares
 							b.Headroom = rng.IntN(int(capacity(l)))
 						}
 						b.Classed = rng.IntN(2) == 0 // lent headrooms: noted classes
+					}
+					if expiry && l.Algorithm == quota.SlidingLog && rng.IntN(4) > 0 {
+						b.Expiry = randomExpiry(rng, l)
 					}
 					d.Limits = append(d.Limits, b)
 					capMin = min(capMin, capacity(l)-int64(b.Headroom))

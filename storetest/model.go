@@ -194,12 +194,13 @@ func (m *model) earliest(scope string, b quota.Bucket, c, t int64) int64 {
 // less is b's limit as a demand with b's headroom sees it, on the
 // counter's windows.
 func (m *model) less(scope string, b quota.Bucket) quotamath.Limit {
-	return m.grid(bucketID(scope, b), b.Limit).Less(int64(b.Headroom))
+	return m.grid(bucketID(scope, b), b.Limit).Less(int64(b.Headroom)).WithExpiry(b.Expiry)
 }
 
-// charge charges cost c at t to the limit of bucket id and returns the
-// mark that cancel needs.
-func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
+// charge charges cost c at t to the limit of bucket b (of id) and
+// returns the mark that cancel needs.
+func (m *model) charge(id string, b quota.Bucket, c, t int64) int64 {
+	l := b.Limit
 	q := quotamath.Of(l)
 	switch l.Algorithm {
 	case quota.GCRA:
@@ -217,8 +218,9 @@ func (m *model) charge(id string, l quota.Limit, c, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		m.log[id] = quotamath.Insert(m.log[id], quotamath.LogEntry{At: t, Cost: c})
-		return t
+		at := q.WithExpiry(b.Expiry).LogAt(t) // t, or by the bucket's Expiry
+		m.log[id] = quotamath.Insert(m.log[id], quotamath.LogEntry{At: at, Cost: c})
+		return at
 	}
 	panic("storetest: unknown algorithm")
 }
@@ -376,7 +378,7 @@ func (m *model) take(d *quota.Demand, now int64) (quota.Decision, int64, error) 
 			}
 			continue
 		}
-		r.Marks[i] = m.charge(bucketID(d.Scope, b), b.Limit, int64(d.CostOf(i)), t)
+		r.Marks[i] = m.charge(bucketID(d.Scope, b), b, int64(d.CostOf(i)), t)
 	}
 	m.charged(sh, t)
 	dec := quota.Decision{OK: true, Delay: delay, Limit: -1, Reservation: r}

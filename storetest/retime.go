@@ -261,7 +261,7 @@ func (m *model) move(d *quota.Demand, i int, mark, now int64) (int64, bool) {
 	if !m.admits(d.Scope, b, c, now) {
 		return 0, false
 	}
-	return m.charge(id, b.Limit, c, now), true
+	return m.charge(id, b, c, now), true
 }
 
 // modelState is what move may change of a demand's counters.

@@ -21,6 +21,25 @@ type Limit struct {
 	// headroom, [Limit.Less]); 0 means Rate. A sliding window's weight
 	// steps are the limit's ([Limit.Steps]), whoever asks.
 	FullRate int64
+
+	// Expiry is, for a SlidingLog, the demand's [quota.LogExpiry]
+	// ([Limit.WithExpiry]); zero: none.
+	Expiry LogExpiry
+}
+
+// A LogExpiry is a [quota.LogExpiry] in microseconds.
+type LogExpiry struct {
+	Every, Phase, Spread, Reach int64
+}
+
+// WithExpiry returns l with the log expiry e of a demand's bucket.
+func (l Limit) WithExpiry(e quota.LogExpiry) Limit {
+	if e.Every <= 0 {
+		l.Expiry = LogExpiry{}
+		return l
+	}
+	l.Expiry = LogExpiry{Every: e.Every.Microseconds(), Phase: e.Phase.Microseconds(), Spread: e.Spread.Microseconds(), Reach: e.Reach.Microseconds()}
+	return l
 }
 
 // Of returns l's algorithm and numbers in store units: Per and Phase in

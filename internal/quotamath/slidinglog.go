@@ -42,6 +42,35 @@ func LogCost(log []LogEntry, from, to int64) int64 {
 	return sum
 }
 
+// LogAt returns the instant of the entry of a demand decided at t: t
+// itself, or with an Expiry, [Limit.LogEnd] less P.
+func (l Limit) LogAt(t int64) int64 {
+	if l.Expiry.Every == 0 {
+		return t
+	}
+	return l.LogEnd(t) - l.Per
+}
+
+// LogEnd returns when the entry of a demand decided at t stops counting:
+// P after t, or with an Expiry ([quota.LogExpiry]: the grid's windows of
+// G = Every end, modulo G, in [F, F+S] with F = Phase, S = Spread), the
+// latest end E of a window of the grid that may hold a = t+Reach. With an
+// end at F+S, a's window ends d = (a-F-S) mod G before a+G; moving the
+// end earlier, up to S, moves it later, up to a+G when an end may fall at
+// a itself (d+S >= G): E = a+G-d, or a+G.
+func (l Limit) LogEnd(t int64) int64 {
+	e := l.Expiry
+	if e.Every == 0 {
+		return t + l.Per
+	}
+	a := t + e.Reach
+	d := FloorMod(a-e.Phase-e.Spread, e.Every)
+	if d+e.Spread >= e.Every {
+		d = 0
+	}
+	return a + e.Every - d
+}
+
 // slidingLogAdmits reports whether a sliding log admits cost at t: every
 // window of length P that holds t, (x-P, x] for x in [t, t+P), holds at
 // most R with it ([Limit.slidingLogEarliest] returns t).
@@ -59,6 +88,12 @@ func (l Limit) slidingLogAdmits(log []LogEntry, t, cost int64) bool {
 //   - no entry after x and before x+P (a reservation) ends a window that
 //     holds more than R-cost.
 //
+// With an Expiry the entry of x is at [Limit.LogAt] and counts until
+// [Limit.LogEnd] (E, non-decreasing in x), and the windows that must have
+// room are those ending in [x, E): the second condition reads "before E"
+// (an entry that fails it still rules out every candidate up to it, since
+// E only grows).
+//
 // A demand therefore goes before a reservation it does not crowd out:
 // the log is a schedule, and a demand takes the earliest gap in it. The
 // first condition can turn true only where an entry leaves a window, at
@@ -73,7 +108,7 @@ func (l Limit) slidingLogEarliest(log []LogEntry, t, cost int64) int64 {
 	x := t
 	for {
 		fits := true
-		for ; j < len(log) && log[j].At < x+l.Per; j++ {
+		for end := l.LogEnd(x); j < len(log) && log[j].At < end; j++ {
 			if e := log[j].At; e > x && ahead.cost(log, l.Per, e) > room {
 				fits, x = false, e // no candidate up to e fits
 				break
