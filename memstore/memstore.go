@@ -450,7 +450,7 @@ func (b *memBucket) commit(p params, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		at := p.LogAt(t) // t, or by the demand's Expiry
+		at := p.LogAt(t)                                                          // t, or by the demand's Expiry
 		b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: at, Cost: p.cost}) // before later reservations
 		b.expire = max(b.expire, at+p.Per)
 		return at

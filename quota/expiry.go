@@ -52,4 +52,3 @@ func (e LogExpiry) check(l Limit) (field string, err error) {
 	}
 	return "", nil
 }
-
