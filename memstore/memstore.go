@@ -450,8 +450,10 @@ func (b *memBucket) commit(p params, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		at := p.LogAt(t)                                                          // t, or by the demand's Expiry
-		b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: at, Cost: p.cost}) // before later reservations
+		// The entry's instant: t, or by the demand's Expiry. It goes
+		// before later reservations.
+		at := p.LogAt(t)
+		b.log = quotamath.Insert(b.log, quotamath.LogEntry{At: at, Cost: p.cost})
 		b.expire = max(b.expire, at+p.Per)
 		return at
 	}

@@ -161,6 +161,36 @@ func slidingLogCases() []stepCase {
 			{delay: sec},
 			{advance: sec, cost: 4, ok: true},
 		},
+	}, {
+		// quota.LogExpiry, a grid of 1 s windows on whole seconds and a
+		// reach of 300 ms: an entry decided at t counts until the end of
+		// the grid's window that holds t+300ms (E), not P after t. Under
+		// the log's own rule the third take waits 1.1 s, not 800 ms.
+		name:    "an expiry counts an entry until the grid's window that may hold it ends",
+		buckets: []quota.Bucket{{Limit: slidingLog("s", 2, 1100*ms), Key: "k", Expiry: quota.LogExpiry{Every: sec, Reach: 300 * ms}}},
+		steps: []step{
+			{advance: 200 * ms, ok: true, left: &left{remaining: 1, reset: 800 * ms}}, // E = 1 s
+			{ok: true},
+			{delay: 800 * ms},
+			{advance: 800*ms - us, delay: us},
+			{advance: us, ok: true},       // 1 s: E = 2 s
+			{advance: 600 * ms, ok: true}, // 1.6 s: 1.9 s is in the window ending at 2 s
+			{delay: 400 * ms},             // full until 2 s
+			{advance: 200 * ms, delay: 200 * ms, maxWait: sec, ok: true}, // 1.8 s: 2.1 s is in the next window: the windows to 3 s must have room
+			{advance: 200 * ms, ok: true},
+			{delay: sec},
+		},
+	}, {
+		// The grid's windows end in [0, 500 ms] of a second: an entry whose
+		// reach may fall on an end counts in both windows that may hold it.
+		name:    "an expiry of an uncertain phase counts an entry in every window that may hold it",
+		buckets: []quota.Bucket{{Limit: slidingLog("s", 2, 1100*ms), Key: "k", Expiry: quota.LogExpiry{Every: sec, Spread: 500 * ms, Reach: 300 * ms}}},
+		steps: []step{
+			{advance: 100 * ms, cost: 2, ok: true}, // 0.4 s may be an end: E = 1.4 s
+			{advance: 900 * ms, delay: 400 * ms},
+			{advance: 400 * ms, cost: 2, ok: true}, // 1.7 s is in a window ending by 2.5 s
+			{advance: sec, delay: 100 * ms},
+		},
 	}}
 }
 
