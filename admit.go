@@ -157,6 +157,16 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 		}
 	}
 
+	// Each Anchor limit's log counts the request in the vendor's windows
+	// once their phase is known, and until then it reserves no further
+	// ahead than the log's span (anchor.go).
+	lim.anchorExpiry(d, now)
+	maxWait := d.MaxWait
+	horizon, capped := d.anchorHorizon()
+	if capped = capped && horizon < maxWait && !d.reserve && !d.inLine(); capped {
+		d.MaxWait = horizon
+	}
+
 	var dec quota.Decision
 	var err error
 	decided := lim.now() // the grant is charged at this instant or later
@@ -165,8 +175,16 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	} else {
 		dec, err = lim.takeSlot(ctx, r, d, ev) // lease.go: lim.take, and waits for a released slot where the waiter allows
 	}
+	d.MaxWait = maxWait
 	if err != nil {
 		return err
+	}
+	if dbgAnchor {
+		println("DBG dec", now.UnixMilli()%10000, dec.OK, dec.Delay.Milliseconds(), capped)
+	}
+	if capped && !dec.OK && dec.Delay > horizon && dec.Delay <= maxWait {
+		// Decided again once its instant is within the horizon.
+		return heldGrant{lim.now().Add(dec.Delay - horizon)}
 	}
 	call := grantCall{asked: decided, answered: lim.now(), dec: dec, local: ev.Fallback != FailDefault}
 	if !dec.OK {

@@ -560,6 +560,12 @@ func (l *learner) chargedAt(id windowID, per time.Duration, d *demand, i int, g 
 		return lo, hi
 	}
 	at := res.Marks[j] // the charge's instant, on the store's clock (µs)
+	switch {
+	case !g.dec.At.IsZero():
+		at = g.dec.At.UnixMicro() + g.dec.Delay.Microseconds()
+	case d.Limits[j].Expiry.Every > 0:
+		return lo, hi // the mark is the entry's instant (anchorExpiry), not the charge's
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.phaseOf(id, per, g.answered)
@@ -648,6 +654,77 @@ func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Ti
 // under a steady load (a saturated fleet's bursts come a log's Per apart,
 // so one vendor window in about ten gets none), and nothing to bursts a
 // window apart.
+
+// anchorExpiry sets, on the log that anchorLog added to d for each of
+// its Anchor limits, the expiry that scores its entry by the vendor's
+// windows (logExpiry), or none while the phase is not known.
+func (lim *Limiter) anchorExpiry(d *demand, now time.Time) {
+	for i, b := range d.Limits {
+		j := d.anchorLogIndex(i)
+		if j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog {
+			continue
+		}
+		d.Limits[j].Expiry, _ = lim.learned.logExpiry(windowID{d.Scope, b.Limit.Name, b.Key}, b.Limit.Per, now)
+		if dbgAnchor {
+			println("DBG exp", now.UnixMilli()%10000, d.Limits[j].Expiry.Every > 0, d.Limits[j].Expiry.Phase.Milliseconds(), d.Limits[j].Expiry.Spread.Milliseconds())
+		}
+	}
+}
+
+// logExpiry returns the expiry of the log of id's Anchor limit (of per)
+// as of now ([quota.LogExpiry]), on the store's clock: the grid of the
+// vendor's windows, whose ends lie in [lo, hi] of this instance's clock
+// (phase.bounds), widened by what is not known of the store's clock
+// (ours less the store's in [oLo, oHi]: [lo-oHi, hi-oLo] on the store's),
+// and the reach of a request, sendLag and the log's margin after its
+// charge. ok is false, and the log keeps its own rule, unless the
+// evidence says less than half a window with the longest send-to-answer
+// time (a request later than the reach is then held where it may cross
+// an end: phase.zone), the store's clock is known, and the latest answer
+// is at most a window old (a vendor whose windows start at a first
+// request after a quiet spell has moved them since).
+func (l *learner) logExpiry(id windowID, per time.Duration, now time.Time) (e quota.LogExpiry, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	if p == nil || p.per != per.Microseconds() || !p.hasClock || now.UnixMicro()-p.last > p.per {
+		return quota.LogExpiry{}, false
+	}
+	lo, hi, ok := p.bounds()
+	if !ok || 2*(hi-lo+p.rtt) > p.per {
+		return quota.LogExpiry{}, false
+	}
+	lo, hi = lo-p.oHi, hi-p.oLo
+	if 2*(hi-lo) >= p.per {
+		return quota.LogExpiry{}, false
+	}
+	return quota.LogExpiry{Every: per, Phase: time.Duration(floorMod(lo, p.per)) * time.Microsecond,
+		Spread: time.Duration(hi-lo) * time.Microsecond, Reach: sendLag(per) + logMargin(per)}, true
+}
+
+// anchorHorizon returns how far ahead d may reserve while the phase of
+// one of its Anchor limits is not known (its log has no expiry): the
+// log's span, so that a saturated fleet queues one burst ahead, not
+// several, on the log's own rule; ok is false when every phase is known.
+// Once the evidence tells the phase, the requests decided again score
+// their entries by it (anchorExpiry) within a window or two, where a
+// queue of reservations granted before would keep the log's spacing for
+// as many windows as it is deep.
+func (d *demand) anchorHorizon() (horizon time.Duration, ok bool) {
+	for i := range d.Limits {
+		if j := d.anchorLogIndex(i); j >= 0 && d.Limits[j].Expiry.Every == 0 {
+			if per := d.Limits[j].Limit.Per; !ok || per < horizon {
+				horizon, ok = per, true
+			}
+		}
+	}
+	return horizon, ok
+}
+
+var dbgAnchor = false
+
+// floorMod is a modulo b in [0, b), for b > 0.
+func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }
 
 // anchorLogOf returns the sliding log that anchorLog added to d for its
 // Anchor limit b.

@@ -24,12 +24,14 @@ import (
 // window starting anywhere, on a vendor clock 300 ms ahead): the vendor
 // tells its reset in whole seconds for the first second of the run, then
 // to the millisecond (as a delay), which narrows the evidence to a round
-// trip at once. After the first move the vendor rejects nothing, and the
-// fleet uses, in the vendor's windows that start after the move and end
-// before the run does, at least 90% of what the limit's log (Per plus
-// its margin, anchor.go) lets through in that time. Before the holds
-// cost nothing on time (anchorHold: a grant is held only when it may
-// reach the vendor later than the log covers), the window after a move
+// trip at once. The vendor rejects nothing, and in the vendor's windows
+// that start after the first move and end before the run does, every
+// window from the fourth on is full, and the three before lose at most
+// one window's quota (moveFleet). Before the log's entries were scored by
+// the vendor's windows once their phase is known (quota.LogExpiry), a
+// saturated fleet's bursts came the log's Per plus its margin apart and
+// one window in about eleven got none ([30 0 30 30] after a move); before
+// the holds cost nothing on time (anchorHold), the window after a move
 // took 5-23 of its 30 and the next ones 0-5.
 //
 // The in-process store runs in a synctest bubble, on virtual time, so the
@@ -42,7 +44,7 @@ func TestAnchorMove(t *testing.T) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		synctest.Test(t, func(t *testing.T) {
 			store := memstore.New()
-			if moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, 16, func() quota.Store { return store }) {
+			if moveFleet(t, phase, 9*time.Second, 20*time.Millisecond, 16, true, func() quota.Store { return store }) {
 				moved++
 			}
 		})
@@ -67,7 +69,7 @@ func TestAnchorMoveRedis(t *testing.T) {
 	for range 2 * repeats(t) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		prefix := redistest.Prefix(t)
-		ok := moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, 4, func() quota.Store {
+		ok := moveFleet(t, phase, 5*time.Second, 5*time.Millisecond, 4, false, func() quota.Store {
 			rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			t.Cleanup(func() { _ = rc.Close() })
 			s, err := redisstore.New(rc, redisstore.WithPrefix(prefix))
@@ -86,7 +88,11 @@ func TestAnchorMoveRedis(t *testing.T) {
 // epoch's and whose answers take up to latency each way. It reports
 // whether the windows moved: they need not, when the store's windows,
 // which start at a first charge, already end where the vendor's do.
-func moveFleet(t *testing.T, phase, run, latency time.Duration, callers int, newStore func() quota.Store) bool {
+// With full (virtual time), it asserts full windows from the fourth
+// after the move on, and at most one window's quota lost before; else
+// (real time, a loaded machine) 90% of what the log's own rule lets
+// through after the move.
+func moveFleet(t *testing.T, phase, run, latency time.Duration, callers int, full bool, newStore func() quota.Store) bool {
 	const rate, per = 30, time.Second
 	v := &coarseVendor{rate: rate, per: per, phase: phase, skew: 300 * time.Millisecond,
 		maxLatency: latency, accepted: map[int64]int{}}
@@ -148,7 +154,27 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, callers int, new
 	if most == 0 {
 		return false // moved too late in the run to tell (a loaded machine)
 	}
-	assert.GreaterOrEqual(t, float64(total), 0.9*float64(most), "the fleet used %v after the move", after)
+	if !full {
+		assert.GreaterOrEqual(t, float64(total), 0.9*float64(most), "the fleet used %v after the move", after)
+		return true
+	}
+	// Once the phase is known the log counts each request in the
+	// vendor's windows that may hold it (quota.LogExpiry, anchor.go):
+	// every window full. Before, for up to three windows, bursts of the
+	// log's own rule still queued (reserved a span ahead at most,
+	// anchorHorizon) space the first ones the phase scores, and one of
+	// those may reach the vendor within the margin of a window's end,
+	// counted in both windows: at most one window's quota lost.
+	require.Greater(t, len(after), 3, "too few windows after the move")
+	lost := 3 * rate
+	for i, n := range after {
+		if i < 3 {
+			lost -= n
+			continue
+		}
+		assert.Equal(t, rate, n, "window %d after the move is not full: %v", i+1, after)
+	}
+	assert.LessOrEqual(t, lost, rate, "the three windows after the move lost more than one window's quota: %v", after)
 	return true
 }
 
@@ -172,8 +198,9 @@ func (s laggedStore) Take(ctx context.Context, d *quota.Demand) (quota.Decision,
 // charged is known only to that width, so a request sent sendLag after
 // the latest instant may be later than the log covers after the
 // earliest, and is held where a window may end (anchorHold). The vendor
-// rejects nothing, and the fleet uses 90% of what the log lets through
-// after the move.
+// rejects nothing, and the windows after the move are full as in
+// TestAnchorMove (at main 284563b: [30 0 30 30], a window lost to the
+// log's spacing).
 func TestAnchorMoveLaggedStore(t *testing.T) {
 	rng := seeded(t)
 	moved := 0
@@ -181,7 +208,7 @@ func TestAnchorMoveLaggedStore(t *testing.T) {
 		phase := time.Duration(rng.Int64N(int64(time.Second)))
 		synctest.Test(t, func(t *testing.T) {
 			store := laggedStore{memstore.New(), 150 * time.Millisecond}
-			if moveFleet(t, phase, 6*time.Second, 20*time.Millisecond, 16, func() quota.Store { return store }) {
+			if moveFleet(t, phase, 9*time.Second, 20*time.Millisecond, 16, true, func() quota.Store { return store }) {
 				moved++
 			}
 			time.Sleep(time.Second) // the calls that callers cancelled at the end are over
