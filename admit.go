@@ -179,9 +179,6 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	if err != nil {
 		return err
 	}
-	if dbgAnchor {
-		println("DBG dec", now.UnixMilli()%10000, dec.OK, dec.Delay.Milliseconds(), capped)
-	}
 	if capped && !dec.OK && dec.Delay > horizon && dec.Delay <= maxWait {
 		// Decided again once its instant is within the horizon.
 		return heldGrant{lim.now().Add(dec.Delay - horizon)}

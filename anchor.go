@@ -665,9 +665,6 @@ func (lim *Limiter) anchorExpiry(d *demand, now time.Time) {
 			continue
 		}
 		d.Limits[j].Expiry, _ = lim.learned.logExpiry(windowID{d.Scope, b.Limit.Name, b.Key}, b.Limit.Per, now)
-		if dbgAnchor {
-			println("DBG exp", now.UnixMilli()%10000, d.Limits[j].Expiry.Every > 0, d.Limits[j].Expiry.Phase.Milliseconds(), d.Limits[j].Expiry.Spread.Milliseconds())
-		}
 	}
 }
 
@@ -720,8 +717,6 @@ func (d *demand) anchorHorizon() (horizon time.Duration, ok bool) {
 	}
 	return horizon, ok
 }
-
-var dbgAnchor = false
 
 // floorMod is a modulo b in [0, b), for b > 0.
 func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }
