@@ -40,6 +40,9 @@ func githubSearch(v *windowVendor) http.HandlerFunc {
 		ok := v.accepted[k] < v.rate
 		if ok {
 			v.accepted[k]++
+			if _, seen := v.firstAt[k]; !seen && v.firstAt != nil {
+				v.firstAt[k] = now.Sub(end.Add(-v.per))
+			}
 		} else {
 			v.rejected++
 		}
@@ -49,9 +52,17 @@ func githubSearch(v *windowVendor) http.HandlerFunc {
 		h.Set("X-RateLimit-Limit", strconv.Itoa(v.rate))
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
 		h.Set("X-RateLimit-Used", strconv.Itoa(v.rate-remaining))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt((end.UnixNano()+int64(time.Second)-1)/int64(time.Second), 10))
+		if now.Before(v.fineUntil) {
+			ms := (end.Sub(now) + time.Millisecond - 1) / time.Millisecond
+			h.Set("X-RateLimit-Reset-After", strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64))
+		} else {
+			h.Set("X-RateLimit-Reset", strconv.FormatInt((end.UnixNano()+int64(time.Second)-1)/int64(time.Second), 10))
+		}
 		h.Set("X-RateLimit-Resource", "search")
 		h.Set("X-Test-Window-End", strconv.FormatInt(end.UnixNano(), 10))
+		if v.trace != nil {
+			v.trace("vendor k=%d at %v ok=%v", k%100, now.Sub(end.Add(-v.per)).Round(time.Millisecond), ok)
+		}
 		if !ok {
 			w.WriteHeader(http.StatusForbidden)
 		}
@@ -95,15 +106,17 @@ func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
 // (the reset's second and the Date's).
 //
 // The fleet uses 90-105% of the quota, counted by the vendor over the
-// windows of the load (the issue's figure; the floor is asserted for runs
-// in which the shared windows did not move, see the end). What it took: the limit's
+// windows of the load (the issue's figure), in every run. A third fleet
+// moves the shared windows in every run: the vendor tells its reset to
+// the millisecond for the load's first window. What it took: the limit's
 // log (anchor.go) holds every vendor window whatever its phase, so the
 // store's windows, which start at a first charge, are never synced as if
 // they were the vendor's (a reset that seems to fall in our next window
 // filled this one whole: first windows of 3-18), and a sync goes to the
 // log while they are not (learn.go). Requests the limiter refuses
 // (ErrLimited) are counted and logged, not failures.
-// THROTTLE_REPEAT=10 runs each fleet 10 times.
+// THROTTLE_REPEAT=10 runs each fleet 10 times; THROTTLE_TRACE=1 logs the
+// timeline (the vendor's answers, anchors, pauses, decisions that waited).
 func TestAnchoredSearchFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs fleets against real-time windows for about 5 s")
@@ -112,7 +125,8 @@ func TestAnchoredSearchFleet(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		offset bool
-	}{{"epoch windows", false}, {"offset windows", true}} {
+		moved  bool
+	}{{"epoch windows", false, false}, {"offset windows", true, false}, {"offset windows moved", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// One fleet at a time: two of 128 goroutines side by side
 			// under -race load the machine they are measured on.
@@ -122,7 +136,7 @@ func TestAnchoredSearchFleet(t *testing.T) {
 				if tc.offset {
 					phase = 10*time.Millisecond + time.Duration(rng.Int64N(int64(40*time.Millisecond)))
 				}
-				searchFleetRedis(t, srv, phase)
+				searchFleetRedis(t, srv, phase, tc.moved)
 			}
 		})
 	}
@@ -130,7 +144,7 @@ func TestAnchoredSearchFleet(t *testing.T) {
 
 // searchFleetRedis runs one fleet of TestAnchoredSearchFleet against a
 // vendor whose windows start phase after the epoch's.
-func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) {
+func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, move bool) {
 	const (
 		instances = 8
 		callers   = 16
@@ -138,7 +152,7 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) 
 		per       = time.Second
 		windows   = 4
 	)
-	v := &windowVendor{rate: rate, per: per, phase: phase, accepted: map[int64]int{}}
+	v := &windowVendor{rate: rate, per: per, phase: phase, accepted: map[int64]int{}, firstAt: map[int64]time.Duration{}}
 	vendor := httptest.NewServer(githubSearch(v))
 	defer vendor.Close()
 
@@ -162,18 +176,34 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) 
 		lags    []time.Duration
 		crossed int
 	)
+	if os.Getenv("THROTTLE_TRACE") != "" {
+		v.trace = func(f string, a ...any) {
+			now := time.Now()
+			k, e := v.window(now)
+			t.Logf("%d+%v "+f, append([]any{k % 100, now.Sub(e.Add(-per)).Round(time.Millisecond)}, a...)...)
+		}
+	}
 	hooks := throttle.Hooks{
 		OnAnchor: func(ev throttle.AnchorEvent) {
+			if v.trace != nil {
+				v.trace("anchor reset=%v moved=%v err=%v", ev.Reset, ev.Moved, ev.Err)
+			}
 			if ev.Moved {
 				moves.Add(1)
 			}
 		},
 		OnDecision: func(ev throttle.DecisionEvent) {
+			if v.trace != nil && ev.Wait > 0 {
+				v.trace("decision %v wait %v", ev.Outcome, ev.Wait)
+			}
 			if a, ok := ev.Context.Value(answeredKey{}).(*answered); ok && ev.Err == nil {
 				a.decided.Store(time.Now().UnixNano())
 			}
 		},
 		OnPause: func(ev throttle.PauseEvent) {
+			if v.trace != nil {
+				v.trace("pause %v", ev.Pause)
+			}
 			a, ok := ev.Context.Value(answeredKey{}).(*answered)
 			if !ok || a.windowEnd.Load() == 0 {
 				return
@@ -211,6 +241,13 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) 
 	// The load, from 250ms into a window, for windows whole windows.
 	first, end := v.window(time.Now().Add(per))
 	time.Sleep(time.Until(end.Add(-per).Add(250 * time.Millisecond)))
+	if move {
+		// The reset to the millisecond for the load's first window:
+		// evidence narrow enough at once that the shared windows, which
+		// start at the first charge (250 ms and the fleet's start-up into
+		// the vendor's window), move to the vendor's.
+		v.fineUntil = end
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	var failed, refused atomic.Int64
@@ -269,20 +306,25 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration) 
 	if len(lates) > 0 {
 		med = lates[len(lates)/2]
 	}
-	t.Logf("phase %v: accepted per window %v (%.0f%% of the quota), rejected %d; %d refused by the limiter; %d moves; %d pauses end after the vendor's window by median %v, at most %v; %d may end before it",
-		phase, accepted, 100*float64(total)/(windows*rate), rejected, refused.Load(), moves.Load(), len(lates), med.Round(time.Millisecond),
+	v.mu.Lock()
+	var firstAt []time.Duration // into each window, its first accepted request
+	for k := first; k < first+windows; k++ {
+		firstAt = append(firstAt, v.firstAt[k].Round(time.Millisecond))
+	}
+	v.mu.Unlock()
+	t.Logf("phase %v: accepted per window %v (%.0f%% of the quota; the first of each at %v into it), rejected %d; %d refused by the limiter; %d moves; %d pauses end after the vendor's window by median %v, at most %v; %d may end before it",
+		phase, accepted, 100*float64(total)/(windows*rate), firstAt, rejected, refused.Load(), moves.Load(), len(lates), med.Round(time.Millisecond),
 		slices.Max(append(lates, 0)).Round(time.Millisecond), len(early))
 	assert.Zero(t, rejected, "the vendor rejected requests")
 	assert.Zero(t, failed.Load(), "requests failed")
-	// A move of the shared windows still costs quota in some runs (seen
-	// under load only: 69-92% of it in runs with a move, 100% without;
-	// issue 29, open). The floor holds for every run without a move, and
-	// for runs with one under THROTTLE_FLEET_STRICT=1.
-	if moves.Load() == 0 || os.Getenv("THROTTLE_FLEET_STRICT") != "" {
-		assert.GreaterOrEqual(t, float64(total), 0.9*windows*rate, "the fleet used %d of %d", total, windows*rate)
-	} else if float64(total) < 0.9*windows*rate {
-		t.Logf("known defect: after %d moves the fleet used %d of %d (below 90%%); not asserted unless THROTTLE_FLEET_STRICT=1", moves.Load(), total, windows*rate)
-	}
+	// The floor, in every run, moved or not: once the phase of the
+	// vendor's windows is known, the limit's log counts each request in
+	// the vendor's windows that may hold it (quota.LogExpiry, anchor.go),
+	// and until then a request reserves no further than the log's span
+	// ahead (anchorHorizon). At main 284563b the log spaced the bursts
+	// its Per plus a margin apart, and runs whose first burst landed
+	// 0.8-0.9 s into its window used 76-79% of these four.
+	assert.GreaterOrEqual(t, float64(total), 0.9*windows*rate, "the fleet used %d of %d", total, windows*rate)
 	assert.LessOrEqual(t, float64(total), 1.05*windows*rate, "the fleet used %d of %d", total, windows*rate)
 	assert.Empty(t, early, "pauses that end before the vendor's window")
 	if len(lates) > 0 {

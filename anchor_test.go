@@ -36,10 +36,15 @@ type windowVendor struct {
 	per    time.Duration
 	phase  time.Duration
 	header func(h http.Header, v *windowVendor, remaining int, end, now time.Time)
+	trace  func(format string, args ...any) // when set, logs what happens (tests' eyes only)
+	// Before fineUntil, githubSearch tells the reset to the millisecond,
+	// as a delay (X-RateLimit-Reset-After).
+	fineUntil time.Time
 
 	mu       sync.Mutex
 	accepted map[int64]int
 	rejected int
+	firstAt  map[int64]time.Duration // githubSearch, when not nil: by window, when its first request was accepted, into it
 }
 
 // window returns the index of the window that holds t, and its end.
