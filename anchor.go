@@ -40,19 +40,47 @@ import (
 // margin after its latest instant: never earlier than the vendor's.
 //
 // What the vendor counts does not depend on where the store's windows
-// end. Every request is also counted in the limit's sliding log (Per
-// plus a margin, anchorLog), and sent sendLag after its charge to it, at
-// the earliest (anchorPace: the charge's instant is the log's entry, read
-// on this instance's clock as the store's grants teach it, observeClock).
-// A request that reaches the vendor between sendLag and sendLag plus the
-// margin after its charge is counted by the log in every vendor window
-// that may hold it, so no vendor window holds more than Rate. Only a
-// request that may arrive later than that, and in another of the
-// vendor's windows than the one that held its charge, is held
-// (anchorHold): given back, and decided again once the instants at which
-// the vendor's window may end are past. A grant on time is never held,
-// so the quota is used whatever the phase of the bursts the log spaces a
-// Per plus its margin apart.
+// end. Every request is also counted in the limit's sliding log (span
+// Per plus a margin, anchorLog), and sent sendLag after its charge to it,
+// at the earliest (anchorPace: the charge's instant is the decision's,
+// read on this instance's clock as the store's grants teach it,
+// observeClock), so that it reaches the vendor between sendLag and
+// sendLag plus the margin after its charge. How long the log counts it:
+//
+//   - While the phase is not known (the evidence is wider than half a
+//     window with the longest send-to-answer time, the store's clock is
+//     not known yet, or no answer came for a window), the entry is at
+//     its charge and counts for the span: in every vendor window that
+//     may hold the request, whatever its phase. A saturated fleet's
+//     bursts then come the span apart (one vendor window in about eleven
+//     gets none), and such a request reserves no further than the span
+//     ahead (anchorHorizon), so that the queue of bursts spaced so is
+//     one deep when the phase becomes known.
+//   - Once it is known, the log's demand carries the vendor's windows as
+//     a quota.LogExpiry (anchorExpiry): their ends in [lo-oHi, hi-oLo] of
+//     the store's clock (the evidence [lo, hi], less what is known of
+//     ours less the store's, [oLo, oHi]), and the reach, sendLag plus the
+//     margin. The store puts the entry of a charge at t at E less the
+//     span, E the latest end of a vendor window that may hold t+reach (so
+//     it counts from the charge to E), and admits it when every window of
+//     the log ending in [t, E) has room. A vendor window ending at V that
+//     holds a request holds it at least sendLag and at most the reach
+//     after its charge, so the request's entry counts in the log's window
+//     ending at V-1µs, as does that of every other request the vendor
+//     window holds: no vendor window holds more than Rate. With an exact
+//     phase that is a fixed window aligned on the vendor's (a saturated
+//     fleet's bursts come a Per apart); with an uncertain one, a request
+//     whose reach may fall on an end counts in both windows. It relies on
+//     the evidence as the store's windows do after a move; a vendor whose
+//     windows start at a first request after a quiet spell moves them,
+//     which its first answers after the spell contradict (phase.observe
+//     starts again), and evidence older than a window is not used.
+//
+// Only a request that may arrive later than sendLag plus the margin after
+// its charge, and in another of the vendor's windows than the one that
+// held its charge, is held (anchorHold): given back, and decided again
+// once the instants at which the vendor's window may end are past. A
+// grant on time is never held.
 
 // A windowID names the counter of an Anchor limit.
 type windowID struct{ scope, limit, key string }
@@ -637,23 +665,16 @@ func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Ti
 }
 
 // Every request of an Anchor limit is also counted in every vendor
-// window that may hold it, whatever the window's phase: in a sliding log
-// of the limit's Rate over its Per and logMargin, in a counter of its own
-// (the limit's key with "%o", which no escaped key holds). Each request
-// is sent sendLag after its charge to the log at the earliest, and held
-// if it may reach the vendor later than sendLag and the margin after it
-// in another vendor window (anchorHold): the time from a charge to the
-// vendor's count is then the same for every request within the margin,
-// and no interval of Per at the vendor holds more than Rate. Learning
-// admits no more than a limit that knows nothing of the vendor's phase
-// could. Before the store's windows move, they start at a first charge
-// and the vendor's anywhere, so one vendor window may hold the end of one
-// of ours and the start of the next, and twice the quota: the log is what
-// holds then. After a move, it is kept, as a bound that does not depend
-// on the evidence being right. It costs Per/(Per+margin) of the quota
-// under a steady load (a saturated fleet's bursts come a log's Per apart,
-// so one vendor window in about ten gets none), and nothing to bursts a
-// window apart.
+// window that may hold it: in a sliding log of the limit's Rate over its
+// Per and logMargin, in a counter of its own (the limit's key with "%o",
+// which no escaped key holds), its entry scored by the vendor's windows
+// once their phase is known (see the comment at the top of this file).
+// Learning admits no more than a limit that knows nothing of the
+// vendor's phase could where the evidence is right. Before the store's
+// windows move, they start at a first charge and the vendor's anywhere,
+// so one vendor window may hold the end of one of ours and the start of
+// the next, and twice the quota: the log is what holds then. After a
+// move, it is kept.
 
 // anchorExpiry sets, on the log that anchorLog added to d for each of
 // its Anchor limits, the expiry that scores its entry by the vendor's
