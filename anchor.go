@@ -71,10 +71,10 @@ import (
 //     phase that is a fixed window aligned on the vendor's (a saturated
 //     fleet's bursts come a Per apart); with an uncertain one, a request
 //     whose reach may fall on an end counts in both windows. It relies on
-//     the evidence as the store's windows do after a move; a vendor whose
-//     windows start at a first request after a quiet spell moves them,
-//     which its first answers after the spell contradict (phase.observe
-//     starts again), and evidence older than a window is not used.
+//     the evidence, as the store's windows do after a move: answers that
+//     contradict it start it again (phase.observe), and evidence with no
+//     answer for a window is not used (a vendor whose windows start at a
+//     first request after a quiet spell moves them).
 //
 // Only a request that may arrive later than sendLag plus the margin after
 // its charge, and in another of the vendor's windows than the one that
@@ -574,7 +574,9 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 // chargedAt returns when the store charged g to the log of d's Anchor
 // limit i, of id, on this instance's clock: at an instant in [lo, hi].
 // The call allows its start and end plus the grant's delay; when the
-// store decided it, the log's entry (its mark, on the store's clock) read
+// store decided it, the instant it charged, on the store's clock
+// (Decision.At plus the delay, or the log entry's mark when the store does
+// not say and the entry is at its charge, without a quota.LogExpiry), read
 // on this instance's clock narrows that to the store clock's uncertainty,
 // which is about the fastest call's time.
 func (l *learner) chargedAt(id windowID, per time.Duration, d *demand, i int, g grantCall) (lo, hi time.Time) {
