@@ -347,7 +347,8 @@ type Decision struct {
 	// for GCRA until the bucket is full again (its arrival time), for
 	// FixedWindow until the end of the window charged, for SlidingWindow
 	// until the end of the window after it (which weighs it as its
-	// previous), for SlidingLog until Per after the charged instant. A
+	// previous), for SlidingLog until Per after its entry's instant (the
+	// charged instant, or as its Bucket.Expiry places it). A
 	// Concurrency slot frees when it is released, so those limits do not
 	// count. It is 0 for a refusal (see Delay).
 	ResetAfter time.Duration

@@ -77,7 +77,8 @@ func (l Limit) State(c Counter, now int64) quota.LimitState {
 // again (the mark is in nanoseconds, [Limit.Mark]); for FixedWindow the
 // end of the window charged (its index, or for an Anchored limit its
 // start); for SlidingWindow the end of the window after it, which weighs
-// it as its previous; for SlidingLog Per after the charged instant. A
+// it as its previous; for SlidingLog Per after the entry's instant (the
+// charged instant, or by a [quota.LogExpiry], [Limit.LogAt]). A
 // Concurrency slot frees when it is released: 0.
 func (l Limit) ChargeEnd(mark int64) int64 {
 	start := mark

@@ -121,6 +121,15 @@
 // later reservations. Inspection reports the cost recorded after now-P. A settlement
 // gives the charge's entry its new cost, until it leaves the log.
 //
+// A demand with a [quota.LogExpiry] (a grid of windows of G = Every whose
+// ends lie in [F, F+S] modulo G, and a reach a) puts its entry at E-P,
+// where E is the latest end of a grid window that may hold t+a
+// ([Limit.LogEnd]: E = t+a+G-d with d = (t+a-F-S) mod G, or t+a+G when
+// d+S >= G), and is admitted at t when the windows ending in [t, E) hold
+// at most R-c: the window ending at t and those ending at the entries in
+// (t, E). E never decreases with t, so the same pass finds the earliest
+// instant. The mark is the entry's instant, as without an expiry.
+//
 // # Concurrency
 //
 // At most R leases are live (expiry after now). When R or more are, a
