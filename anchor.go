@@ -53,9 +53,9 @@ import (
 //     its charge and counts for the span: in every vendor window that
 //     may hold the request, whatever its phase. A saturated fleet's
 //     bursts then come the span apart (one vendor window in about eleven
-//     gets none), and such a request reserves no further ahead than its
-//     reach, sendLag plus the margin (anchorHorizon), so that few are
-//     queued so when the phase becomes known.
+//     gets none), and such a request reserves no further than the span
+//     ahead (anchorHorizon), so that the queue of bursts spaced so is
+//     one deep when the phase becomes known.
 //   - Once it is known, the log's demand carries the vendor's windows as
 //     a quota.LogExpiry (anchorExpiry): their ends in [lo-oHi, hi-oLo] of
 //     the store's clock (the evidence [lo, hi], less what is known of
@@ -724,17 +724,17 @@ func (l *learner) logExpiry(id windowID, per time.Duration, now time.Time) (e qu
 
 // anchorHorizon returns how far ahead d may reserve while the phase of
 // one of its Anchor limits is not known (its log has no expiry): the
-// reach of a request, sendLag plus the log's margin; ok is false when
-// every phase is known. A request refused for further ahead is decided
-// again when its instant is that near ([Limiter.obtainOnce]), so that
-// when the evidence tells the phase, few entries of the log's own rule
-// are queued: each counts for the log's span, and the first bursts the
-// phase scores (anchorExpiry) come after them.
+// log's span, so that a saturated fleet queues one burst ahead, not
+// several, on the log's own rule; ok is false when every phase is known.
+// Once the evidence tells the phase, the requests decided again score
+// their entries by it (anchorExpiry) within a window or two, where a
+// queue of reservations granted before would keep the log's spacing for
+// as many windows as it is deep.
 func (d *demand) anchorHorizon() (horizon time.Duration, ok bool) {
-	for i, b := range d.Limits {
+	for i := range d.Limits {
 		if j := d.anchorLogIndex(i); j >= 0 && d.Limits[j].Expiry.Every == 0 {
-			if h := sendLag(b.Limit.Per) + logMargin(b.Limit.Per); !ok || h < horizon {
-				horizon, ok = h, true
+			if per := d.Limits[j].Limit.Per; !ok || per < horizon {
+				horizon, ok = per, true
 			}
 		}
 	}

@@ -161,9 +161,9 @@ func moveFleet(t *testing.T, phase, run, latency time.Duration, callers int, ful
 	// Once the phase is known the log counts each request in the
 	// vendor's windows that may hold it (quota.LogExpiry, anchor.go):
 	// every window full. Before, for up to three windows, bursts of the
-	// log's own rule still queued (reserved a request's reach ahead at
-	// most, anchorHorizon) space the first ones the phase scores, and one
-	// of those may reach the vendor within the margin of a window's end,
+	// log's own rule still queued (reserved a span ahead at most,
+	// anchorHorizon) space the first ones the phase scores, and one of
+	// those may reach the vendor within the margin of a window's end,
 	// counted in both windows: at most one window's quota lost.
 	require.Greater(t, len(after), 3, "too few windows after the move")
 	lost := 3 * rate
