@@ -733,8 +733,8 @@ func (l *learner) logExpiry(id windowID, per time.Duration, now time.Time) (e qu
 // margin, queues less, but then the requests are decided after the pause
 // that the previous burst's "nothing remaining" taught, which ends up to
 // the evidence's width after the vendor's window while the phase is not
-// known: 75% of the quota in 17 of 30 TestAnchoredSearchFleet runs at
-// load 5-6, against none of 30 with the span.)
+// known: 75% of the quota in 15 of 20 TestAnchoredSearchFleet runs at
+// load 4-6 without a move, against none of 20 with the span.)
 func (d *demand) anchorHorizon() (horizon time.Duration, ok bool) {
 	for i := range d.Limits {
 		if j := d.anchorLogIndex(i); j >= 0 && d.Limits[j].Expiry.Every == 0 {
