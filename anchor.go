@@ -482,11 +482,13 @@ type grantCall struct {
 
 // An anchorCharge is when a grant was charged to the log of one of its
 // demand's Anchor limits: at an instant in [lo, hi] of this instance's
-// clock.
+// clock; scored: its entry counts until a vendor window's end (a
+// quota.LogExpiry), not for the log's span.
 type anchorCharge struct {
 	id     windowID
 	per    time.Duration
 	lo, hi time.Time
+	scored bool
 }
 
 // anchorCharges returns the charges of g to the logs of d's Anchor
@@ -499,7 +501,8 @@ func (lim *Limiter) anchorCharges(d *demand, g grantCall) []anchorCharge {
 		}
 		id := windowID{d.Scope, b.Limit.Name, b.Key}
 		lo, hi := lim.learned.chargedAt(id, b.Limit.Per, d, i, g)
-		cs = append(cs, anchorCharge{id, b.Limit.Per, lo, hi})
+		j := d.anchorLogIndex(i)
+		cs = append(cs, anchorCharge{id, b.Limit.Per, lo, hi, j >= 0 && d.Limits[j].Expiry.Every > 0})
 	}
 	return cs
 }
@@ -526,14 +529,14 @@ func anchorPace(cs []anchorCharge, now time.Time) time.Duration {
 // them to the vendor's.
 func (lim *Limiter) anchorHold(ctx context.Context, d *demand, cs []anchorCharge, now time.Time) (until time.Time, hold bool) {
 	for _, c := range cs {
-		u, ok, ask := lim.learned.crossing(c.id, c.per, c.lo, now)
+		u, ok, ask := lim.learned.crossing(c.id, c.per, c.lo, now, c.scored)
 		if ask {
 			for _, b := range d.Limits {
 				if b.Limit.Anchored && b.Limit.Name == c.id.limit && b.Key == c.id.key {
 					lim.askStore(ctx, d.Scope, b, c.id, now)
 				}
 			}
-			u, ok, _ = lim.learned.crossing(c.id, c.per, c.lo, now)
+			u, ok, _ = lim.learned.crossing(c.id, c.per, c.lo, now, c.scored)
 		}
 		if ok {
 			if u.After(until) {
@@ -650,14 +653,27 @@ func (l *learner) phaseOf(id windowID, per time.Duration, now time.Time) *phase 
 // held its charge ([phase.crossing]), and if so until when. ask reports
 // that this instance has no evidence of its own for such a request, and
 // has not asked the store where its windows end for a quarter of a
-// window (another instance's move reaches this one within that).
-func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Time) (until time.Time, crosses, ask bool) {
+// window (another instance's move reaches this one within that). A
+// request whose entry is scored by the vendor's windows (a
+// quota.LogExpiry) counts only until the latest end of the window that
+// may hold its reach: one that may arrive later is held where the zone
+// is known and it may cross an end, and at once (until sent: decided
+// again now, on what is known then) where the zone is not (a stall since
+// its decision widened the longest send-to-answer time).
+func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Time, scored bool) (until time.Time, crosses, ask bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.phaseOf(id, per, sent)
 	to := sent.UnixMicro() + p.rtt
 	if to-charged.UnixMicro() <= (sendLag(per) + logMargin(per)).Microseconds() {
 		return time.Time{}, false, false // the log counts it wherever it lands
+	}
+	if scored {
+		if _, _, ok := p.zone(); !ok {
+			return sent, true, false
+		}
+		u, ok := p.crossing(charged.UnixMicro(), to)
+		return time.UnixMicro(u), ok, false
 	}
 	if _, _, ok := p.bounds(); !ok && (!p.hasStore || sent.UnixMicro()-p.asked > p.per/4) {
 		return time.Time{}, false, true

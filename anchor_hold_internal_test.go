@@ -87,12 +87,21 @@ func TestAnchorCrossing(t *testing.T) {
 		charged, sent time.Duration // after t0
 		hold          bool
 		until         time.Duration // after t0, when held
+		scored        bool          // the log's entry has a quota.LogExpiry
+		rtt           time.Duration // the longest send-to-answer time
 	}{
-		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0},
-		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0},
-		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond},
-		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0},
-		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0},
+		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0, false, 0},
+		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, false, 0},
+		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0},
+		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0},
+		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0},
+		{"late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 600 * time.Millisecond},
+		// An entry scored by the vendor's windows counts no longer than
+		// the window that may hold its reach: a late request is held where
+		// the zone is not known too, and decided again at once.
+		{"scored, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, true, 0},
+		{"scored, late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, true, 0},
+		{"scored, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 300*time.Millisecond + covered + 50*time.Millisecond, true, 600 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lr learner
@@ -102,8 +111,9 @@ func TestAnchorCrossing(t *testing.T) {
 				p.hasArc, p.aLo, p.aHi = true, end.Add(-10*time.Millisecond).UnixMicro(), end.UnixMicro()
 			}
 			p.hasStore, p.asked = true, t0.Add(tc.sent).UnixMicro() // asked just now: no store call
+			p.rtt = tc.rtt.Microseconds()
 			lr.mu.Unlock()
-			until, hold, ask := lr.crossing(id, per, t0.Add(tc.charged), t0.Add(tc.sent))
+			until, hold, ask := lr.crossing(id, per, t0.Add(tc.charged), t0.Add(tc.sent), tc.scored)
 			assert.False(t, ask)
 			assert.Equal(t, tc.hold, hold)
 			if tc.hold {
