@@ -122,3 +122,43 @@ func TestAnchorCrossing(t *testing.T) {
 		})
 	}
 }
+
+// The log's expiry: the vendor's window ends on the store's clock,
+// widened by what is not known of it, once the evidence is narrow, the
+// store's clock known and the latest answer at most a window old; none
+// otherwise (the log keeps its own rule).
+func TestLogExpiry(t *testing.T) {
+	per := time.Second
+	id := windowID{"s", "search", "k"}
+	t0 := time.UnixMicro(1_700_000_000_000_000) // whole seconds
+	reach := sendLag(per) + logMargin(per)
+	for _, tc := range []struct {
+		name   string
+		clock  bool          // the store's clock known: ours less the store's in [-2ms, +3ms]
+		last   time.Duration // the latest answer, before t0
+		width  time.Duration // the evidence: an end in [t0+400ms, t0+400ms+width]
+		rtt    time.Duration
+		want   quota.LogExpiry
+		scored bool
+	}{
+		{"known", true, 100 * time.Millisecond, 10 * time.Millisecond, 0,
+			quota.LogExpiry{Every: per, Phase: 397 * time.Millisecond, Spread: 15 * time.Millisecond, Reach: reach}, true},
+		{"no clock", false, 100 * time.Millisecond, 10 * time.Millisecond, 0, quota.LogExpiry{}, false},
+		{"no answer for a window", true, 1100 * time.Millisecond, 10 * time.Millisecond, 0, quota.LogExpiry{}, false},
+		{"evidence of half a window", true, 100 * time.Millisecond, 500 * time.Millisecond, 0, quota.LogExpiry{}, false},
+		{"a stall's answers", true, 100 * time.Millisecond, 10 * time.Millisecond, 600 * time.Millisecond, quota.LogExpiry{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lr learner
+			lr.mu.Lock()
+			p := lr.phaseOf(id, per, t0)
+			p.hasArc, p.aLo, p.aHi = true, t0.Add(400*time.Millisecond).UnixMicro(), t0.Add(400*time.Millisecond+tc.width).UnixMicro()
+			p.hasClock, p.oLo, p.oHi = tc.clock, -2000, 3000
+			p.last, p.rtt = t0.Add(-tc.last).UnixMicro(), tc.rtt.Microseconds()
+			lr.mu.Unlock()
+			e, ok := lr.logExpiry(id, per, t0)
+			assert.Equal(t, tc.scored, ok)
+			assert.Equal(t, tc.want, e)
+		})
+	}
+}
