@@ -20,7 +20,8 @@ import (
 
 // TestSlidingLogMatchesMemoryStore drives the sliding logs of take.lua,
 // cancel.lua and sync.lua and the in-process store with the same seeded
-// random steps (demands on one or two logs, reservations, cancels of any
+// random steps (demands on one or two logs, half of them with their
+// entries scored by a quota.LogExpiry, reservations, cancels of any
 // outstanding grant, syncs, clock moves) on logs of hundreds of entries,
 // and asserts the same decisions and the same Inspect states. After every
 // step each log key keeps its layout: members "instant:cost:id" in order
@@ -95,6 +96,13 @@ func slidingLogDifferential(t *testing.T, seed uint64, steps int) {
 			if rng.IntN(2) == 0 {
 				d.MaxWait = time.Duration(rng.IntN(int(2 * limits[0].Per)))
 			}
+			if rng.IntN(2) == 0 {
+				// Entries scored by a grid's windows (quota.LogExpiry), as an
+				// Anchor limit's log has them once the vendor's phase is known.
+				for j := range d.Limits {
+					d.Limits[j].Expiry = logExpiry(rng, d.Limits[j].Limit.Per)
+				}
+			}
 			got, err := rs.Take(ctx(t), d)
 			require.NoError(t, err, what)
 			want, err := ms.Take(ctx(t), d)
@@ -128,6 +136,19 @@ func slidingLogDifferential(t *testing.T, seed uint64, steps int) {
 			t.FailNow()
 		}
 	}
+}
+
+// logExpiry returns a random quota.LogExpiry for a log of period per: a
+// grid of a tenth less, its ends known exactly or within up to half a
+// window, and a reach up to a third of per.
+func logExpiry(rng *rand.Rand, per time.Duration) quota.LogExpiry {
+	every := max(per*9/10, time.Microsecond).Truncate(time.Microsecond)
+	e := quota.LogExpiry{Every: every, Phase: time.Duration(rng.Int64N(int64(every/time.Microsecond))) * time.Microsecond,
+		Reach: time.Duration(rng.Int64N(int64(per/time.Microsecond)/3+1)) * time.Microsecond}
+	if rng.IntN(2) == 0 {
+		e.Spread = time.Duration(rng.Int64N(int64(every/time.Microsecond)/2+1)) * time.Microsecond
+	}
+	return e
 }
 
 // checkLogLayout asserts the layout of sliding-log key: members
