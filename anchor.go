@@ -57,19 +57,23 @@ import (
 //     ahead (anchorHorizon), so that the queue of bursts spaced so is
 //     one deep when the phase becomes known.
 //   - Once it is known, the log's demand carries the vendor's windows as
-//     a quota.LogExpiry (anchorExpiry): their ends in [lo-oHi, hi-oLo] of
-//     the store's clock (the evidence [lo, hi], less what is known of
-//     ours less the store's, [oLo, oHi]), and the reach, sendLag plus the
-//     margin. The store puts the entry of a charge at t at E less the
-//     span, E the latest end of a vendor window that may hold t+reach (so
-//     it counts from the charge to E), and admits it when every window of
-//     the log ending in [t, E) has room. A vendor window ending at V that
-//     holds a request holds it at least sendLag and at most the reach
-//     after its charge, so the request's entry counts in the log's window
-//     ending at V-1µs, as does that of every other request the vendor
-//     window holds: no vendor window holds more than Rate. With an exact
-//     phase that is a fixed window aligned on the vendor's (a saturated
-//     fleet's bursts come a Per apart); with an uncertain one, a request
+//     a quota.LogExpiry (anchorExpiry): their ends, less sendLag, in
+//     [lo-oHi, hi-oLo]-sendLag of the store's clock (the evidence [lo,
+//     hi], less what is known of ours less the store's, [oLo, oHi]), and
+//     the margin as the reach. The store puts the entry of a charge at t
+//     at E less the span, E the latest end of a window of that grid that
+//     may hold t+margin, which is sendLag before the latest end of a
+//     vendor window that may hold the request (sent sendLag after its
+//     charge, there within the margin); so it counts from the charge to
+//     E, and is admitted when every window of the log ending in [t, E)
+//     has room. A vendor window ending at V holds requests charged before
+//     V-sendLag, each within the span before it: every one's entry counts
+//     in the log's window ending at V-sendLag-1µs, whether scored so or
+//     by the log's own rule, so no vendor window holds more than Rate,
+//     also while the log holds entries of both rules. With an exact
+//     phase that is a fixed window aligned on the vendor's, sendLag
+//     earlier (a saturated fleet's bursts come a Per apart and reach the
+//     vendor as its windows start); with an uncertain one, a request
 //     whose reach may fall on an end counts in both windows. It relies on
 //     the evidence, as the store's windows do after a move: answers that
 //     contradict it start it again (phase.observe), and evidence with no
@@ -711,9 +715,10 @@ func (lim *Limiter) anchorExpiry(d *demand, now time.Time) {
 // as of now ([quota.LogExpiry]), on the store's clock: the grid of the
 // vendor's windows, whose ends lie in [lo, hi] of this instance's clock
 // (phase.bounds), widened by what is not known of the store's clock
-// (ours less the store's in [oLo, oHi]: [lo-oHi, hi-oLo] on the store's),
-// and the reach of a request, sendLag and the log's margin after its
-// charge. ok is false, and the log keeps its own rule, unless the
+// (ours less the store's in [oLo, oHi]: [lo-oHi, hi-oLo] on the store's)
+// and moved sendLag earlier, with the log's margin as the reach (see the
+// comment at the top of this file). ok is false, and the log keeps its
+// own rule, unless the
 // evidence says less than half a window with the longest send-to-answer
 // time (a request later than the reach is then held where it may cross
 // an end: phase.zone), the store's clock is known, and the latest answer
@@ -734,8 +739,9 @@ func (l *learner) logExpiry(id windowID, per time.Duration, now time.Time) (e qu
 	if 2*(hi-lo) >= p.per {
 		return quota.LogExpiry{}, false
 	}
-	return quota.LogExpiry{Every: per, Phase: time.Duration(floorMod(lo, p.per)) * time.Microsecond,
-		Spread: time.Duration(hi-lo) * time.Microsecond, Reach: sendLag(per) + logMargin(per)}, true
+	lag := sendLag(per).Microseconds()
+	return quota.LogExpiry{Every: per, Phase: time.Duration(floorMod(lo-lag, p.per)) * time.Microsecond,
+		Spread: time.Duration(hi-lo) * time.Microsecond, Reach: logMargin(per)}, true
 }
 
 // anchorHorizon returns how far ahead d may reserve while the phase of

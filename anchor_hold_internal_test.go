@@ -124,14 +124,15 @@ func TestAnchorCrossing(t *testing.T) {
 }
 
 // The log's expiry: the vendor's window ends on the store's clock,
-// widened by what is not known of it, once the evidence is narrow, the
+// widened by what is not known of it and sendLag earlier, with the
+// log's margin as the reach, once the evidence is narrow, the
 // store's clock known and the latest answer at most a window old; none
 // otherwise (the log keeps its own rule).
 func TestLogExpiry(t *testing.T) {
 	per := time.Second
 	id := windowID{"s", "search", "k"}
 	t0 := time.UnixMicro(1_700_000_000_000_000) // whole seconds
-	reach := sendLag(per) + logMargin(per)
+	reach := logMargin(per)
 	for _, tc := range []struct {
 		name   string
 		clock  bool          // the store's clock known: ours less the store's in [-2ms, +3ms]
@@ -142,7 +143,7 @@ func TestLogExpiry(t *testing.T) {
 		scored bool
 	}{
 		{"known", true, 100 * time.Millisecond, 10 * time.Millisecond, 0,
-			quota.LogExpiry{Every: per, Phase: 397 * time.Millisecond, Spread: 15 * time.Millisecond, Reach: reach}, true},
+			quota.LogExpiry{Every: per, Phase: 397*time.Millisecond - sendLag(per), Spread: 15 * time.Millisecond, Reach: reach}, true},
 		{"no clock", false, 100 * time.Millisecond, 10 * time.Millisecond, 0, quota.LogExpiry{}, false},
 		{"no answer for a window", true, 1100 * time.Millisecond, 10 * time.Millisecond, 0, quota.LogExpiry{}, false},
 		{"evidence of half a window", true, 100 * time.Millisecond, 500 * time.Millisecond, 0, quota.LogExpiry{}, false},
