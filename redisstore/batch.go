@@ -18,7 +18,8 @@ import (
 // WithBatching sets how many demands of one scope may go together in one
 // batch; a max below 2 turns batching off. Batching is on by default
 // ([DefaultBatchMax]): while [BatchInFlight] decisions of a scope are in
-// flight, later demands of that scope wait, and go together, up to max at
+// flight (one fewer once the scope's batches decide more than one demand
+// each), later demands of that scope wait, and go together, up to max at
 // a time, in one EVALSHA (take_batch.lua) that decides them in order of
 // arrival at one instant of Redis's clock, each all-or-nothing as if it
 // were its own call. Under heavy concurrency this saves Redis most of its
@@ -45,8 +46,12 @@ const DefaultBatchMax = 64
 
 // BatchInFlight is how many decisions of one scope a Store has in flight
 // before later demands of the scope wait to go together in a batch (1
-// for demands with a Concurrency limit, 2 for those with a tenant). Below
-// it, batching costs nothing: every demand is its own call. A batch costs
+// for demands with a Concurrency limit, 2 for those with a tenant). Plain
+// demands wait from one call fewer in flight while the scope's last batch
+// decided more than one demand: a batch of one saves Redis nothing and
+// costs its caller a wait, so at three callers of a scope all three go
+// alone, and from four on fewer go alone than with three. Below it,
+// batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (about 12k instructions per
 // demand against 48k for a call of its own, for demands alike), so three
 // in flight are enough: on the development VM (2 CPUs, Redis beside the
