@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/quotakit/throttle v0.1.0
-	github.com/redis/go-redis/v9 v9.22.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.15.0

@@ -16,8 +16,8 @@ import (
 // take_share.lua would have at the same instant.
 
 // shareBatchInFlight is [BatchInFlight] for demands with a tenant: their
-// lone call (take_share.lua) costs Redis 118.8k instructions against a
-// plain one's 52.9k, and two of them in a batch 90.9k each, so they wait
+// lone call (take_share.lua) costs Redis 115.3k instructions against a
+// plain one's 53.0k, and two of them in a batch 90.3k each, so they wait
 // to go together from 2 calls of their scope in flight.
 const shareBatchInFlight = 2
 

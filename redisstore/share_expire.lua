@@ -13,7 +13,8 @@
 if slack > 0 then
   local ttl = math.ceil((need - now) / 1000) + slack
   if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then redis.call('PEXPIRE', key, ttl, 'NX') end
-elseif not bound or floor(need / GRID) > floor(bound / GRID) then
-  local at = fmt('%d', (floor(need / GRID) + 2) * 1000)
+elseif not bound or need - need % GRID > bound - bound % GRID then
+  -- x - x % GRID is floor(x / GRID) * GRID without math.floor's call.
+  local at = fmt('%d', (need - need % GRID) / 1000 + 2000)
   if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
 end

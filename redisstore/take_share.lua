@@ -32,16 +32,23 @@ local pauses = #KEYS - limits - 3 -- the pause key, then the limits and 3 keys o
 -- #include gcra_read.lua
 
 -- The fair share (share.lua's sharesBegin, for one tenant).
-local key, tenant, window = KEYS[first + limits], ARGV[e + 1], tonumber(ARGV[e + 4])
+-- Numbers are read with Lua's own coercion (a string in arithmetic), not
+-- tonumber or math.max: each call of a C function costs Redis about 1300
+-- instructions (BENCHMARKS.md, sixth round).
+local key, tenant, window = KEYS[first + limits], ARGV[e + 1], ARGV[e + 4] + 0
 local active, vclock = 'a' .. tenant, 'v' .. tenant
 local got = redis.call('ZMSCORE', key, active, vclock, '#c')
-local seen = tonumber(got[1])
-local n = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf')
+local seen, since = got[1], now - window
+if seen then seen = seen + 0 end
+if since < -1 then since = -1 end
+local n = redis.call('ZCOUNT', key, fmt('(%d', since), '+inf')
 if not seen or seen <= now - window then
   n = n + 1
   redis.call('ZREMRANGEBYSCORE', key, fmt('%d', -now), fmt('%d', now - window))
 end
-local clock, lapse = -(tonumber(got[2]) or 0), -(tonumber(got[3]) or 0)
+local clock, lapse = 0, 0
+if got[2] then clock = -got[2] end
+if got[3] then lapse = -got[3] end
 local bound = seen and seen + window -- share_expire.lua's
 if got[2] and (not bound or clock > bound) then bound = clock end
 local place, held = clock, nil
@@ -51,7 +58,7 @@ if lapse > now then
   -- #include share_held.lua
 end
 
-if held or (instant > now and instant - now > tonumber(ARGV[3])) then
+if held or (instant > now and instant - now > ARGV[3] + 0) then
   -- Refused (share.lua's sharesRefusal): until the claims holding it
   -- back let it go, if later than the limits do.
   local refused = instant

@@ -151,7 +151,9 @@ for i = 1, demands do
     -- The active tenants for this window: Redis's, once its marks are
     -- written (a second window on one key is rare).
     flushMarks(key, st)
-    st.count, st.window = redis.call('ZCOUNT', key, fmt('(%d', math.max(now - window, -1)), '+inf'), window
+    local since = now - window
+    if since < -1 then since = -1 end
+    st.count, st.window = redis.call('ZCOUNT', key, fmt('(%d', since), '+inf'), window
   end
   local n = st.count
   if not seen or seen <= now - window then
@@ -224,8 +226,10 @@ for i = 1, demands do
   if slack > 0 then
     local ttl = math.ceil((need - now) / 1000) + slack
     if not st.ttl or ttl > st.ttl then st.ttl = ttl end
-  elseif not bound or floor(need / GRID) > floor(bound / GRID) then
-    local at = (floor(need / GRID) + 2) * 1000
+  elseif not bound or need - need % GRID > bound - bound % GRID then
+    -- x - x % GRID is floor(x / GRID) * GRID without a call of
+    -- math.floor, a C function (take_share.lua).
+    local at = (need - need % GRID) / 1000 + 2000
     if not st.at or at > st.at then st.at = at end
   end
 end

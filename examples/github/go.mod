@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/google/go-github/v89 v89.0.0
 	github.com/quotakit/throttle v0.1.0
-	github.com/redis/go-redis/v9 v9.22.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

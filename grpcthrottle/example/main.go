@@ -16,7 +16,11 @@
 //
 // At the end it prints what the server admitted, as a share of what its
 // quota could have admitted over the same span, and how many calls it
-// refused: none.
+// refused: none, unless the machine held some calls on their way to the
+// server longer than the margin. Every call carries the instant the
+// limiter let it go (quotaserver.Stamp, chained after the limiter's
+// interceptor), and the run also counts the calls that were over the
+// quota as sent: those the limiter let go beyond it, always none.
 package main
 
 import (
@@ -78,6 +82,8 @@ type summary struct {
 	span              time.Duration // first admission to last, on the server's clock
 	capacity          int64         // the most the quota admits in span
 	exhausted         int64         // RESOURCE_EXHAUSTED answers of the server that reached the clients
+	sentOver          int           // calls over the quota at the instants they were sent (quotaserver.Quota.Over)
+	transit           time.Duration // the longest a call took from the limiter to the server's quota
 	local             int64         // calls the limiters refused: their quota was further away than the run's end
 	other             int64         // calls that failed otherwise (cancelled at the end of the run)
 }
@@ -129,7 +135,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (summary, error) {
 		}
 		conn, err := grpc.NewClient(srv.Addr(),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithUnaryInterceptor(grpcthrottle.UnaryClientInterceptor(lim)),
+			grpc.WithChainUnaryInterceptor(grpcthrottle.UnaryClientInterceptor(lim), quotaserver.Stamp),
 			grpc.WithStreamInterceptor(grpcthrottle.StreamClientInterceptor(lim)))
 		if err != nil {
 			return sum, err
@@ -163,6 +169,14 @@ func run(ctx context.Context, cfg config, w io.Writer) (summary, error) {
 	wg.Wait()
 	sum.admitted, sum.refused, sum.span = srv.Admitted(), srv.Refused(), srv.Span()
 	sum.capacity = cfg.quota.Capacity(sum.span)
+	var sent []time.Time
+	for _, c := range srv.Calls() {
+		if !c.Sent.IsZero() {
+			sent = append(sent, c.Sent)
+			sum.transit = max(sum.transit, c.Arrived.Sub(c.Sent))
+		}
+	}
+	sum.sentOver = cfg.quota.Over(sent)
 	sum.exhausted, sum.local, sum.other = exhausted.Load(), local.Load(), other.Load()
 
 	store := "one in-process store"
@@ -173,7 +187,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (summary, error) {
 	fmt.Fprintf(w, "clients: %d instances x %d callers for %v, sharing %s\n", cfg.instances, cfg.callers, cfg.duration, store)
 	fmt.Fprintf(w, "server admitted %d calls in %v: %.1f%% of its quota over that span (%d)\n",
 		sum.admitted, sum.span.Round(time.Millisecond), sum.used(), sum.capacity)
-	fmt.Fprintf(w, "server answered RESOURCE_EXHAUSTED %d times (%d reached the clients)\n", sum.refused, sum.exhausted)
+	fmt.Fprintf(w, "server answered RESOURCE_EXHAUSTED %d times (%d reached the clients); calls took up to %v to reach it\n",
+		sum.refused, sum.exhausted, sum.transit.Round(time.Millisecond))
+	fmt.Fprintf(w, "calls over the quota at the instants the limiters let them go: %d\n", sum.sentOver)
 	fmt.Fprintf(w, "not sent, since the run ended first: %d refused by the limiters, %d cancelled\n", sum.local, sum.other)
 	return sum, nil
 }

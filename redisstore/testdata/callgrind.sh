@@ -28,7 +28,11 @@ trap 'rm -rf "$dir"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port $port --save '' --appendonly no >/dev/null 2>"$dir/vg.log" &
 vpid=$!
 for _ in $(seq 1 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.2; done
-prologue=$(dirname "$lua")/prologue.lua
+# The package's files: the script's directory, or for a measurement
+# kept in testdata/ (share_floor.lua), the package above it.
+src=$(cd "$(dirname "$lua")" && pwd)
+case "$src" in */testdata) src=$(dirname "$src") ;; esac
+prologue=$src/prologue.lua
 # The parts scripts.go puts between the prologue and a script (scriptParts).
 parts=
 case "$(basename "$lua")" in
@@ -40,7 +44,8 @@ if [ -f "$prologue" ] && [ "$(basename "$lua")" != prologue.lua ]; then
 	# Each line "-- #include F" is replaced by F's text (composeScript),
 	# twice over: an included block may include another.
 	expand() { awk '/^[ \t]*-- #include /{f=$3; while ((getline l < f) > 0) print l; close(f); next} {print}'; }
-	(cd "$(dirname "$lua")" && cat prologue.lua $parts "$(basename "$lua")" | expand | expand) >"$dir/script.lua"
+	abs=$(cd "$(dirname "$lua")" && pwd)/$(basename "$lua")
+	(cd "$src" && cat prologue.lua $parts "$abs" | expand | expand) >"$dir/script.lua"
 else
 	cp "$lua" "$dir/script.lua"
 fi

@@ -8,6 +8,8 @@ package quotaserver
 import (
 	"context"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -38,13 +41,13 @@ const HoldService = "hold"
 type Server struct {
 	grpc_health_v1.UnimplementedHealthServer
 
-	q   Quota
 	now func() time.Time
 
-	mu    sync.Mutex
-	tat   time.Time // the bucket's theoretical arrival time (GCRA)
-	first time.Time // first admission
-	last  time.Time // last admission
+	mu     sync.Mutex
+	bucket bucket
+	calls  []Call
+	first  time.Time // first admission
+	last   time.Time // last admission
 
 	admitted, refused atomic.Int64
 	open              atomic.Int64 // streams in the handler now
@@ -64,7 +67,7 @@ func Start(q Quota, now func() time.Time) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{q: q, now: now, lis: lis, done: make(chan struct{})}
+	s := &Server{now: now, bucket: bucket{q: q}, lis: lis, done: make(chan struct{})}
 	s.srv = grpc.NewServer(grpc.UnaryInterceptor(s.unary), grpc.StreamInterceptor(s.stream))
 	grpc_health_v1.RegisterHealthServer(s.srv, s)
 	go func() {
@@ -103,24 +106,58 @@ func (q Quota) Capacity(d time.Duration) int64 {
 	return int64(q.Burst) + int64(d)*int64(q.Rate)/int64(q.Per)
 }
 
-// take takes a token: nil, or the RESOURCE_EXHAUSTED status to answer.
-func (s *Server) take() error {
-	interval := s.q.Per / time.Duration(s.q.Rate)
-	s.mu.Lock()
-	now := s.now()
-	tat := s.tat
+// bucket is the quota's token bucket (GCRA): the server's, and the one
+// [Quota.Over] replays sent instants through.
+type bucket struct {
+	q   Quota
+	tat time.Time // the theoretical arrival time
+}
+
+// take takes a token at now: 0, or how long until one is free.
+func (b *bucket) take(now time.Time) time.Duration {
+	interval := b.q.Per / time.Duration(b.q.Rate)
+	tat := b.tat
 	if tat.Before(now) {
 		tat = now
 	}
 	tat = tat.Add(interval)
-	if wait := tat.Sub(now) - time.Duration(s.q.Burst)*interval; wait > 0 {
+	if wait := tat.Sub(now) - time.Duration(b.q.Burst)*interval; wait > 0 {
+		return wait
+	}
+	b.tat = tat
+	return 0
+}
+
+// Over is how many calls sent at the instants sent (in any order) a
+// bucket of q would refuse if each arrived the instant it was sent: zero
+// when the clients kept to the quota, whatever time their calls then took
+// to reach the server.
+func (q Quota) Over(sent []time.Time) int {
+	sent = slices.SortedFunc(slices.Values(sent), time.Time.Compare)
+	b := bucket{q: q}
+	over := 0
+	for _, t := range sent {
+		if b.take(t) > 0 {
+			over++
+		}
+	}
+	return over
+}
+
+// take takes a token for a call sent at sent (zero: not stamped): nil,
+// or the RESOURCE_EXHAUSTED status to answer.
+func (s *Server) take(sent time.Time) error {
+	s.mu.Lock()
+	now := s.now()
+	wait := s.bucket.take(now)
+	s.calls = append(s.calls, Call{Sent: sent, Arrived: now, Refused: wait > 0})
+	if wait > 0 {
 		s.mu.Unlock()
 		s.refused.Add(1)
 		st, _ := status.New(codes.ResourceExhausted, "quota exceeded").
 			WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
 		return st.Err()
 	}
-	s.tat = tat
 	if s.first.IsZero() {
 		s.first = now
 	}
@@ -130,15 +167,53 @@ func (s *Server) take() error {
 	return nil
 }
 
+// SentKey is the metadata key under which [Stamp] sends the instant a
+// call was sent, in nanoseconds since the epoch.
+const SentKey = "quotaserver-sent"
+
+// Stamp is a unary client interceptor that tells the server when each
+// call was sent ([Call].Sent): chained after a limiter's, it stamps the
+// instant the limiter let the call go.
+func Stamp(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx = metadata.AppendToOutgoingContext(ctx, SentKey, strconv.FormatInt(time.Now().UnixNano(), 10))
+	return invoke(ctx, method, req, reply, cc, opts...)
+}
+
+// sentAt returns the instant [Stamp] put in ctx's metadata, or zero.
+func sentAt(ctx context.Context) time.Time {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(SentKey); len(v) == 1 {
+		if ns, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+			return time.Unix(0, ns)
+		}
+	}
+	return time.Time{}
+}
+
+// A Call is what the server saw of one call.
+type Call struct {
+	Sent    time.Time // when the client sent it ([Stamp]), or zero
+	Arrived time.Time // when it took its token, on the server's clock
+	Refused bool      // answered RESOURCE_EXHAUSTED
+}
+
+// Calls returns every call the server has seen, in the order they took
+// their tokens.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
 func (s *Server) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.take(); err != nil {
+	if err := s.take(sentAt(ctx)); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.take(); err != nil {
+	if err := s.take(sentAt(ss.Context())); err != nil {
 		return err
 	}
 	s.open.Add(1)

@@ -1,6 +1,7 @@
 package quotaserver
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,7 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -18,7 +22,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestTake(t *testing.T) {
 	var now time.Time
 	epoch := time.Unix(1_700_000_000, 0)
-	s := &Server{q: Quota{Rate: 10, Per: time.Second, Burst: 2}, now: func() time.Time { return now }}
+	q := Quota{Rate: 10, Per: time.Second, Burst: 2}
+	s := &Server{bucket: bucket{q: q}, now: func() time.Time { return now }}
 	steps := []struct {
 		at         time.Duration
 		ok         bool
@@ -38,7 +43,7 @@ func TestTake(t *testing.T) {
 	}
 	for i, st := range steps {
 		now = epoch.Add(st.at)
-		err := s.take()
+		err := s.take(time.Time{})
 		if st.ok {
 			assert.NoError(t, err, "step %d", i)
 			continue
@@ -52,5 +57,43 @@ func TestTake(t *testing.T) {
 	assert.Equal(t, int64(7), s.Admitted())
 	assert.Equal(t, int64(4), s.Refused())
 	assert.Equal(t, time.Hour, s.Span())
-	assert.Equal(t, int64(2+36000), s.q.Capacity(time.Hour))
+	assert.Equal(t, int64(2+36000), q.Capacity(time.Hour))
+
+	// Replayed in reverse order, the same instants make the same calls
+	// over the quota.
+	calls := s.Calls()
+	require.Len(t, calls, len(steps))
+	var arrived []time.Time
+	for i, c := range calls {
+		assert.Equal(t, epoch.Add(steps[i].at), c.Arrived, "call %d", i)
+		assert.Equal(t, !steps[i].ok, c.Refused, "call %d", i)
+		assert.True(t, c.Sent.IsZero(), "call %d was not stamped", i)
+		arrived = append([]time.Time{c.Arrived}, arrived...)
+	}
+	assert.Equal(t, 4, q.Over(arrived))
+	assert.Equal(t, 0, q.Over(arrived[:2]))
+}
+
+// Stamp tells the server when a call was sent.
+func TestStamp(t *testing.T) {
+	srv, err := Start(Quota{Rate: 10, Per: time.Second, Burst: 1}, nil)
+	require.NoError(t, err)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(Stamp))
+	require.NoError(t, err)
+	defer conn.Close()
+	before := time.Now()
+	hc := grpc_health_v1.NewHealthClient(conn)
+	_, err = hc.Check(context.Background(), &grpc_health_v1.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = hc.Check(context.Background(), &grpc_health_v1.HealthCheckRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	calls := srv.Calls()
+	require.Len(t, calls, 2)
+	for i, c := range calls {
+		assert.False(t, c.Sent.Before(before), "call %d: sent %v, before the call %v", i, c.Sent, before)
+		assert.False(t, c.Arrived.Before(c.Sent), "call %d arrived before it was sent", i)
+		assert.Equal(t, i == 1, c.Refused, "call %d", i)
+	}
 }
