@@ -75,8 +75,8 @@ func main() {
 	var cfg config
 	parts := flag.String("parts", strings.Join(allParts, ","), "parts to run, comma-separated: "+strings.Join(allParts, ", "))
 	concs := flag.String("c", "1,8,64", "throughput: concurrencies")
-	flag.DurationVar(&cfg.dur, "d", 2*time.Second, "throughput: how long each contender runs at each concurrency")
-	flag.IntVar(&cfg.rounds, "r", 5, "throughput: rounds each cell is split into, the contenders taking turns")
+	flag.DurationVar(&cfg.dur, "d", time.Second, "throughput: how long each contender runs at each concurrency (the baseline runs as long again between each two)")
+	flag.IntVar(&cfg.rounds, "r", 20, "throughput: rounds each cell is split into, the contenders taking turns with the baseline between each two")
 	flag.BoolVar(&cfg.variants, "variants", false, "throughput: also our fixed window, sliding window, sliding log and MULTI/EXEC mode")
 	only := flag.String("only", "", "throughput: run only the rows whose name matches this regular expression, and the EVALSHA baseline (for work on one row; the docs' tables come from full runs)")
 	flag.DurationVar(&cfg.accRun, "acc-d", 3*time.Second, "accuracy: how long each contender hammers the limit")

@@ -37,6 +37,12 @@ type cell struct {
 	did        snapshot        // commands sent, and Redis's work
 	lat        []time.Duration // of the successful decisions
 	err        error           // the first failure
+
+	// ratios are the contender's decisions per second in each of its
+	// slices over the baseline's in the two slices around it
+	// (bracketed); for the baseline itself, each of its slices over the
+	// one before it: how much the machine moved in one slice's time.
+	ratios []float64
 }
 
 // add adds o, one round, to c.
@@ -50,6 +56,7 @@ func (c *cell) add(o cell) {
 	c.did.cpu += o.did.cpu
 	c.did.allocs += o.did.allocs
 	c.lat = append(c.lat, o.lat...)
+	c.ratios = append(c.ratios, o.ratios...)
 	if c.err == nil {
 		c.err = o.err
 	}
@@ -59,10 +66,19 @@ func (c *cell) add(o cell) {
 func (c *cell) opsPerSec() float64 { return float64(c.ok) / c.elapsed.Seconds() }
 
 // throughput runs the throughput part: every contender at every
-// concurrency for cfg.dur, split into cfg.rounds slices in which the
-// contenders take turns (in reverse order every other round), so that
-// noise on a shared machine falls on all of them alike. All share one client (go-redis defaults, a pool of 128),
-// except the rows marked as using the client without retries.
+// concurrency for cfg.dur, split into cfg.rounds slices. In each round the
+// contenders take turns (in reverse order every other round), and the
+// EVALSHA baseline runs before the first and after each of them
+// (bracketed), so that every slice of a contender has a slice of the
+// baseline just before and just after it. A contender's multiple of the
+// baseline is the median over its slices of its decisions per second over
+// the baseline's in the two slices around it: the machine's speed, which
+// on a shared VM moves by half from one second to the next (at
+// concurrency 1 most of all, with how fast an idle CPU wakes up), moves
+// a slice and its neighbours alike, and the median leaves out the slices
+// in which it moved during one. All share one client (go-redis defaults,
+// a pool of 128), except the rows marked as using the client without
+// retries.
 func throughput(ctx context.Context, e *env, cfg config) error {
 	cts, err := throughputContenders(e, cfg.variants)
 	if err != nil {
@@ -83,28 +99,79 @@ func throughput(ctx context.Context, e *env, cfg config) error {
 		res[i] = make([]cell, len(cfg.concs))
 	}
 	slice := cfg.dur / time.Duration(cfg.rounds)
-	order := make([]int, len(cts))
-	for i := range order {
-		order[i] = i
+	var order []int // every contender but the baseline
+	for i := range cts {
+		if i != baseRow {
+			order = append(order, i)
+		}
 	}
 	for j, conc := range cfg.concs {
+		run := func(i int) (cell, error) {
+			c, err := measure(ctx, e, cts[i], conc, slice)
+			if err != nil {
+				return c, fmt.Errorf("%s at concurrency %d: %w", cts[i].name, conc, err)
+			}
+			return c, nil
+		}
 		for range cfg.rounds {
 			// In reverse every other round: a contender that runs right
 			// after another (whose goroutines, timers or garbage are still
 			// about) is not always the same one.
 			slices.Reverse(order)
+			before, err := run(baseRow)
+			if err != nil {
+				return err
+			}
+			res[baseRow][j].add(before)
 			for _, i := range order {
-				ct := cts[i]
-				c, err := measure(ctx, e, ct, conc, slice)
+				c, err := run(i)
 				if err != nil {
-					return fmt.Errorf("%s at concurrency %d: %w", ct.name, conc, err)
+					return err
 				}
+				after, err := run(baseRow)
+				if err != nil {
+					return err
+				}
+				c.ratios = []float64{bracketed(c, before, after)}
+				after.ratios = []float64{after.opsPerSec() / before.opsPerSec()}
 				res[i][j].add(c)
+				res[baseRow][j].add(after)
+				before = after
 			}
 		}
 	}
 	printThroughput(cts, cfg, res)
 	return nil
+}
+
+// baseRow is the index of the EVALSHA baseline among the throughput
+// contenders (throughputContenders).
+const baseRow = 1
+
+// bracketed returns c's decisions per second over the baseline's in the
+// slices just before and just after it, both together.
+func bracketed(c, before, after cell) float64 {
+	base := float64(before.ok+after.ok) / (before.elapsed + after.elapsed).Seconds()
+	if base == 0 {
+		return 0
+	}
+	return c.opsPerSec() / base
+}
+
+// medianSpread returns the median of xs and its quartiles.
+func medianSpread(xs []float64) (med, q1, q3 float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	at := func(q float64) float64 {
+		pos := q * float64(len(s)-1)
+		lo := int(pos)
+		hi := min(lo+1, len(s)-1)
+		return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
+	}
+	return at(0.5), at(0.25), at(0.75)
 }
 
 // throughputContenders returns the rows of the throughput table. The
@@ -218,11 +285,11 @@ func measure(ctx context.Context, e *env, ct contender, conc int, dur time.Durat
 
 // printThroughput prints the throughput table and its notes.
 func printThroughput(cts []contender, cfg config, res [][]cell) {
-	const base = 1 // the EVALSHA baseline's row
-	fmt.Printf("### Throughput and latency\n\n%v per contender and concurrency, in %d rounds. Ops/s: successful decisions per second; ×: multiple of the EVALSHA `return 1` baseline at the same concurrency (for latency, > 1 is slower). Calls: commands the client sent per successful decision (a script call is one). Redis cmds: commands Redis executed per successful decision, those run inside scripts included (INFO commandstats). Redis CPU: redis-server's user+system CPU per successful decision (INFO cpu). Client CPU: this program's user+system CPU per successful decision (getrusage), the goroutines' loop included: what the library costs the service that calls it, and on this machine it shares the CPUs with Redis.\n\n", cfg.dur, cfg.rounds)
+	const base = baseRow
+	fmt.Printf("### Throughput and latency\n\n%v per contender and concurrency, in %d rounds of %v slices; in each round the contenders take turns and the EVALSHA `return 1` baseline runs before the first and after each of them. Ops/s: successful decisions per second over all slices. ×: the median over the contender's slices of its ops/s over the baseline's in the two slices around it, and (after it) the middle half of those ratios, their quartiles: the spread the machine's noise left; for the baseline, each slice over the one before it. Latency: percentiles over all slices, × the baseline's (> 1 is slower). Calls: commands the client sent per successful decision (a script call is one). Redis cmds: commands Redis executed per successful decision, those run inside scripts included (INFO commandstats). Redis CPU: redis-server's user+system CPU per successful decision (INFO cpu). Client CPU: this program's user+system CPU per successful decision (getrusage), the goroutines' loop included: what the library costs the service that calls it, and on this machine it shares the CPUs with Redis.\n\n", cfg.dur, cfg.rounds, cfg.dur/time.Duration(cfg.rounds))
 	t := table{head: []string{"contender"}}
 	for _, c := range cfg.concs {
-		t.head = append(t.head, fmt.Sprintf("c=%d ops/s (×)", c), fmt.Sprintf("c=%d p50 / p99 µs (×)", c))
+		t.head = append(t.head, fmt.Sprintf("c=%d ops/s (×, its quartiles)", c), fmt.Sprintf("c=%d p50 / p99 µs (×)", c))
 	}
 	t.head = append(t.head, "calls", "Redis cmds", "Redis CPU µs", "client CPU µs", "failed (c="+joinInts(cfg.concs)+")")
 	for i, ct := range cts {
@@ -235,8 +302,12 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 			slices.Sort(b.lat)
 			p50, p99 := percentile(c.lat, 0.5), percentile(c.lat, 0.99)
 			b50, b99 := percentile(b.lat, 0.5), percentile(b.lat, 0.99)
+			med, q1, q3 := medianSpread(c.ratios)
+			if i == base {
+				med = 1
+			}
 			r = append(r,
-				fmt.Sprintf("%.0f (%s)", c.opsPerSec(), ratio(c.opsPerSec(), b.opsPerSec())),
+				fmt.Sprintf("%.0f (%.2f, %.2f–%.2f)", c.opsPerSec(), med, q1, q3),
 				fmt.Sprintf("%s / %s (%s / %s)", micros(p50), micros(p99), ratio(float64(p50), float64(b50)), ratio(float64(p99), float64(b99))))
 			total.add(*c)
 			fails = append(fails, percent(float64(c.failed)/float64(max(c.ok+c.failed, 1))))

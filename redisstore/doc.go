@@ -33,8 +33,9 @@
 // [Store.Settle] are one script call each as well.
 //
 // Under heavy concurrency, GCRA-only demands of one scope share that round
-// trip: while [BatchInFlight] calls of the scope are in flight, later
-// demands wait and go together in one EVALSHA of take_batch.lua, which
+// trip: while [BatchInFlight] calls of the scope are in flight (one fewer
+// while its batches have company), later demands wait and go together
+// in one EVALSHA of take_batch.lua, which
 // decides them one after another at one instant, each all-or-nothing as
 // its own call would, reading and writing each key once for the batch
 // ([WithBatching] sets the batch size or turns batching off).

@@ -105,3 +105,13 @@ func hasSlots(d *quota.Demand) bool {
 	}
 	return false
 }
+
+// BatchWaiting returns how many demands of scope wait in s for a batch.
+func BatchWaiting(s *Store, scope string) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	if q := s.batch.queues[scope]; q != nil {
+		return len(q.pending)
+	}
+	return 0
+}

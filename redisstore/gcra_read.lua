@@ -16,12 +16,20 @@ if pauses == 1 then
   if pauseEnd and pauseEnd > instant then instant, pause = pauseEnd, 0 end
   first = 2
 end
+-- A limit binds only when its arrival time is past the instant: the
+-- allowance is never negative (a demand's cost plus its headroom is at
+-- most the limit's capacity, quota.Demand.Validate), so an idle bucket's
+-- allowance is not read (one number less to parse).
 local old1 = tonumber(redis.call('GET', KEYS[first])) or 0
 local old2, binding = 0, -1
-local earliest = old1 - ARGV[5]
-if earliest > instant then instant, binding = earliest, 0 end
+if old1 > instant then
+  local earliest = old1 - ARGV[5]
+  if earliest > instant then instant, binding = earliest, 0 end
+end
 if limits == 2 then
   old2 = tonumber(redis.call('GET', KEYS[first + 1])) or 0
-  earliest = old2 - ARGV[7]
-  if earliest > instant then instant, binding = earliest, 1 end
+  if old2 > instant then
+    local earliest = old2 - ARGV[7]
+    if earliest > instant then instant, binding = earliest, 1 end
+  end
 end

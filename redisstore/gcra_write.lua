@@ -6,10 +6,11 @@
 -- scripts.go puts its text in place of the line
 -- "-- #include gcra_write.lua".
 --
--- In: key, old, tat.
+-- In: key, old, tat. (x - x % GRID is floor(x / GRID) * GRID, the start of
+-- x's second, computed in place where math.floor would be a call.)
 if slack > 0 then
   redis.call('SET', key, fmt('%d', tat), 'PX', math.ceil((tat - now) / 1000) + slack)
-elseif old > 0 and floor(old / GRID) == floor(tat / GRID) then
+elseif old > 0 and old - old % GRID == tat - tat % GRID then
   redis.call('INCRBY', key, fmt('%d', tat - old))
 else
   redis.call('SET', key, fmt('%d', tat), 'PXAT', fmt('%d', (floor(tat / GRID) + 2) * 1000))

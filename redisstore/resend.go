@@ -139,7 +139,9 @@ var evalshaArg, evalArg any = "evalsha", "eval"
 
 // send sends one marked EVALSHA or EVAL, as redis.Script's methods build
 // it: name, then script (the SHA or the source), boxed by the caller. The
-// arguments go in the mark's own array when they fit.
+// arguments go in the mark's own array when they fit; args may already
+// be there, in place (Store.markedArgs), and then copying them moves
+// nothing.
 func (s *Store) send(ctx context.Context, mark *resendMark, name, script any, keys []string, args []any) *redis.Cmd {
 	n := 3 + len(keys) + len(args)
 	all := mark.all[:0]
@@ -150,7 +152,7 @@ func (s *Store) send(ctx context.Context, mark *resendMark, name, script any, ke
 	for _, k := range keys {
 		all = append(all, k)
 	}
-	all = append(all, args...)
+	all = append(all, args...) // args in place: each copied onto itself
 	cmd := &mark.cmd
 	cmd.Cmd = *redis.NewCmd(ctx, all...)
 	_ = s.client.Process(ctx, cmd)

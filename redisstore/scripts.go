@@ -190,3 +190,21 @@ func (s *Store) scriptArgs(size int, id string, marked bool) ([]any, *resendMark
 	}
 	return append(args, s.nowArg(), id), nil
 }
+
+// markedArgs is scriptArgs(size, id, true) for a call of nkeys keys: when
+// the store marks its calls, the arguments start in the mark's own array
+// where Store.send puts them, after the command's name, script and keys,
+// so that a call whose arguments fit makes no slice for them.
+func (s *Store) markedArgs(nkeys, size int, id string) ([]any, *resendMark) {
+	if !s.detect {
+		return s.scriptArgs(size, id, true)
+	}
+	m := newResendMark(id)
+	var args []any
+	if at := 3 + nkeys; at+2+size <= len(m.all) {
+		args = m.all[at:at]
+	} else {
+		args = make([]any, 0, 2+size)
+	}
+	return append(args, s.nowArg(), m), m
+}

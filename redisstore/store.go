@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,6 +45,25 @@ type Store struct {
 	slotInFlight  int           // the same for demands with Concurrency limits
 	batch         batcher       // batch.go
 	deadlines     callDeadlines
+	lastKeys      atomic.Pointer[scopeKeys] // keysOf: the keys of the scope decided last
+}
+
+// scopeKeys are the keys of one scope, kept by Store.keysOf.
+type scopeKeys struct {
+	scope string
+	ks    keys
+}
+
+// keysOf returns the keys of scope, whose base (prefix, schema and
+// hash tag) is built once for the scope decided last: most stores decide
+// one or a few scopes, so a decision rarely builds it.
+func (s *Store) keysOf(scope string) keys {
+	if k := s.lastKeys.Load(); k != nil && k.scope == scope {
+		return k.ks
+	}
+	k := &scopeKeys{scope: scope, ks: newKeys(s.prefix, scope)}
+	s.lastKeys.Store(k)
+	return k.ks
 }
 
 var _ quota.Store = (*Store)(nil)
@@ -231,14 +251,14 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	case window:
 		script = takeWindowScript
 		l := &d.Limits[0].Limit
-		args, mark = s.scriptArgs(6, id, true)
+		args, mark = s.markedArgs(len(keys), 6, id)
 		args = append(args, algoCode(l.Algorithm), maxWait, windowPer(l), l.Rate-d.Limits[0].Headroom, d.CostOf(0), phaseArg(l))
 		if d.Limits[0].Noted() {
 			keys, args = s.appendNote(keys, args, &d.Limits[0], d.Scope) // share.go
 		}
 	case gcraOnly:
 		script = takeGCRAScript
-		args, mark = s.scriptArgs(2+2*len(d.Limits), id, true)
+		args, mark = s.markedArgs(len(keys), 2+2*len(d.Limits), id)
 		args = appendGCRAPairs(append(args, maxWait), d)
 		if mode := gcraMode(s.replayMS, gcraExact(d)); mode != "" {
 			args = append(args, mode)
@@ -413,7 +433,7 @@ func windowPer(l *quota.Limit) any {
 // limits, then the replay key when replayID is not "". They are cut from
 // one string, so a decision allocates its key names once.
 func (s *Store) takeKeys(d *quota.Demand, replayID string) []string {
-	ks := newKeys(s.prefix, d.Scope)
+	ks := s.keysOf(d.Scope)
 	n := len(d.Pauses) + len(d.Limits)
 	size := 0
 	for _, p := range d.Pauses {
@@ -509,7 +529,7 @@ func decideIdle(tat int64, d *quota.Demand, id string) (quota.Decision, error) {
 		}
 		n = append(n, n[4]+charge)
 	}
-	return decide(n, fbuf[:len(n)], d, id, tat)
+	return decide(n, fbuf[:len(n)], d, id, nil) // nil: no tat boxed (an allocation) for errors only
 }
 
 // parseTake reads take.lua's reply.
@@ -558,10 +578,10 @@ func parseField(f string) (v, frac int64, err error) {
 // delay in µs, the binding limit and pause indexes, and for a grant the
 // store's clock, what the limits other than GCRA admit now (-1: none has
 // a say) and the marks, with fr the fractions of the GCRA arrival times
-// (0 elsewhere). reply is only printed in errors.
+// (0 elsewhere). reply is only printed in errors; nil prints n.
 func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decision, error) {
 	if len(n) < 4 || n[0] == 1 && len(n) < 6 {
-		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+		return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", replyOf(reply, n))
 	}
 	ok, delay, limit, pause := n[0] == 1, n[1], n[2], n[3]
 	if delay < 0 {
@@ -570,7 +590,7 @@ func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decisio
 	dec := quota.Decision{OK: ok, Delay: time.Duration(delay) * time.Microsecond, Limit: -1}
 	if !ok {
 		if limit < -1 || limit >= int64(len(d.Limits)) || pause < -1 || pause >= int64(len(d.Pauses)) {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", replyOf(reply, n))
 		}
 		dec.Limit = int(limit)
 		if limit < 0 && pause >= 0 {
@@ -598,14 +618,14 @@ func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decisio
 		if l.Algorithm == quota.GCRA {
 			tat := quotamath.Time{Micros: marks[i], Frac: fracs[i]}
 			if tat.Frac >= l.Rate {
-				return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+				return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", replyOf(reply, n))
 			}
 			r.Marks[i] = l.Mark(tat)
 			if dec.Delay == 0 {
 				remaining = min(remaining, l.State(quotamath.Counter{TAT: tat}, now).Remaining)
 			}
 		} else if fracs[i] != 0 {
-			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", reply)
+			return quota.Decision{}, fmt.Errorf("redisstore: take: malformed reply %v", replyOf(reply, n))
 		}
 		end = max(end, l.ChargeEnd(r.Marks[i]))
 	}
@@ -615,6 +635,15 @@ func decide(n, fr []int64, d *quota.Demand, id string, reply any) (quota.Decisio
 		dec.Remaining = max(remaining, 0)
 	}
 	return dec, nil
+}
+
+// replyOf is what decide prints of a reply: reply, or when it is nil the
+// fields n, copied so that n (on the caller's stack) does not escape.
+func replyOf(reply any, n []int64) any {
+	if reply != nil {
+		return reply
+	}
+	return slices.Clone(n)
 }
 
 // newReservation returns a Reservation of d with room for its marks, in

@@ -75,10 +75,9 @@ if nargs % 2 == 0 then
   local ttl, fractions = string.match(ARGV[nargs], '^(%d+)(.*)$')
   replyTTL, exact = tonumber(ttl), fractions == ''
 end
-local pauses = #KEYS - limits
-if replyTTL > 0 then pauses = pauses - 1 end
-local replayKey = KEYS[#KEYS]
+local pauses, replayKey = #KEYS - limits, nil
 if replyTTL > 0 then
+  pauses, replayKey = pauses - 1, KEYS[#KEYS]
   local prev = redis.call('GET', replayKey)
   if prev then
     -- A retry of a call whose reply was lost: answer as the first run
