@@ -10,7 +10,13 @@ import (
 // bruteLogAdmits checks every window of length P that holds t, one
 // microsecond at a time.
 func bruteLogAdmits(l Limit, log []LogEntry, t, cost int64) bool {
-	for y := t; y < t+l.Per; y++ {
+	return bruteAdmits(l, log, t, cost, t+l.Per)
+}
+
+// bruteAdmits checks every window of length P of the log ending in [t,
+// end), one microsecond at a time.
+func bruteAdmits(l Limit, log []LogEntry, t, cost, end int64) bool {
+	for y := t; y < end; y++ {
 		if LogCost(log, y-l.Per, y)+cost > l.Rate {
 			return false
 		}
@@ -57,12 +63,7 @@ func bruteLogEnd(e LogExpiry, t int64) int64 {
 // bruteExpiryAdmits checks every window of the log ending in [t,
 // LogEnd(t)), one microsecond at a time.
 func bruteExpiryAdmits(l Limit, log []LogEntry, t, cost int64) bool {
-	for y := t; y < l.LogEnd(t); y++ {
-		if LogCost(log, y-l.Per, y)+cost > l.Rate {
-			return false
-		}
-	}
-	return true
+	return bruteAdmits(l, log, t, cost, l.LogEnd(t))
 }
 
 func TestSlidingLogExpiryBrute(t *testing.T) {
