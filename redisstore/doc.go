@@ -178,7 +178,7 @@
 //
 // go-redis's defaults suit a cache better than a rate limiter. These are
 // the ones to change, for a redis.Options, redis.ClusterOptions or
-// redis.FailoverOptions alike (defaults as of go-redis v9.22):
+// redis.FailoverOptions alike (defaults as of go-redis v9.23):
 //
 //   - ContextTimeoutEnabled: true. Without it go-redis does not apply a
 //     call's context deadline to socket reads and writes (it reads with
