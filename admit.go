@@ -157,12 +157,16 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 		}
 	}
 
-	// Each Anchor limit's log counts the request in the vendor's windows
-	// once their phase is known, and until then it reserves no further
-	// ahead than the log's span (anchor.go).
-	lim.anchorExpiry(d, now)
+	// Under Learning.AnchorGrid, each Anchor limit's log counts the
+	// request in the vendor's windows once their phase is known, and until
+	// then it reserves no further ahead than the log's span (anchor.go).
 	maxWait := d.MaxWait
-	horizon, capped := d.anchorHorizon()
+	var horizon time.Duration
+	var capped bool
+	if r.Learn.AnchorGrid {
+		lim.anchorExpiry(d, now)
+		horizon, capped = d.anchorHorizon()
+	}
 	if capped = capped && horizon < maxWait && !d.reserve && !d.inLine(); capped {
 		d.MaxWait = horizon
 	}

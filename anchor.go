@@ -47,16 +47,19 @@ import (
 // observeClock), so that it reaches the vendor between sendLag and
 // sendLag plus the margin after its charge. How long the log counts it:
 //
-//   - While the phase is not known (the evidence is wider than half a
-//     window with the longest send-to-answer time, the store's clock is
-//     not known yet, or no answer came for a window), the entry is at
-//     its charge and counts for the span: in every vendor window that
-//     may hold the request, whatever its phase. A saturated fleet's
-//     bursts then come the span apart (one vendor window in about eleven
-//     gets none), and such a request reserves no further than the span
-//     ahead (anchorHorizon), so that the queue of bursts spaced so is
-//     one deep when the phase becomes known.
-//   - Once it is known, the log's demand carries the vendor's windows as
+//   - Without Learning.AnchorGrid (the default: the vendor's windows may
+//     start at a first request, as GitHub's do, and end later after
+//     every gap), or while the phase is not known (the evidence is wider
+//     than half a window with the longest send-to-answer time, the
+//     store's clock is not known yet, or no answer came for a window),
+//     the entry is at its charge and counts for the span: in every
+//     vendor window that may hold the request, whatever its phase and
+//     however it moves. A saturated fleet's bursts then come the span
+//     apart (one vendor window in about eleven gets none). Under
+//     AnchorGrid such a request reserves no further than the span ahead
+//     (anchorHorizon), so that the queue of bursts spaced so is one deep
+//     when the phase becomes known.
+//   - Under AnchorGrid, once the phase is known, the log's demand carries the vendor's windows as
 //     a quota.LogExpiry (anchorExpiry): their ends, less sendLag, in
 //     [lo-oHi, hi-oLo]-sendLag of the store's clock (the evidence [lo,
 //     hi], less what is known of ours less the store's, [oLo, oHi]), and
@@ -700,7 +703,10 @@ func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Ti
 
 // anchorExpiry sets, on the log that anchorLog added to d for each of
 // its Anchor limits, the expiry that scores its entry by the vendor's
-// windows (logExpiry), or none while the phase is not known.
+// windows (logExpiry), or none while the phase is not known. It is
+// called for rules with Learning.AnchorGrid only: against windows that
+// start at a first request, the entries so scored let bursts in before
+// the vendor's window ended (TestAnchorStickyWindows).
 func (lim *Limiter) anchorExpiry(d *demand, now time.Time) {
 	for i, b := range d.Limits {
 		j := d.anchorLogIndex(i)

@@ -283,6 +283,7 @@ func TestAnchorPolicy(t *testing.T) {
 		{"a phased limit", rule(throttle.Learning{Anchor: "window"}, throttle.Limit{Name: "window", Rate: 1, Per: time.Minute, Algorithm: throttle.FixedWindow, Phase: time.Second}), "Learn.Anchor"},
 		{"a phase of a whole window", rule(throttle.Learning{}, throttle.Limit{Name: "window", Rate: 1, Per: time.Minute, Algorithm: throttle.FixedWindow, Phase: time.Minute}), "Limits[0].Phase"},
 		{"a negative tolerance", rule(throttle.Learning{Anchor: "window", AnchorTolerance: -time.Second}, window), "Learn.AnchorTolerance"},
+		{"a grid without an anchor", rule(throttle.Learning{AnchorGrid: true}, window), "Learn.AnchorGrid"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := throttle.Policy{Rules: []throttle.Rule{c.rule}}.Validate()

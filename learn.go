@@ -107,6 +107,21 @@ type Learning struct {
 	// trust").
 	AnchorTolerance time.Duration
 
+	// AnchorGrid says that the vendor's windows of the Anchor limit are a
+	// fixed grid: they end a whole number of windows apart whatever the
+	// requests do, as windows on the clock's seconds or minutes do. Once
+	// their phase is known, the limit's log then counts each request only
+	// in the vendor windows that may hold it ([quota.LogExpiry]), and a
+	// saturated fleet can use the whole quota. Leave it false for a
+	// vendor whose windows start at the first request after the last one
+	// ended, as GitHub's do: such windows end later after every gap, and
+	// a log that follows an earlier phase lets a burst in before the
+	// vendor's window has ended. False: the log counts each request for
+	// the window and its margin after its charge, which holds whatever
+	// the vendor's windows do, at the cost of a saturated fleet's bursts
+	// coming a margin more than a window apart. Requires Anchor.
+	AnchorGrid bool
+
 	// PauseBy names a limit of the rule whose key scopes learned pauses
 	// (one Slack workspace, one GitHub token) instead of the whole scope.
 	PauseBy string

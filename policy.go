@@ -362,6 +362,9 @@ func (p Policy) compile() (*compiledPolicy, error) {
 				bad(id, "Learn.Sync", "names a concurrency limit, %q; a vendor's remaining quota is a rate", r.Learn.Sync)
 			}
 		}
+		if r.Learn.AnchorGrid && r.Learn.Anchor == "" {
+			bad(id, "Learn.AnchorGrid", "scores the entries of an Anchor limit's log, and Learn.Anchor names none")
+		}
 		if r.Learn.Anchor != "" {
 			for j, l := range r.Limits {
 				if l.Name == r.Learn.Anchor {

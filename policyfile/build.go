@@ -564,6 +564,7 @@ func (b *builder) learning(n *node, w at) throttle.Learning {
 		{"sync_resource", into(&l.SyncResource, b.str)},
 		{"anchor", into(&l.Anchor, b.str)},
 		{"anchor_tolerance", into(&l.AnchorTolerance, b.duration)},
+		{"anchor_grid", into(&l.AnchorGrid, b.boolean)},
 		{"pause_by", into(&l.PauseBy, b.str)},
 	})
 	return l

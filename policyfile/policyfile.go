@@ -33,7 +33,7 @@
 // Rule fields: name, host, method, path, scope, wait, cost (a whole
 // number), cost_by_method ({default: 5, GET: 1}), shadow,
 // on_store_failure, limits, learn (off, max_pause, default_pause, jitter,
-// sync, sync_resource, anchor, anchor_tolerance, pause_by), retry (max,
+// sync, sync_resource, anchor, anchor_tolerance, anchor_grid, pause_by), retry (max,
 // max_wait), settle_from_json (the JSON path of the cost an answer
 // reports, such as data.rateLimit.cost: [throttle.SettleFromJSON]; cost is
 // then the estimate charged until the answer comes) and class (a name

@@ -461,7 +461,7 @@ func TestPhaseAndAnchor(t *testing.T) {
     limits:
       - {name: day, rate: 1000, per: 24h, algorithm: fixed-window, phase: 8h}
   - name: vendor
-    learn: {sync: window, anchor: window, anchor_tolerance: 500ms}
+    learn: {sync: window, anchor: window, anchor_tolerance: 500ms, anchor_grid: true}
     limits:
       - {name: window, rate: 60, per: 1m, algorithm: fixed-window}
 `))
@@ -469,6 +469,8 @@ func TestPhaseAndAnchor(t *testing.T) {
 	assert.Equal(t, 8*time.Hour, p.Rules[0].Limits[0].Phase)
 	assert.Equal(t, "window", p.Rules[1].Learn.Anchor)
 	assert.Equal(t, 500*time.Millisecond, p.Rules[1].Learn.AnchorTolerance)
+	assert.True(t, p.Rules[1].Learn.AnchorGrid)
+	assert.False(t, p.Rules[0].Learn.AnchorGrid)
 
 	for _, c := range []struct {
 		name, doc, field, inErr string
