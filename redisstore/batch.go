@@ -478,7 +478,7 @@ func (s *Store) batchFailed(calls []*batchCall, id string, carried []leaseReleas
 	scope := calls[0].d.Scope
 	s.releases.giveBack(s, scope, carried, releaseRetry)
 	var rs []leaseRelease
-	ks := newKeys(s.prefix, scope)
+	ks := s.keysOf(scope)
 	until := time.Now()
 	for i, c := range calls {
 		for j := range c.d.Limits {

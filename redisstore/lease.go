@@ -27,7 +27,7 @@ func (s *Store) leaseKeys(r *quota.Reservation, add func(ks keys, b *quota.Bucke
 		return nil, errors.New("redisstore: malformed reservation")
 	}
 	d := r.Demand
-	ks := newKeys(s.prefix, d.Scope)
+	ks := s.keysOf(d.Scope)
 	var keys []string
 	for i := range d.Limits {
 		b := &d.Limits[i]

@@ -51,7 +51,7 @@ func (s *Store) appendShare(keys []string, args []any, d *quota.Demand) ([]strin
 	for d.Limits[i].Tenant == "" {
 		i++
 	}
-	b, ks, l := &d.Limits[i], newKeys(s.prefix, d.Scope), quotamath.Of(d.Limits[i].Limit)
+	b, ks, l := &d.Limits[i], s.keysOf(d.Scope), quotamath.Of(d.Limits[i].Limit)
 	keys = append(keys, ks.shares(b), ks.shareClaims(b), ks.shareEnds(b))
 	args = append(args, i+1, b.Tenant, l.ShareUnit(int64(d.CostOf(i))), l.ShareAhead(), l.Per, l.ShareUnit(1), max(d.MaxWait, 0).Microseconds())
 	return keys, args
@@ -61,13 +61,13 @@ func (s *Store) appendShare(keys []string, args []any, d *quota.Demand) ([]strin
 // of b, a noted window limit of a demand of scope: the notes' key, the
 // headroom and T.
 func (s *Store) appendNote(keys []string, args []any, b *quota.Bucket, scope string) ([]string, []any) {
-	return append(keys, newKeys(s.prefix, scope).classNotes(b)), append(args, b.Headroom, quotamath.Of(b.Limit).ShareUnit(1))
+	return append(keys, s.keysOf(scope).classNotes(b)), append(args, b.Headroom, quotamath.Of(b.Limit).ShareUnit(1))
 }
 
 // appendShares appends share.lua's four keys and eight arguments per
 // entry of d (sharedLimits), in the order of the limits.
 func (s *Store) appendShares(keys []string, args []any, d *quota.Demand) ([]string, []any) {
-	ks := newKeys(s.prefix, d.Scope)
+	ks := s.keysOf(d.Scope)
 	wait := max(d.MaxWait, 0).Microseconds()
 	for i := range d.Limits {
 		b := &d.Limits[i]

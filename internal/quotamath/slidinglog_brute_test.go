@@ -24,27 +24,35 @@ func bruteAdmits(l Limit, log []LogEntry, t, cost, end int64) bool {
 	return true
 }
 
+// checkEarliest fills a log of l (case n) with the entries admits lets
+// in, at the instants entryAt gives, and checks that slidingLogEarliest
+// from a random instant finds the first instant admits allows.
+func checkEarliest(t *testing.T, r *rand.Rand, n int, l Limit, admits func(Limit, []LogEntry, int64, int64) bool, entryAt func(int64) int64) {
+	t.Helper()
+	var log []LogEntry
+	for range r.IntN(8) {
+		c := int64(1 + r.IntN(int(l.Rate)))
+		at := int64(r.IntN(40))
+		if admits(l, log, at, c) {
+			log = Insert(log, LogEntry{At: entryAt(at), Cost: c})
+		}
+	}
+	t0 := int64(r.IntN(40))
+	c := int64(1 + r.IntN(int(l.Rate)))
+	want := t0
+	for !admits(l, log, want, c) {
+		want++
+	}
+	if got := l.slidingLogEarliest(log, t0, c); got != want {
+		t.Fatalf("case %d: %+v log %v from %d cost %d: got %d, want %d", n, l, log, t0, c, got, want)
+	}
+}
+
 func TestSlidingLogEarliestBrute(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for n := range 20000 {
 		l := Limit{Algorithm: quota.SlidingLog, Per: int64(1 + r.IntN(12)), Rate: int64(1 + r.IntN(5))}
-		var log []LogEntry
-		for range r.IntN(8) {
-			c := int64(1 + r.IntN(int(l.Rate)))
-			at := int64(r.IntN(40))
-			if bruteLogAdmits(l, log, at, c) {
-				log = Insert(log, LogEntry{At: at, Cost: c})
-			}
-		}
-		t0 := int64(r.IntN(40))
-		c := int64(1 + r.IntN(int(l.Rate)))
-		want := t0
-		for !bruteLogAdmits(l, log, want, c) {
-			want++
-		}
-		if got := l.slidingLogEarliest(log, t0, c); got != want {
-			t.Fatalf("case %d: %+v log %v from %d cost %d: got %d, want %d", n, l, log, t0, c, got, want)
-		}
+		checkEarliest(t, r, n, l, bruteLogAdmits, func(at int64) int64 { return at })
 	}
 }
 
@@ -77,22 +85,6 @@ func TestSlidingLogExpiryBrute(t *testing.T) {
 				t.Fatalf("case %d: %+v: LogEnd(%d) = %d, want %d", n, l.Expiry, x, got, want)
 			}
 		}
-		var log []LogEntry
-		for range r.IntN(8) {
-			c := int64(1 + r.IntN(int(l.Rate)))
-			at := int64(r.IntN(40))
-			if bruteExpiryAdmits(l, log, at, c) {
-				log = Insert(log, LogEntry{At: l.LogAt(at), Cost: c})
-			}
-		}
-		t0 := int64(r.IntN(40))
-		c := int64(1 + r.IntN(int(l.Rate)))
-		want := t0
-		for !bruteExpiryAdmits(l, log, want, c) {
-			want++
-		}
-		if got := l.slidingLogEarliest(log, t0, c); got != want {
-			t.Fatalf("case %d: %+v log %v from %d cost %d: got %d, want %d", n, l, log, t0, c, got, want)
-		}
+		checkEarliest(t, r, n, l, bruteExpiryAdmits, l.LogAt)
 	}
 }
