@@ -157,14 +157,16 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 		}
 	}
 
-	// Under Learning.AnchorGrid, each Anchor limit's log counts the
-	// request in the vendor's windows once their phase is known, and until
-	// then it reserves no further ahead than the log's span (anchor.go).
+	// Each Anchor limit's log counts the request for a window and the
+	// reach that the recent sends and answers teach; under
+	// Learning.AnchorGrid, in the vendor's windows once their phase is
+	// known, and until then it reserves no further ahead than the log's
+	// span (anchor.go).
 	maxWait := d.MaxWait
 	var horizon time.Duration
 	var capped bool
-	if r.Learn.AnchorGrid {
-		lim.anchorExpiry(d, now)
+	if r.Learn.Anchor != "" {
+		lim.anchorExpiry(d, now, r.Learn.AnchorGrid)
 		horizon, capped = d.anchorHorizon()
 	}
 	if capped = capped && horizon < maxWait && !d.reserve && !d.inLine(); capped {

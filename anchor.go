@@ -45,32 +45,39 @@ import (
 // at the earliest (anchorPace: the charge's instant is the decision's,
 // read on this instance's clock as the store's grants teach it,
 // observeClock), so that it reaches the vendor between sendLag and
-// sendLag plus the margin after its charge. How long the log counts it:
+// sendLag plus its reach after its charge: the margin at most, and less
+// as the instance's recent sends and answers show them prompt
+// (phase.reach: twice the longest lateness measured, at least
+// reachFloor). A request reserves no further than the span ahead
+// (anchorHorizon): the queue of bursts is one deep, so the entries of
+// the next burst take the reach, or the phase, learned meanwhile. How
+// long the log counts an entry:
 //
 //   - Without Learning.AnchorGrid (the default: the vendor's windows may
 //     start at a first request, as GitHub's do, and end later after
 //     every gap), or while the phase is not known (the evidence is wider
 //     than half a window with the longest send-to-answer time, the
 //     store's clock is not known yet, or no answer came for a window),
-//     the entry is at its charge and counts for the span: in every
-//     vendor window that may hold the request, whatever its phase and
-//     however it moves. A saturated fleet's bursts then come the span
-//     apart (one vendor window in about eleven gets none). Under
-//     AnchorGrid such a request reserves no further than the span ahead
-//     (anchorHorizon), so that the queue of bursts spaced so is one deep
-//     when the phase becomes known.
+//     the entry counts from its charge for Per and its reach
+//     (reachExpiry; the span with the margin): in every vendor window
+//     that may hold the request, whatever its phase and however it
+//     moves. A vendor window ending at V holds requests charged in
+//     (V-sendLag-Per-reach, V-sendLag), each of whose entries counts in
+//     the log's window ending at V-sendLag-1µs, whatever the reach of
+//     each. A saturated fleet's bursts then come a Per and the reach
+//     apart (one vendor window in Per/reach gets none).
 //   - Under AnchorGrid, once the phase is known, the log's demand carries the vendor's windows as
-//     a quota.LogExpiry (anchorExpiry): their ends, less sendLag, in
+//     a quota.LogExpiry (logExpiry): their ends, less sendLag, in
 //     [lo-oHi, hi-oLo]-sendLag of the store's clock (the evidence [lo,
 //     hi], less what is known of ours less the store's, [oLo, oHi]), and
-//     the margin as the reach. The store puts the entry of a charge at t
+//     the entry's reach. The store puts the entry of a charge at t
 //     at E less the span, E the latest end of a window of that grid that
-//     may hold t+margin, which is sendLag before the latest end of a
+//     may hold t+reach, which is sendLag before the latest end of a
 //     vendor window that may hold the request (sent sendLag after its
-//     charge, there within the margin); so it counts from the charge to
+//     charge, there within the reach); so it counts from the charge to
 //     E, and is admitted when every window of the log ending in [t, E)
 //     has room. A vendor window ending at V holds requests charged before
-//     V-sendLag, each within the span before it: every one's entry counts
+//     V-sendLag, each within Per and its reach before it: every one's entry counts
 //     in the log's window ending at V-sendLag-1µs, whether scored so or
 //     by the log's own rule, so no vendor window holds more than Rate,
 //     also while the log holds entries of both rules. With an exact
@@ -83,11 +90,13 @@ import (
 //     answer for a window is not used (a vendor whose windows start at a
 //     first request after a quiet spell moves them).
 //
-// Only a request that may arrive later than sendLag plus the margin after
-// its charge, and in another of the vendor's windows than the one that
-// held its charge, is held (anchorHold): given back, and decided again
-// once the instants at which the vendor's window may end are past. A
-// grant on time is never held.
+// Only a request that may arrive later than sendLag plus its reach after
+// its charge is held (anchorHold): where it may reach another of the
+// vendor's windows than the one that held its charge, given back and
+// decided again once the instants at which the vendor's window may end
+// are past; where those are not known and its entry counts for less
+// than the margin, at once (learner.crossing). A grant on time is never
+// held.
 
 // A windowID names the counter of an Anchor limit.
 type windowID struct{ scope, limit, key string }
@@ -106,6 +115,16 @@ type phase struct {
 	// The longest send-to-answer times of the answers received since
 	// rttFrom, and in the period before it.
 	rttCur, rttPrev, rttFrom int64
+
+	// What the reach of the log's entries must cover (reach): the
+	// longest time by which a request was sent later than sendLag after
+	// its charge (at the earliest), and the longest send-to-answer time,
+	// since the last reachSamples answers began (cur) and in the ones
+	// before (prev); samples counts the answers since, answers all of
+	// them, up to reachEvidence.
+	lateCur, latePrev int64
+	slowCur, slowPrev int64
+	samples, answers  int
 
 	// Instant resets: every window end the vendor wrote as R (µs) is
 	// R+c, for c in (cLo, cHi]; ref is one such R.
@@ -156,6 +175,11 @@ func (p *phase) observe(sent, recv int64, fb quotaheader.Feedback) {
 	p.roll(recv)
 	p.rttCur = max(p.rttCur, recv-sent)
 	p.rtt = max(p.rttCur, p.rttPrev)
+	p.slowCur = max(p.slowCur, recv-sent)
+	p.answers = min(p.answers+1, reachEvidence)
+	if p.samples++; p.samples >= reachSamples {
+		p.latePrev, p.lateCur, p.slowPrev, p.slowCur, p.samples = p.lateCur, 0, p.slowCur, 0, 0
+	}
 	res := max(fb.ResetResolution.Microseconds(), 1)
 	if !fb.ResetInstant.IsZero() {
 		r := fb.ResetInstant.UnixMicro()
@@ -200,7 +224,36 @@ func (p *phase) roll(now int64) {
 		p.rttFrom = now
 	case now-p.rttFrom >= rttPeriod*p.per:
 		p.rttPrev, p.rttCur, p.rttFrom = p.rttCur, 0, now
+		p.rtt = p.rttPrev
 	}
+}
+
+// Each of an instance's Anchor limits has its reach (phase.reach) from
+// the longest lateness and send-to-answer time of its last
+// reachSamples answers at least (and of twice as many at most), once it
+// has had reachEvidence: counted in answers, not in time, so that an
+// instance with a small share of a fleet's quota, which sends a few
+// requests a window, still remembers the rare slow answer (one way in 40
+// taking 40 ms: TestAnchorReachFollowsLatency).
+const (
+	reachSamples  = 128
+	reachEvidence = 8
+)
+
+// reach returns how long after sendLag past its charge a request of this
+// limit decided now may reach the vendor, as the recent sends and
+// answers tell it (µs): twice the longest time a send came late plus the
+// longest send-to-answer time, at least reachFloor, and the log's margin
+// (logMargin) if that is less or while fewer than reachEvidence answers
+// came.
+func (p *phase) reach() int64 {
+	per := time.Duration(p.per) * time.Microsecond
+	most := logMargin(per).Microseconds()
+	if p.answers < reachEvidence {
+		return most
+	}
+	need := 2 * (max(p.lateCur, p.latePrev) + max(p.slowCur, p.slowPrev))
+	return min(most, max(need, reachFloor(per).Microseconds()))
 }
 
 // addArc narrows the arc evidence with [lo, hi] (modulo per).
@@ -490,11 +543,12 @@ type grantCall struct {
 // An anchorCharge is when a grant was charged to the log of one of its
 // demand's Anchor limits: at an instant in [lo, hi] of this instance's
 // clock; scored: its entry counts until a vendor window's end (a
-// quota.LogExpiry), not for the log's span.
+// quota.LogExpiry on the vendor's grid), not for a span.
 type anchorCharge struct {
 	id     windowID
 	per    time.Duration
 	lo, hi time.Time
+	reach  time.Duration // how long after sendLag past the charge the log counts it (logReach)
 	scored bool
 }
 
@@ -508,8 +562,11 @@ func (lim *Limiter) anchorCharges(d *demand, g grantCall) []anchorCharge {
 		}
 		id := windowID{d.Scope, b.Limit.Name, b.Key}
 		lo, hi := lim.learned.chargedAt(id, b.Limit.Per, d, i, g)
-		j := d.anchorLogIndex(i)
-		cs = append(cs, anchorCharge{id, b.Limit.Per, lo, hi, j >= 0 && d.Limits[j].Expiry.Every > 0})
+		reach, scored := logMargin(b.Limit.Per), false
+		if j := d.anchorLogIndex(i); j >= 0 {
+			reach, scored = logReach(b.Limit.Per, d.Limits[j].Expiry)
+		}
+		cs = append(cs, anchorCharge{id, b.Limit.Per, lo, hi, reach, scored})
 	}
 	return cs
 }
@@ -536,14 +593,14 @@ func anchorPace(cs []anchorCharge, now time.Time) time.Duration {
 // them to the vendor's.
 func (lim *Limiter) anchorHold(ctx context.Context, d *demand, cs []anchorCharge, now time.Time) (until time.Time, hold bool) {
 	for _, c := range cs {
-		u, ok, ask := lim.learned.crossing(c.id, c.per, c.lo, now, c.scored)
+		u, ok, ask := lim.learned.crossing(c, now)
 		if ask {
 			for _, b := range d.Limits {
 				if b.Limit.Anchored && b.Limit.Name == c.id.limit && b.Key == c.id.key {
 					lim.askStore(ctx, d.Scope, b, c.id, now)
 				}
 			}
-			u, ok, _ = lim.learned.crossing(c.id, c.per, c.lo, now, c.scored)
+			u, ok, _ = lim.learned.crossing(c, now)
 		}
 		if ok {
 			if u.After(until) {
@@ -653,40 +710,47 @@ func (l *learner) phaseOf(id windowID, per time.Duration, now time.Time) *phase 
 	return p
 }
 
-// crossing reports, for a request of id's limit (of per) charged at
-// charged at the earliest and sent at sent, whether it may reach the
-// vendor later than the limit's log covers (sendLag and logMargin after
-// its charge) and in another of the vendor's windows than the one that
-// held its charge ([phase.crossing]), and if so until when. ask reports
+// crossing reports, for a request charged c (at c.lo at the earliest)
+// and sent at sent, whether it may reach the vendor later than its
+// charge's log entry covers (sendLag and c.reach after the charge) and in
+// another of the vendor's windows than the one that held its charge
+// ([phase.crossing]), and if so until when. It notes how late the send
+// was, for the reach of the requests decided after it. ask reports
 // that this instance has no evidence of its own for such a request, and
 // has not asked the store where its windows end for a quarter of a
-// window (another instance's move reaches this one within that). A
-// request whose entry is scored by the vendor's windows (a
-// quota.LogExpiry) counts only until the latest end of the window that
-// may hold its reach: one that may arrive later is held where the zone
-// is known and it may cross an end, and at once (until sent: decided
-// again now, on what is known then) where the zone is not (a stall since
-// its decision widened the longest send-to-answer time).
-func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Time, scored bool) (until time.Time, crosses, ask bool) {
+// window (another instance's move reaches this one within that).
+//
+// Where the zone of the vendor's window ends is not known, a request
+// that may arrive later than its entry covers is held at once (until
+// sent: decided again now, with the reach its lateness teaches) when
+// its entry counts for less than the log's margin: it is scored by the
+// vendor's windows (a quota.LogExpiry on their grid), or its reach, as
+// the recent sends and answers set it, is shorter (a stall since its
+// decision). One whose entry counts for the whole margin is sent, as
+// before the log's reach followed the evidence: holding it would hold
+// every request of a vendor slower than the margin, for good.
+func (l *learner) crossing(c anchorCharge, sent time.Time) (until time.Time, crosses, ask bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p := l.phaseOf(id, per, sent)
+	p := l.phaseOf(c.id, c.per, sent)
+	lag := sendLag(c.per).Microseconds()
+	p.lateCur = max(p.lateCur, sent.UnixMicro()-c.lo.UnixMicro()-lag)
 	to := sent.UnixMicro() + p.rtt
-	if to-charged.UnixMicro() <= (sendLag(per) + logMargin(per)).Microseconds() {
+	if to-c.lo.UnixMicro() <= lag+c.reach.Microseconds() {
 		return time.Time{}, false, false // the log counts it wherever it lands
 	}
-	if scored {
-		if _, _, ok := p.zone(); !ok {
-			return sent, true, false
+	if !c.scored {
+		_, _, known := p.bounds()
+		ask = !known && (!p.hasStore || sent.UnixMicro()-p.asked > p.per/4)
+	}
+	if _, _, ok := p.zone(); !ok {
+		if c.scored || c.reach < logMargin(c.per) {
+			return sent, true, ask
 		}
-		u, ok := p.crossing(charged.UnixMicro(), to)
-		return time.UnixMicro(u), ok, false
+		return time.Time{}, false, ask
 	}
-	if _, _, ok := p.bounds(); !ok && (!p.hasStore || sent.UnixMicro()-p.asked > p.per/4) {
-		return time.Time{}, false, true
-	}
-	u, ok := p.crossing(charged.UnixMicro(), to)
-	return time.UnixMicro(u), ok, false
+	u, ok := p.crossing(c.lo.UnixMicro(), to)
+	return time.UnixMicro(u), ok, ask
 }
 
 // Every request of an Anchor limit is also counted in every vendor
@@ -702,70 +766,111 @@ func (l *learner) crossing(id windowID, per time.Duration, charged, sent time.Ti
 // move, it is kept.
 
 // anchorExpiry sets, on the log that anchorLog added to d for each of
-// its Anchor limits, the expiry that scores its entry by the vendor's
-// windows (logExpiry), or none while the phase is not known. It is
-// called for rules with Learning.AnchorGrid only: against windows that
-// start at a first request, the entries so scored let bursts in before
-// the vendor's window ended (TestAnchorStickyWindows).
-func (lim *Limiter) anchorExpiry(d *demand, now time.Time) {
+// its Anchor limits, the expiry of the entry it charges (logExpiry): for
+// the reach that the recent sends and answers teach, and, under
+// Learning.AnchorGrid (grid) once the phase is known, scored by the
+// vendor's windows. Without AnchorGrid no entry is scored so: against
+// windows that start at a first request, entries so scored let bursts
+// in before the vendor's window ended (TestAnchorStickyWindows).
+func (lim *Limiter) anchorExpiry(d *demand, now time.Time, grid bool) {
 	for i, b := range d.Limits {
 		j := d.anchorLogIndex(i)
 		if j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog {
 			continue
 		}
-		d.Limits[j].Expiry, _ = lim.learned.logExpiry(windowID{d.Scope, b.Limit.Name, b.Key}, b.Limit.Per, now)
+		d.Limits[j].Expiry = lim.learned.logExpiry(windowID{d.Scope, b.Limit.Name, b.Key}, b.Limit.Per, now, grid)
 	}
 }
 
-// logExpiry returns the expiry of the log of id's Anchor limit (of per)
-// as of now ([quota.LogExpiry]), on the store's clock: the grid of the
-// vendor's windows, whose ends lie in [lo, hi] of this instance's clock
-// (phase.bounds), widened by what is not known of the store's clock
+// logExpiry returns the expiry of the entry of a request of id's Anchor
+// limit (of per) decided now ([quota.LogExpiry]), on the store's clock.
+//
+// Its reach, how long after sendLag past its charge the request may reach
+// the vendor, is phase.reach. With grid, the entry is scored by the grid
+// of the vendor's windows, whose ends lie in [lo, hi] of this instance's
+// clock (phase.bounds), widened by what is not known of the store's clock
 // (ours less the store's in [oLo, oHi]: [lo-oHi, hi-oLo] on the store's)
-// and moved sendLag earlier, with the log's margin as the reach (see the
-// comment at the top of this file). ok is false, and the log keeps its
-// own rule, unless the
-// evidence says less than half a window with the longest send-to-answer
-// time (a request later than the reach is then held where it may cross
-// an end: phase.zone), the store's clock is known, and the latest answer
-// is at most a window old (a vendor whose windows start at a first
-// request after a quiet spell has moved them since).
-func (l *learner) logExpiry(id windowID, per time.Duration, now time.Time) (e quota.LogExpiry, ok bool) {
+// and moved sendLag earlier (see the comment at the top of this file),
+// when the evidence says less than half a window with the longest
+// send-to-answer time (a request later than the reach is then held where
+// it may cross an end: phase.zone), the store's clock is known, and the
+// latest answer is at most a window old (a vendor whose windows start at
+// a first request after a quiet spell has moved them since). Otherwise
+// the entry counts for the window and the reach from its charge
+// (reachExpiry): the log's own rule when the reach is the log's margin.
+func (l *learner) logExpiry(id windowID, per time.Duration, now time.Time, grid bool) quota.LogExpiry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.windows[id]
-	if p == nil || p.per != per.Microseconds() || !p.hasClock || now.UnixMicro()-p.last > p.per {
-		return quota.LogExpiry{}, false
+	if p == nil || p.per != per.Microseconds() {
+		return quota.LogExpiry{}
+	}
+	reach := time.Duration(p.reach()) * time.Microsecond
+	if !grid || !p.hasClock || now.UnixMicro()-p.last > p.per {
+		return reachExpiry(per, reach)
 	}
 	lo, hi, ok := p.bounds()
 	if !ok || 2*(hi-lo+p.rtt) > p.per {
-		return quota.LogExpiry{}, false
+		return reachExpiry(per, reach)
 	}
 	lo, hi = lo-p.oHi, hi-p.oLo
 	if 2*(hi-lo) >= p.per {
-		return quota.LogExpiry{}, false
+		return reachExpiry(per, reach)
 	}
 	lag := sendLag(per).Microseconds()
 	return quota.LogExpiry{Every: per, Phase: time.Duration(floorMod(lo-lag, p.per)) * time.Microsecond,
-		Spread: time.Duration(hi-lo) * time.Microsecond, Reach: logMargin(per)}, true
+		Spread: time.Duration(hi-lo) * time.Microsecond, Reach: logMargin(per)}
+}
+
+// reachExpiry returns the expiry that counts the entry of a request
+// charged at t, in the log of an Anchor limit of per, from t until
+// t+per+reach, reach at most the log's margin: a grid of a microsecond
+// (every instant an end, quota.LogExpiry), reached per+reach less a
+// microsecond after t. It is the zero LogExpiry, the log's own rule (its
+// span is per and the margin), when reach is the margin. The inverse is
+// logReach.
+func reachExpiry(per, reach time.Duration) quota.LogExpiry {
+	if reach >= logMargin(per) {
+		return quota.LogExpiry{}
+	}
+	return quota.LogExpiry{Every: time.Microsecond, Reach: per + reach - time.Microsecond}
+}
+
+// logReach returns how long after sendLag past its charge the entry of
+// e, in the log of an Anchor limit of per, covers a request (anchorCharge),
+// and whether e scores it by the vendor's windows (logExpiry).
+func logReach(per time.Duration, e quota.LogExpiry) (reach time.Duration, scored bool) {
+	switch e.Every {
+	case 0:
+		return logMargin(per), false
+	case time.Microsecond: // reachExpiry
+		return e.Reach + time.Microsecond - per, false
+	}
+	return e.Reach, true
 }
 
 // anchorHorizon returns how far ahead d may reserve while the phase of
-// one of its Anchor limits is not known (its log has no expiry): the
-// log's span, so that a saturated fleet queues one burst ahead, not
-// several, on the log's own rule; ok is false when every phase is known.
-// Once the evidence tells the phase, the requests decided again score
-// their entries by it (anchorExpiry) within a window or two, where a
-// queue of reservations granted before would keep the log's spacing for
-// as many windows as it is deep. (A request's reach, sendLag plus the
-// margin, queues less, but then the requests are decided after the pause
-// that the previous burst's "nothing remaining" taught, which ends up to
-// the evidence's width after the vendor's window while the phase is not
-// known: 75% of the quota in 15 of 20 TestAnchoredSearchFleet runs at
-// load 4-6 without a move, against none of 20 with the span.)
+// one of its Anchor limits is not known (its log's entries are not
+// scored by the vendor's windows, logReach): the log's span, so that a
+// saturated fleet queues one burst ahead, not several; ok is false when
+// every phase is known. The requests decided again take what was learned
+// since: under AnchorGrid their entries are scored by the phase once the
+// evidence tells it (anchorExpiry) within a window or two, and every
+// entry counts for the reach measured since, where a queue of
+// reservations granted before would keep the spacing of the first
+// answers' (the margin) for as many windows as it is deep. (A request's
+// reach, sendLag plus the margin, queues less, but then the requests are
+// decided after the pause that the previous burst's "nothing remaining"
+// taught, which ends up to the evidence's width after the vendor's
+// window while the phase is not known: 75% of the quota in 15 of 20
+// TestAnchoredSearchFleet runs at load 4-6 without a move, against none
+// of 20 with the span.)
 func (d *demand) anchorHorizon() (horizon time.Duration, ok bool) {
 	for i := range d.Limits {
-		if j := d.anchorLogIndex(i); j >= 0 && d.Limits[j].Expiry.Every == 0 {
+		if j := d.anchorLogIndex(i); j >= 0 {
+			if _, scored := logReach(d.Limits[i].Limit.Per, d.Limits[j].Expiry); scored {
+				continue
+			}
 			if per := d.Limits[j].Limit.Per; !ok || per < horizon {
 				horizon, ok = per, true
 			}
@@ -842,11 +947,26 @@ func sendLag(per time.Duration) time.Duration {
 }
 
 // logMargin is how much longer than per the sliding log of an Anchor
-// limit counts a request: a tenth of a window, at most a second. A
-// request that reaches the vendor later than this after the store
-// decided it may be counted in a window the log did not see.
+// limit spans: a tenth of a window, at most a second. It is the longest
+// reach of an entry (anchorCharge): how long after sendLag past its
+// charge the log covers a request, which reaches the vendor within it;
+// one that may reach it later may be counted in a window the log did not
+// see. Each entry counts for per and its own reach (reachExpiry), what
+// the recent sends and answers of its instance teach (phase.reach), from
+// reachFloor to the margin: a fleet whose bursts come a window and the
+// reach apart uses that much less of the quota.
 func logMargin(per time.Duration) time.Duration {
 	return min(per/10, time.Second)
+}
+
+// reachFloor is the shortest reach of an entry of an Anchor limit's log
+// (phase.reach): a fortieth of a window, 25 ms of a second's. The reach is
+// twice the longest lateness measured, and at least this, so that a
+// request late by more than was seen (a stall of the machine after a
+// quiet spell) is still covered by some of it; one later than its reach
+// is held (learner.crossing).
+func reachFloor(per time.Duration) time.Duration {
+	return per / 40
 }
 
 // anchorLog adds to d, for each of its Anchor limits, the sliding log

@@ -39,6 +39,13 @@ type coarseVendor struct {
 	per, phase time.Duration
 	skew       time.Duration
 	maxLatency time.Duration
+	// With noGrid, the fleet (searchFleet) does not set AnchorGrid,
+	// though the windows are a grid.
+	noGrid bool
+	// With spikeEvery > 0, one way in spikeEvery (at random) takes
+	// spikeLatency instead.
+	spikeEvery   int
+	spikeLatency time.Duration
 	// From fineFrom on (never if zero), the reset is told to the
 	// millisecond, as a delay (X-RateLimit-Reset-After, Discord's),
 	// rounded up: evidence narrow enough for the windows to move.
@@ -58,6 +65,10 @@ type coarseVendor struct {
 }
 
 func (v *coarseVendor) travel() {
+	if v.spikeEvery > 0 && rand.N(v.spikeEvery) == 0 {
+		time.Sleep(v.spikeLatency)
+		return
+	}
 	if v.maxLatency > 0 {
 		time.Sleep(rand.N(v.maxLatency))
 	}
@@ -158,7 +169,7 @@ func searchFleet(t *testing.T, run, light time.Duration, v *coarseVendor, instan
 	if anchor {
 		// A fleet that knows its vendor: AnchorGrid for windows on a
 		// fixed grid, not for windows that start at a first request.
-		learn.Anchor, learn.AnchorGrid = "search", !v.sticky
+		learn.Anchor, learn.AnchorGrid = "search", !v.sticky && !v.noGrid
 	}
 	policy := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{
 		Name: "search", Host: "api.github.com",
@@ -404,5 +415,44 @@ func TestAnchorStickyWindows(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestAnchorReachFollowsLatency runs the fleet of TestAnchorCoarseClock
+// (8 instances of 16 callers, whole-second resets and Dates, windows of
+// 1 s on a grid anywhere in the second, without AnchorGrid) against a
+// vendor whose answers mostly take a few milliseconds each way but one
+// way in 40 takes 40 ms: a request counted 40 ms after it was sent,
+// later than the shortest reach of a log entry (25 ms). Each entry
+// counts for twice the longest lateness its instance measured over the
+// last windows (anchor.go, phase.reach), which such answers keep above
+// their time: the vendor rejects nothing. The same fleet against a
+// prompt vendor spaces its bursts the shortest reach apart, not the
+// margin: more of the quota. Virtual time (synctest), seeded phases.
+func TestAnchorReachFollowsLatency(t *testing.T) {
+	const per, windows = time.Second, 30
+	rng := seeded(t)
+	for run := range 4 * repeats(t) {
+		phase := time.Duration(rng.Int64N(int64(per)))
+		var got [2]int
+		for i, spiky := range []bool{true, false} {
+			synctest.Test(t, func(t *testing.T) {
+				v := &coarseVendor{rate: 30, per: per, phase: phase, maxLatency: 2 * time.Millisecond, noGrid: true, accepted: map[int64]int{}}
+				if spiky {
+					v.spikeEvery, v.spikeLatency = 40, 40*time.Millisecond
+				}
+				store := memstore.New()
+				time.Sleep(700 * time.Millisecond)
+				failed := searchFleet(t, windows*per, 0, v, 8, 16, true, func() quota.Store { return store }, throttle.Hooks{})
+				assert.Zero(t, failed, "requests failed")
+				accepted, rejected, _ := v.totals()
+				got[i] = accepted
+				assert.Zero(t, rejected, "the vendor rejected requests (spikes %v)", spiky)
+			})
+		}
+		t.Logf("run %d, phase %v: accepted %d of %d with spikes, %d without", run, phase, got[0], windows*30, got[1])
+		// Bursts a Per and the margin apart (1.1 s) fit 28 times in 30 s;
+		// a Per and less than 35 ms apart, 29 or 30 times.
+		assert.Greater(t, got[1], 28*30, "a prompt vendor's fleet spaced its bursts the margin apart")
 	}
 }

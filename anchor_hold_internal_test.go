@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
 )
 
 // The store's clock, as the grants teach it: each call bounds ours less
@@ -89,19 +90,28 @@ func TestAnchorCrossing(t *testing.T) {
 		until         time.Duration // after t0, when held
 		scored        bool          // the log's entry has a quota.LogExpiry
 		rtt           time.Duration // the longest send-to-answer time
+		reach         time.Duration // the entry's reach; zero: the log's margin
 	}{
-		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0, false, 0},
-		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, false, 0},
-		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0},
-		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0},
-		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0},
-		{"late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 600 * time.Millisecond},
+		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0, false, 0, 0},
+		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, false, 0, 0},
+		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0, 0},
+		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0, 0},
+		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0, 0},
+		{"late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 600 * time.Millisecond, 0},
 		// An entry scored by the vendor's windows counts no longer than
 		// the window that may hold its reach: a late request is held where
 		// the zone is not known too, and decided again at once.
-		{"scored, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, true, 0},
-		{"scored, late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, true, 0},
-		{"scored, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 300*time.Millisecond + covered + 50*time.Millisecond, true, 600 * time.Millisecond},
+		{"scored, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, true, 0, 0},
+		{"scored, late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, true, 0, 0},
+		{"scored, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 300*time.Millisecond + covered + 50*time.Millisecond, true, 600 * time.Millisecond, 0},
+		// An entry whose reach is shorter than the log's margin covers
+		// less: a request later than it is held where it may cross an end,
+		// and, where the zone is not known, at once.
+		{"short reach, on time for it", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 20*time.Millisecond, false, 0, false, 0, 30 * time.Millisecond},
+		{"short reach, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0, 30 * time.Millisecond},
+		{"short reach, late, arrives before the end", true, 0, sendLag(per) + 40*time.Millisecond, false, 0, false, 0, 30 * time.Millisecond},
+		{"short reach, late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, false, 0, 30 * time.Millisecond},
+		{"short reach, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, false, 600 * time.Millisecond, 30 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lr learner
@@ -113,7 +123,12 @@ func TestAnchorCrossing(t *testing.T) {
 			p.hasStore, p.asked = true, t0.Add(tc.sent).UnixMicro() // asked just now: no store call
 			p.rtt = tc.rtt.Microseconds()
 			lr.mu.Unlock()
-			until, hold, ask := lr.crossing(id, per, t0.Add(tc.charged), t0.Add(tc.sent), tc.scored)
+			reach := tc.reach
+			if reach == 0 {
+				reach = logMargin(per)
+			}
+			c := anchorCharge{id: id, per: per, lo: t0.Add(tc.charged), hi: t0.Add(tc.charged), reach: reach, scored: tc.scored}
+			until, hold, ask := lr.crossing(c, t0.Add(tc.sent))
 			assert.False(t, ask)
 			assert.Equal(t, tc.hold, hold)
 			if tc.hold {
@@ -123,31 +138,38 @@ func TestAnchorCrossing(t *testing.T) {
 	}
 }
 
-// The log's expiry: the vendor's window ends on the store's clock,
-// widened by what is not known of it and sendLag earlier, with the
-// log's margin as the reach, once the evidence is narrow, the
-// store's clock known and the latest answer at most a window old; none
-// otherwise (the log keeps its own rule).
+// The log's expiry: under AnchorGrid, the vendor's window ends on the
+// store's clock, widened by what is not known of it and sendLag earlier,
+// with the log's margin as the reach, once the evidence is narrow, the store's clock
+// known and the latest answer at most a window old; otherwise the entry
+// counts for a window and its reach from its charge (the log's own rule
+// when that is the log's margin).
 func TestLogExpiry(t *testing.T) {
 	per := time.Second
 	id := windowID{"s", "search", "k"}
 	t0 := time.UnixMicro(1_700_000_000_000_000) // whole seconds
-	reach := logMargin(per)
+	short := reachExpiry(per, reachFloor(per))
 	for _, tc := range []struct {
-		name   string
-		clock  bool          // the store's clock known: ours less the store's in [-2ms, +3ms]
-		last   time.Duration // the latest answer, before t0
-		width  time.Duration // the evidence: an end in [t0+400ms, t0+400ms+width]
-		rtt    time.Duration
-		want   quota.LogExpiry
-		scored bool
+		name  string
+		grid  bool
+		clock bool          // the store's clock known: ours less the store's in [-2ms, +3ms]
+		last  time.Duration // the latest answer, before t0; zero: none
+		width time.Duration // the evidence: an end in [t0+400ms, t0+400ms+width]
+		rtt   time.Duration
+		want  quota.LogExpiry
 	}{
-		{"known", true, 100 * time.Millisecond, 10 * time.Millisecond, 0,
-			quota.LogExpiry{Every: per, Phase: 397*time.Millisecond - sendLag(per), Spread: 15 * time.Millisecond, Reach: reach}, true},
-		{"no clock", false, 100 * time.Millisecond, 10 * time.Millisecond, 0, quota.LogExpiry{}, false},
-		{"no answer for a window", true, 1100 * time.Millisecond, 10 * time.Millisecond, 0, quota.LogExpiry{}, false},
-		{"evidence of half a window", true, 100 * time.Millisecond, 500 * time.Millisecond, 0, quota.LogExpiry{}, false},
-		{"a stall's answers", true, 100 * time.Millisecond, 10 * time.Millisecond, 600 * time.Millisecond, quota.LogExpiry{}, false},
+		// Scored by the vendor's windows, an entry's reach only says
+		// which of them may hold it: the margin, which holds no request
+		// that a shorter one would not.
+		{"known", true, true, 100 * time.Millisecond, 10 * time.Millisecond, 0,
+			quota.LogExpiry{Every: per, Phase: 397*time.Millisecond - sendLag(per), Spread: 15 * time.Millisecond, Reach: logMargin(per)}},
+		{"known, no grid", false, true, 100 * time.Millisecond, 10 * time.Millisecond, 0, short},
+		{"no grid, a slower answer", false, true, 100 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, reachExpiry(per, 40*time.Millisecond)},
+		{"no clock", true, false, 100 * time.Millisecond, 10 * time.Millisecond, 0, short},
+		{"no answer for a window", true, true, 1100 * time.Millisecond, 10 * time.Millisecond, 0, short},
+		{"evidence of half a window", true, true, 100 * time.Millisecond, 500 * time.Millisecond, 0, short},
+		{"a stall's answers", true, true, 100 * time.Millisecond, 10 * time.Millisecond, 600 * time.Millisecond, quota.LogExpiry{}},
+		{"no answer yet", true, true, 0, 10 * time.Millisecond, 0, quota.LogExpiry{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lr learner
@@ -155,11 +177,74 @@ func TestLogExpiry(t *testing.T) {
 			p := lr.phaseOf(id, per, t0)
 			p.hasArc, p.aLo, p.aHi = true, t0.Add(400*time.Millisecond).UnixMicro(), t0.Add(400*time.Millisecond+tc.width).UnixMicro()
 			p.hasClock, p.oLo, p.oHi = tc.clock, -2000, 3000
-			p.last, p.rtt = t0.Add(-tc.last).UnixMicro(), tc.rtt.Microseconds()
+			if tc.last > 0 {
+				p.last, p.answers = t0.Add(-tc.last).UnixMicro(), reachEvidence
+			}
+			p.rtt, p.slowCur = tc.rtt.Microseconds(), tc.rtt.Microseconds()
 			lr.mu.Unlock()
-			e, ok := lr.logExpiry(id, per, t0)
-			assert.Equal(t, tc.scored, ok)
+			e := lr.logExpiry(id, per, t0, tc.grid)
 			assert.Equal(t, tc.want, e)
+			reach, scored := logReach(per, e)
+			assert.Equal(t, e.Every == per, scored)
+			if e.Every != per {
+				assert.Equal(t, e, reachExpiry(per, reach), "logReach inverts reachExpiry")
+			}
 		})
 	}
+}
+
+// An entry's reach is twice the longest lateness of a send plus the
+// longest send-to-answer time of the last reachSamples answers or up to
+// twice as many, from reachFloor to the log's margin, which it is until
+// reachEvidence answers came; the lateness of a held send counts.
+func TestAnchorReach(t *testing.T) {
+	per := time.Second
+	id := windowID{"s", "search", "k"}
+	t0 := time.UnixMicro(1_700_000_000_000_000)
+	var lr learner
+	reach := func() time.Duration {
+		lr.mu.Lock()
+		defer lr.mu.Unlock()
+		return time.Duration(lr.phaseOf(id, per, t0).reach()) * time.Microsecond
+	}
+	at := t0
+	answer := func(n int, rtt time.Duration) {
+		for range n {
+			// A reset a window wide says nothing of the phase.
+			lr.observe(id, per, at, at.Add(rtt), quotaheader.Feedback{Reset: at.Add(2 * per), ResetResolution: per}, 0, logMargin(per))
+			at = at.Add(10 * time.Millisecond)
+		}
+	}
+	send := func(late time.Duration) bool {
+		charged := at
+		_, hold, _ := lr.crossing(anchorCharge{id: id, per: per, lo: charged, hi: charged, reach: reach()}, charged.Add(sendLag(per)+late))
+		return hold
+	}
+	assert.Equal(t, logMargin(per), reach(), "no answer yet")
+	answer(reachEvidence-1, 3*time.Millisecond)
+	assert.Equal(t, logMargin(per), reach(), "too few answers")
+	answer(1, 3*time.Millisecond)
+	assert.Equal(t, reachFloor(per), reach(), "prompt answers")
+	answer(1, 15*time.Millisecond)
+	assert.Equal(t, 30*time.Millisecond, reach())
+	// A send 5 ms late (within the reach: sent), then one 30 ms late
+	// (beyond it, with no evidence of the vendor's ends: held at once).
+	assert.False(t, send(5*time.Millisecond))
+	assert.Equal(t, 40*time.Millisecond, reach())
+	assert.True(t, send(30*time.Millisecond))
+	assert.Equal(t, 90*time.Millisecond, reach(), "the held send's lateness counts")
+	// A stall: held, and the reach is the margin, for which a send as
+	// late is not held (the log's own rule: a vendor slower than the
+	// margin would be held for good).
+	assert.True(t, send(200*time.Millisecond))
+	assert.Equal(t, logMargin(per), reach())
+	assert.False(t, send(200*time.Millisecond))
+	// Remembered until the reachSamples answers after the ones it came
+	// with are in.
+	answer(reachSamples-reachEvidence-1, 3*time.Millisecond) // the first reachSamples
+	assert.Equal(t, logMargin(per), reach())
+	answer(reachSamples-1, 3*time.Millisecond)
+	assert.Equal(t, logMargin(per), reach())
+	answer(1, 3*time.Millisecond)
+	assert.Equal(t, reachFloor(per), reach())
 }

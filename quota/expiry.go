@@ -25,6 +25,10 @@ import (
 // window aligned on the grid's; a wider Spread counts an entry in every
 // window that may hold it.
 //
+// With Every of 1µs every instant is an end, and the entry counts from t
+// for Reach and 1µs: a log whose entries count for less than its Per,
+// each for its own time.
+//
 // The zero LogExpiry (Every zero) keeps the log's own rule: the entry is
 // at t, for Per.
 type LogExpiry struct {
