@@ -181,6 +181,22 @@ func slidingLogCases() []stepCase {
 			{delay: sec},
 		},
 	}, {
+		// A grid of a microsecond (every instant an end) and a reach of
+		// 1025 ms less 1µs: an entry counts for 1025 ms from the instant
+		// it is decided for, less than the log's span (1.1 s), as an
+		// Anchor limit's entries count for their window and their reach.
+		name:    "an expiry on a grid of a microsecond counts an entry for its reach",
+		buckets: []quota.Bucket{{Limit: slidingLog("s", 2, 1100*ms), Key: "k", Expiry: quota.LogExpiry{Every: us, Reach: 1025*ms - us}}},
+		steps: []step{
+			{advance: 200 * ms, ok: true},
+			{ok: true},
+			{delay: 1025 * ms},
+			{advance: 1025*ms - us, delay: us},
+			{advance: us, ok: true}, // 1.225 s
+			{advance: 50 * ms, ok: true},
+			{delay: 975 * ms},
+		},
+	}, {
 		// The grid's windows end in [0, 500 ms] of a second: an entry whose
 		// reach may fall on an end counts in both windows that may hold it.
 		name:    "an expiry of an uncertain phase counts an entry in every window that may hold it",

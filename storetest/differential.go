@@ -84,12 +84,18 @@ func int64ToInt(n int64) int { return int(min(n, int64(^uint(0)>>1))) }
 
 // randomExpiry returns a [quota.LogExpiry] for a sliding log l: a grid
 // of windows up to Per (mostly near it, as an Anchor limit's log has),
-// its ends known exactly or within a spread, and a reach up to Per.
+// its ends known exactly or within a spread, and a reach up to Per; or,
+// one in five, a grid of a microsecond and a reach near Per.
 func randomExpiry(rng *rand.Rand, l quota.Limit) quota.LogExpiry {
 	p := per(l)
 	every := 1 + rng.Int64N(p)
 	if rng.IntN(2) == 0 {
 		every = p - rng.Int64N(p/4+1)
+	}
+	if rng.IntN(5) == 0 {
+		// A grid of a microsecond: the entry counts for its reach, up to
+		// Per, as an Anchor limit's entries count for their own time.
+		return quota.LogExpiry{Every: us, Reach: time.Duration(p-rng.Int64N(p/4+1)) * us}
 	}
 	e := quota.LogExpiry{Every: time.Duration(every) * us, Phase: time.Duration(rng.Int64N(every)) * us,
 		Reach: time.Duration(rng.Int64N(p+1)) * us}
