@@ -333,6 +333,7 @@ func printThroughput(cts []contender, cfg config, res [][]cell) {
 			fmt.Printf("- %s: %d of %d decisions failed; the first: %v\n", ct.name, total.failed, total.ok+total.failed, total.err)
 		}
 	}
+	printPairs(cts, cfg, res)
 	fmt.Println("- \"EVALSHA reading TIME only\" and the \"floor\" rows are yardsticks, not limiters: floor_gcra.lua reads Redis's clock, GETs each limit's arrival time and moves it with INCRBY, and does nothing else a limiter must (keys never expire; no pause, wait, retry time or guard against a call sent twice). No decision on Redis's clock in one script call can cost Redis less.")
 	fmt.Println("- x/time/rate decides in process (one limiter shared by the goroutines): it makes no Redis call, and a refusal counts as a decision.")
 	fmt.Printf("- ours: the store's Take (and Release), as throttle.Transport calls it; the rows without a note use the same client as the peers (go-redis defaults: MaxRetries 3), on which the store marks each call so that a call go-redis sends again is refused rather than decided twice (ReplayAuto: ReplayDetect, nothing kept in Redis); \"replay ids\" rows remember each decision's reply instead (ReplayIDs, the default for a Cluster client that follows redirects); the \"client without retries\" row uses MaxRetries -1 and ReplayNoRetries. GCRA demands of one scope go together in one call (a batch) only while %d calls of the scope are in flight (the default, redisstore.BatchInFlight; 1 for demands with a Concurrency limit), so not at c=1; \"batching off\" rows use WithBatching(0): one call per decision at every concurrency. The GCRA + concurrency row releases each slot at once after its Take: the release rides on a later Take of the scope (one call per decision).\n", redisstore.BatchInFlight)
@@ -346,4 +347,43 @@ func joinInts(ns []int) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, "/")
+}
+
+// pairs are the comparisons the targets of issue 31 state between two
+// rows (docs/benchmarks.md): the first row over the second.
+var pairs = [][2]string{
+	{"ours: GCRA, 1 limit", "floor (not a limiter): TIME, GET, INCRBY: GCRA, 1 limit, nothing else"},
+	{"ours: GCRA, 1 limit", "ulule/limiter v3 (fixed window)"},
+	{"ours: GCRA, 1 limit, with Transport's pause key", "ours: GCRA, 1 limit"},
+}
+
+// printPairs prints, for each of pairs whose rows ran, the first row's
+// ratio to the baseline over the second's, round by round: each row's
+// slice is bracketed by the baseline, and both slices of a round ran
+// within one round's time, so the machine's drift over the run, which
+// moves each row's median apart from the other's, cancels; the median
+// and quartiles over the rounds.
+func printPairs(cts []contender, cfg config, res [][]cell) {
+	row := func(name string) int {
+		return slices.IndexFunc(cts, func(ct contender) bool { return ct.name == name })
+	}
+	for _, p := range pairs {
+		a, b := row(p[0]), row(p[1])
+		if a < 0 || b < 0 {
+			continue
+		}
+		var cells []string
+		for j, c := range cfg.concs {
+			ra, rb := res[a][j].ratios, res[b][j].ratios
+			var xs []float64
+			for k := range min(len(ra), len(rb)) {
+				if rb[k] > 0 {
+					xs = append(xs, ra[k]/rb[k])
+				}
+			}
+			med, q1, q3 := medianSpread(xs)
+			cells = append(cells, fmt.Sprintf("c=%d %.2f (%.2f–%.2f)", c, med, q1, q3))
+		}
+		fmt.Printf("- %s over %s, round by round: %s\n", p[0], p[1], strings.Join(cells, ", "))
+	}
 }
