@@ -426,9 +426,11 @@ func TestAnchorStickyWindows(t *testing.T) {
 // later than the shortest reach of a log entry (25 ms). Each entry
 // counts for twice the longest lateness its instance measured over the
 // last windows (anchor.go, phase.reach), which such answers keep above
-// their time: the vendor rejects nothing. The same fleet against a
-// prompt vendor spaces its bursts the shortest reach apart, not the
-// margin: more of the quota. Virtual time (synctest), seeded phases.
+// their time: the vendor rejects nothing, and few requests are held for
+// coming later than their entry covers (each held one is decided again
+// and sent sendLag later). The same fleet against a prompt vendor spaces
+// its bursts the shortest reach apart, not the margin: more of the
+// quota. Virtual time (synctest), seeded phases.
 func TestAnchorReachFollowsLatency(t *testing.T) {
 	const per, windows = time.Second, 30
 	rng := seeded(t)
@@ -454,5 +456,9 @@ func TestAnchorReachFollowsLatency(t *testing.T) {
 		// Bursts a Per and the margin apart (1.1 s) fit 28 times in 30 s;
 		// a Per and less than 35 ms apart, 29 or 30 times.
 		assert.Greater(t, got[1], 28*30, "a prompt vendor's fleet spaced its bursts the margin apart")
+		// A reach that forgot the slow answers would hold, and decide
+		// again, every request it does not cover (a reach of twice the
+		// sends' lateness alone: 150-557 of 900); measured 819-840.
+		assert.GreaterOrEqual(t, got[0], 26*30, "the spiky vendor's fleet: requests held for a reach too short")
 	}
 }
