@@ -19,7 +19,8 @@ import (
 //
 //  1. Its demand (decide, admit.go) gets, for each Anchor limit, a
 //     sliding log that counts it in every vendor window that may hold it
-//     ([demand.anchorLog], anchor.go).
+//     ([demand.anchorLog], anchor.go), for as long as the instance's
+//     recent sends and answers say ([Limiter.anchorExpiry], obtainOnce).
 //  2. Before it is decided (obtainOnce, admit.go): how long a pause this
 //     instance learned holds it back, even if the store lost the pause
 //     ([Limiter.pausedFor], learnreq.go).
@@ -117,9 +118,12 @@ type Learning struct {
 	// ended, as GitHub's do: such windows end later after every gap, and
 	// a log that follows an earlier phase lets a burst in before the
 	// vendor's window has ended. False: the log counts each request for
-	// the window and its margin after its charge, which holds whatever
-	// the vendor's windows do, at the cost of a saturated fleet's bursts
-	// coming a margin more than a window apart. Requires Anchor.
+	// the window and its reach after its charge (what the instance's
+	// recent sends and answers say a request may take to reach the
+	// vendor: from a fortieth of the window to the margin), which holds
+	// whatever the vendor's windows do, at the cost of a saturated
+	// fleet's bursts coming that reach more than a window apart.
+	// Requires Anchor.
 	AnchorGrid bool
 
 	// PauseBy names a limit of the rule whose key scopes learned pauses
