@@ -226,7 +226,6 @@ func (p *phase) roll(now int64) {
 		p.rttFrom = now
 	case now-p.rttFrom >= rttPeriod*p.per:
 		p.rttPrev, p.rttCur, p.rttFrom = p.rttCur, 0, now
-		p.rtt = p.rttPrev
 	}
 }
 
