@@ -458,7 +458,7 @@ func TestAnchorReachFollowsLatency(t *testing.T) {
 		assert.Greater(t, got[1], 28*30, "a prompt vendor's fleet spaced its bursts the margin apart")
 		// A reach that forgot the slow answers would hold, and decide
 		// again, every request it does not cover (a reach of twice the
-		// sends' lateness alone: 150-557 of 900); measured 819-840.
+		// sends' lateness alone: 150-557 of 900); measured 816-840.
 		assert.GreaterOrEqual(t, got[0], 26*30, "the spiky vendor's fleet: requests held for a reach too short")
 	}
 }
