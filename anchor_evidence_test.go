@@ -308,8 +308,10 @@ func TestAnchorCoarseClock(t *testing.T) {
 							got[i].accepted, got[i].rejected, got[i].moves = accepted, rejected, moves
 						})
 					}
-					t.Logf("phase %v: without Anchor accepted %d, rejected %d; with Anchor accepted %d, rejected %d, %d moves",
-						phase, got[0].accepted, got[0].rejected, got[1].accepted, got[1].rejected, got[1].moves)
+					full := float64(windows * 30) // the run's windows' quota (the light half asks for three quarters of it)
+					t.Logf("phase %v: without Anchor accepted %d (%.0f%% of the quota), rejected %d; with Anchor accepted %d (%.0f%%), rejected %d, %d moves",
+						phase, got[0].accepted, 100*float64(got[0].accepted)/full, got[0].rejected,
+						got[1].accepted, 100*float64(got[1].accepted)/full, got[1].rejected, got[1].moves)
 					assert.Zero(t, got[1].rejected, "the vendor rejected requests of the anchored fleet")
 					// Counting requests in every window that may hold them,
 					// and holding them out of the instants where windows may
@@ -374,7 +376,8 @@ func TestAnchorCoarseClockRedis(t *testing.T) {
 				failed := searchFleet(t, run, run/2, v, 8, 16, true, newStore, hooks)
 				accepted, rejected, used := v.totals()
 				mu.Lock()
-				t.Logf("phase %v: accepted %d in %d windows, rejected %d; %d moves; %d decisions on the store's fallback", phase, accepted, used, rejected, moves, fellBack.Load())
+				t.Logf("phase %v: accepted %d in %d windows (%.0f%% of their quota), rejected %d; %d moves; %d decisions on the store's fallback",
+					phase, accepted, used, 100*float64(accepted)/float64(max(used, 1)*v.rate), rejected, moves, fellBack.Load())
 				mu.Unlock()
 				assert.Zero(t, rejected, "the vendor rejected requests of the anchored fleet")
 				assert.Zero(t, failed, "requests failed")
@@ -410,7 +413,8 @@ func TestAnchorStickyWindows(t *testing.T) {
 					failed := searchFleet(t, 10*per, 4*per, v, 8, 16, true, func() quota.Store { return store }, throttle.Hooks{})
 					assert.Zero(t, failed, "requests failed")
 					accepted, rejected, windows := v.totals()
-					t.Logf("run %d, start %v: accepted %d in %d windows, rejected %d", run, start, accepted, windows, rejected)
+					t.Logf("run %d, start %v: accepted %d in %d windows (%.0f%% of their quota; the first four ask for three quarters), rejected %d",
+						run, start, accepted, windows, 100*float64(accepted)/float64(max(windows, 1)*v.rate), rejected)
 					assert.Zero(t, rejected, "the vendor rejected requests of the anchored fleet")
 				})
 			}
