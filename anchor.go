@@ -844,10 +844,12 @@ func reachExpiry(per, reach time.Duration) quota.LogExpiry {
 // e, in the log of an Anchor limit of per, covers a request (anchorCharge),
 // and whether e scores it by the vendor's windows (logExpiry).
 func logReach(per time.Duration, e quota.LogExpiry) (reach time.Duration, scored bool) {
-	switch e.Every {
-	case 0:
+	switch {
+	case e.Every == 0:
 		return logMargin(per), false
-	case time.Microsecond: // reachExpiry
+	case e.Every == time.Microsecond && e.Reach >= per:
+		// reachExpiry's: a reach of a window and more, where the vendor's
+		// grid (logExpiry) reaches no further than the margin.
 		return e.Reach + time.Microsecond - per, false
 	}
 	return e.Reach, true

@@ -193,6 +193,21 @@ func TestLogExpiry(t *testing.T) {
 	}
 }
 
+// logReach tells reachExpiry's expiry from a vendor's grid by its reach
+// (a window and more), not by its grid alone.
+func TestLogReach(t *testing.T) {
+	per := time.Second
+	reach, scored := logReach(per, reachExpiry(per, 30*time.Millisecond))
+	assert.Equal(t, 30*time.Millisecond, reach)
+	assert.False(t, scored)
+	reach, scored = logReach(per, quota.LogExpiry{Every: time.Microsecond, Reach: logMargin(per)})
+	assert.Equal(t, logMargin(per), reach, "a grid of a microsecond reaching within a window is a vendor's")
+	assert.True(t, scored)
+	reach, scored = logReach(per, quota.LogExpiry{})
+	assert.Equal(t, logMargin(per), reach)
+	assert.False(t, scored)
+}
+
 // An entry's reach is twice the longest lateness of a send plus the
 // longest send-to-answer time of the last reachSamples answers or up to
 // twice as many, from reachFloor to the log's margin, which it is until
