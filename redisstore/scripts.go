@@ -31,14 +31,14 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua share_state.lua share_held.lua share_expire.lua share_claim.lua window_expiry.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua take_share_batch.lua retime.lua
+//go:embed share.lua share_state.lua share_held.lua share_expire.lua share_claim.lua window_expiry.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua take_share_batch.lua retime.lua shorten.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and
 // the script's own file. share.lua holds take.lua's fair shares,
 // slidinglog.lua the sliding logs with reservations ahead: the entries
 // that take.lua and retime.lua place, and that cancel.lua and retime.lua
-// remove; share_state.lua what take.lua and take_share.lua share of fair
+// remove (and shorten.lua moves); share_state.lua what take.lua and take_share.lua share of fair
 // shares.
 var scriptParts = map[string][]string{
 	"take.lua":             {"share_state.lua", "share.lua", "slidinglog.lua"},
@@ -46,6 +46,7 @@ var scriptParts = map[string][]string{
 	"take_share_batch.lua": {"share_state.lua"},
 	"cancel.lua":           {"slidinglog.lua"},
 	"retime.lua":           {"slidinglog.lua"},
+	"shorten.lua":          {"slidinglog.lua"},
 }
 
 var (
@@ -82,6 +83,8 @@ var (
 	settleScript = newScript("settle.lua")
 	// retime.lua moves a late grant's charges to now (Store.Retime).
 	retimeScript = newScript("retime.lua")
+	// shorten.lua ends a sliding log entry's count early (Store.Shorten).
+	shortenScript = newScript("shorten.lua")
 )
 
 // storeScripts lists every script the store runs; Check loads them all
@@ -91,7 +94,7 @@ var (
 var storeScripts = []luaScript{
 	takeScript, takeGCRAScript, takeBatchScript, takeWindowScript, takeShareScript, takeShareBatchScript,
 	cancelScript, pauseScript, claimScript, releaseScript, renewScript,
-	syncScript, anchorScript, settleScript, retimeScript,
+	syncScript, anchorScript, settleScript, retimeScript, shortenScript,
 }
 
 // A luaScript is a script with its source, so that Store.run can send it

@@ -1,6 +1,7 @@
 -- slidinglog.lua: take.lua's sliding logs with entries (reservations)
 -- after the instant being decided, and the removal of an entry (a part of
--- take.lua, cancel.lua and retime.lua, see scriptParts in scripts.go).
+-- take.lua, cancel.lua, retime.lua and shorten.lua, see scriptParts in
+-- scripts.go).
 --
 -- A log is a sorted set: member "instant:cost:id", score the running
 -- total of the costs up to and including the entry, in order of instant
