@@ -42,6 +42,7 @@ const (
 	opAnchor            // Anchor a bucket (the store must be a quota.Anchorer)
 	opSettle            // Settle the reservation of an earlier step (quota.Settler)
 	opRetime            // Retime the reservation of an earlier step (quota.Retimer)
+	opShorten           // Shorten the reservation of an earlier step (quota.Shortener)
 )
 
 // costZero asks a step for a demand of cost 0 (a zero cost field means 1).
@@ -76,11 +77,18 @@ type step struct {
 	err   error // non-nil: Take must fail with an error matching err (errAny: any)
 	left  *left // non-nil: a take's Remaining and ResetAfter must be these
 
-	// For opCancel, opRelease, opRenew, opClaim, opSettle and opRetime:
-	// the 1-based number of the step whose reservation is cancelled,
-	// released, renewed, claimed, settled or retimed. For opRenew and opSettle,
-	// err is the error wanted (nil: none).
+	// For opCancel, opRelease, opRenew, opClaim, opSettle, opRetime and
+	// opShorten: the 1-based number of the step whose reservation is
+	// cancelled, released, renewed, claimed, settled, retimed or
+	// shortened. For opRenew, opSettle and opShorten, err is the error
+	// wanted (nil: none).
 	cancel int
+
+	// For opShorten: Shorten(reservation, index, d), which must report
+	// moved; when moved, the reservation's mark for limit index must be
+	// now + d - Per, else the reservation itself must come back. The
+	// step's reservation is then the one returned.
+	index int
 
 	// For opSettle: the costs, one per limit of the reservation's demand.
 	settle []int
@@ -147,6 +155,8 @@ func (st step) String() string {
 		return s + fmt.Sprintf("settle the reservation of step %d to %v", st.cancel, st.settle)
 	case opRetime:
 		return s + fmt.Sprintf("retime the reservation of step %d", st.cancel)
+	case opShorten:
+		return s + fmt.Sprintf("shorten limit %d of the reservation of step %d to within %v", st.index, st.cancel, st.d)
 	case opPause:
 		return s + fmt.Sprintf("pause %q for %v", st.key, st.d)
 	case opSync:
@@ -309,6 +319,16 @@ func runSteps(t *testing.T, store quota.Store, clock *Clock, sc stepCase, scope 
 				dec.OK && !assert.Equal(t, r.ID, dec.Reservation.ID, "step %d: %v: the retimed reservation's ID", n, st) {
 				return
 			}
+		case opShorten:
+			r := decs[st.cancel-1].Reservation
+			if !assert.NotNil(t, r, "step %d: %v: step %d granted no reservation", n, st, st.cancel) {
+				return
+			}
+			nr, ok := shortenStep(t, store, n, st, r, clock.Now())
+			if !ok {
+				return
+			}
+			decs[i] = quota.Decision{OK: true, Limit: -1, Reservation: nr}
 		case opClaim:
 			r := decs[st.cancel-1].Reservation
 			ls, ok := store.(quota.LeaseStore)

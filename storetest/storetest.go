@@ -61,6 +61,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("Anchor", s.testAnchor)
 	t.Run("Settle", s.testSettle)
 	t.Run("Retime", s.testRetime)
+	t.Run("Shorten", s.testShorten)
 	t.Run("Inspect", s.testInspect)
 	t.Run("Concurrency", s.testConcurrency)
 	t.Run("Contention", s.testContention)
