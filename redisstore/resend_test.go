@@ -180,3 +180,37 @@ func TestResentAfterFlush(t *testing.T) {
 	}
 	assert.False(t, errors.Is(nil, redisstore.ErrResent))
 }
+
+// A shorten sent again is refused: its second run would find the entry
+// gone from the mark and answer "not moved", which Shorten would return
+// with the old mark, although the first run moved it (see Store.Shorten).
+// The entry moves once.
+func TestResentShortenIsRefused(t *testing.T) {
+	const rate = 5
+	p := faultproxy.New(t, srv.Addr())
+	s := newStoreOn(t, newClient(t, p.Addr()), redistest.Prefix(t))
+	d := &quota.Demand{
+		Scope:  "resend-shorten",
+		Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: rate, Per: 24 * time.Hour, Algorithm: quota.SlidingLog}, Key: "k"}},
+		Cost:   1,
+	}
+	// Warm up: load take.lua and shorten.lua; the entry ends now, so it
+	// counts no more.
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	_, moved, err := s.Shorten(ctx(t), dec.Reservation, 0, 0)
+	require.NoError(t, err)
+	require.True(t, moved)
+	dec, err = s.Take(ctx(t), d)
+	require.NoError(t, err)
+	require.True(t, dec.OK)
+
+	p.DropReplyTo("evalsha")
+	_, moved, err = s.Shorten(ctx(t), dec.Reservation, 0, 0)
+	assert.ErrorIs(t, err, redisstore.ErrResent)
+	assert.False(t, moved)
+	assert.Equal(t, 1, p.Stats().Dropped)
+
+	// The first sending ran: no entry counts, five fit.
+	assert.Equal(t, rate, grants(t, s, d), "room left after the shorten sent again")
+}
