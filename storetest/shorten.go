@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -217,4 +219,48 @@ func (s *suite) testShortenMalformed(t *testing.T) {
 	_, moved, err := sh.Shorten(t.Context(), good, 0, 0)
 	assert.NoError(t, err)
 	assert.True(t, moved)
+}
+
+// The model's shortening: a view is a quota.Shortener.
+
+var _ quota.Shortener = view{}
+
+// Shorten implements quota.Shortener.
+func (v view) Shorten(_ context.Context, r *quota.Reservation, i int, within time.Duration) (*quota.Reservation, bool, error) {
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	return v.m.shorten(r, i, within, v.micros())
+}
+
+// shorten moves the entry r charged to its limit i, a sliding log, to
+// now + within - Per when that is earlier than its instant, as
+// quota.Shortener says. The entry holds the cost r was last settled to,
+// or the cost charged; like refund, it takes any entry alike.
+func (m *model) shorten(r *quota.Reservation, i int, within time.Duration, now int64) (*quota.Reservation, bool, error) {
+	if err := r.CheckShorten(i); err != nil {
+		return r, false, fmt.Errorf("storetest model: %w", err)
+	}
+	d := r.Demand
+	if err := check(d); err != nil {
+		return r, false, err
+	}
+	b := d.Limits[i]
+	to := now + quotamath.CeilMicros(within) - per(b.Limit)
+	if to >= r.Marks[i] {
+		return r, false, nil
+	}
+	cost := int64(d.CostOf(i))
+	if s := m.settled[r.ID]; len(s) == len(d.Limits) {
+		cost = s[i]
+	}
+	id := bucketID(d.Scope, b)
+	j := slices.Index(m.log[id], quotamath.LogEntry{At: r.Marks[i], Cost: cost})
+	if j < 0 {
+		return r, false, nil
+	}
+	m.log[id] = quotamath.Insert(slices.Delete(m.log[id], j, j+1), quotamath.LogEntry{At: to, Cost: cost})
+	nr := *r
+	nr.Marks = slices.Clone(r.Marks)
+	nr.Marks[i] = to
+	return &nr, true, nil
 }
