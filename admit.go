@@ -167,7 +167,7 @@ func (lim *Limiter) obtainOnce(ctx context.Context, r *rule, d *demand, pk strin
 	var capped bool
 	if r.Learn.Anchor != "" {
 		lim.anchorExpiry(d, now, r.Learn.AnchorGrid)
-		horizon, capped = d.anchorHorizon()
+		horizon, capped = lim.anchorHorizon(d)
 	}
 	if capped = capped && horizon < maxWait && !d.reserve && !d.inLine(); capped {
 		d.MaxWait = horizon

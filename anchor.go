@@ -138,6 +138,10 @@ type phase struct {
 	hasArc   bool
 	aLo, aHi int64
 
+	// opened is, by vendor window (its reset, as written, in µs), the
+	// earliest answer received for it (shorten.go).
+	opened map[int64]int64
+
 	// The store's clock: ours less the store's is in [oLo, oHi] (µs),
 	// as the grants of this limit taught it (observeClock).
 	hasClock bool
@@ -368,6 +372,7 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 		sent = now
 	}
 	id := windowID{r.scope, l.Name, b.Key}
+	lim.shortenAnswered(ctx, d, i, id, l.Per, now, fb) // shorten.go
 	lo, hi, ask := lim.learned.observe(id, l.Per, sent, now, fb, r.Learn.AnchorTolerance, logMargin(l.Per))
 	if !ask {
 		return lim.learned.storeEnd(id, now)
@@ -871,14 +876,27 @@ func logReach(per time.Duration, e quota.LogExpiry) (reach time.Duration, scored
 // window while the phase is not known: 75% of the quota in 15 of 20
 // TestAnchoredSearchFleet runs at load 4-6 without a move, against none
 // of 20 with the span.)
-func (d *demand) anchorHorizon() (horizon time.Duration, ok bool) {
-	for i := range d.Limits {
+//
+// Where the store can shorten entries to the vendor's windows
+// (shorten.go), a quarter of the window: the next burst is then decided
+// once the answers of the one before have shortened their entries, not
+// on the spans they had when it was queued. (Only once answers had
+// shortened some, not from the first burst on: windows of 10-26 of 30
+// in TestAnchorReachFollowsLatency's fleet, where every window is full
+// with it from the start.)
+func (lim *Limiter) anchorHorizon(d *demand) (horizon time.Duration, ok bool) {
+	_, shortens := lim.store.(quota.Shortener)
+	for i, b := range d.Limits {
 		if j := d.anchorLogIndex(i); j >= 0 {
-			if _, scored := logReach(d.Limits[i].Limit.Per, d.Limits[j].Expiry); scored {
+			if _, scored := logReach(b.Limit.Per, d.Limits[j].Expiry); scored {
 				continue
 			}
-			if per := d.Limits[j].Limit.Per; !ok || per < horizon {
-				horizon, ok = per, true
+			h := d.Limits[j].Limit.Per
+			if shortens {
+				h = b.Limit.Per / 4
+			}
+			if !ok || h < horizon {
+				horizon, ok = h, true
 			}
 		}
 	}

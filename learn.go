@@ -416,15 +416,26 @@ func (l *learner) pauseFor(id string, c learnConfig, limited bool, fb quotaheade
 // with jitter unless exact, in this instance's memory and in the store,
 // and reports it to the hooks and the log. capped and status describe
 // the answer, for the event.
+//
+// The pause holds the requests it pauses until p is over: where every
+// rule that pause key pk holds back sends its requests no earlier than
+// the send lag of an Anchor limit after their charge (rule.pauseLead,
+// pauselead.go), the store and the local copy hold their decisions that
+// much less, so that they are sent as the pause ends, not a lag after
+// it. The event reports p.
 func (lim *Limiter) recordPause(ctx context.Context, r *rule, pk string, p time.Duration, exact, capped bool, status int, now time.Time) {
 	id := r.pauseID(pk)
-	p = lim.learned.record(r, id, now, p, exact)
+	lead := r.pauseLead(pk)
+	p = lim.learned.record(r, id, now, p, exact, lead)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
-	err := lim.pause(sctx, r.scope, pk, p)
-	// The store counted p from when it got the call: the local copy must
-	// not end before the shared pause does.
-	lim.learned.keep(id, lim.now().Add(p))
+	var err error
+	if p > lead {
+		err = lim.pause(sctx, r.scope, pk, p-lead)
+		// The store counted it from when it got the call: the local copy
+		// must not end before the shared pause does.
+		lim.learned.keep(id, lim.now().Add(p-lead))
+	}
 	if lim.hooks.OnPause != nil || lim.logger != nil {
 		ev := PauseEvent{Context: ctx, Rule: r.id, Status: status, Pause: p, Capped: capped, Err: err}
 		if lim.hooks.OnPause != nil {
@@ -436,8 +447,9 @@ func (lim *Limiter) recordPause(ctx context.Context, r *rule, pk string, p time.
 
 // record keeps a pause of d from now for id locally, with jitter added
 // unless exact (r's Learning.Jitter; zero: a tenth of d, at most 1 s) and
-// rounded up to the microsecond, and returns it, for the store.
-func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exact bool) time.Duration {
+// rounded up to the microsecond, and returns it, for the store. The
+// local copy holds decisions lead less (recordPause).
+func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exact bool, lead time.Duration) time.Duration {
 	j := r.Learn.Jitter
 	if exact {
 		j = 0 // the vendor's window ends then: later wastes its quota
@@ -451,7 +463,9 @@ func (l *learner) record(r *rule, id string, now time.Time, d time.Duration, exa
 	// Stores count whole microseconds and round a pause up; do the same
 	// here so the local copy and the reported pause match the store's.
 	d = (d + time.Microsecond - 1).Truncate(time.Microsecond)
-	l.keep(id, now.Add(d))
+	if d > lead {
+		l.keep(id, now.Add(d-lead))
+	}
 	return d
 }
 

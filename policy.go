@@ -178,6 +178,10 @@ type rule struct {
 	anchorIdx int // index in Limits of Learn.Anchor, or -1
 	pauseIdx  int // index in Limits of Learn.PauseBy, or -1
 
+	// How much sooner than a learned pause its decisions may be made, for
+	// the scope's pause key and the PauseBy limit's (pauselead.go).
+	leadScope, leadBy time.Duration
+
 	failMode FailureMode   // resolved: never FailDefault
 	class    *class        // Class, or nil
 	limits   []quota.Limit // each of Limits as the store sees it
@@ -406,6 +410,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 			}
 		}
 	}
+	cp.setPauseLeads() // pauselead.go
 	return cp, nil
 }
 

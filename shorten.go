@@ -1,0 +1,102 @@
+package throttle
+
+import (
+	"context"
+	"time"
+
+	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/quotaheader"
+)
+
+// Shortening: a log entry counts until its vendor window is known to end.
+//
+// The log of an Anchor limit (anchorLog) counts each request for a window
+// and its reach from its charge, because it does not know where the
+// vendor's window that holds the request starts. An answer tells more:
+// its reset names that window, and the window began before the request
+// that opened it arrived, which was before that request's answer. So
+// every request answered with the same reset R was counted in a vendor
+// window that ends by F+Per, F the earliest answer with reset R that
+// this instance received: for windows on a grid and windows that start
+// at a first request (GitHub's) alike. A vendor window ending at V holds
+// requests charged before V-sendLag, whose entries must count in the
+// log's window ending at V-sendLag-1µs (anchor.go): an entry of a
+// request of that window may then stop counting at F+Per-sendLag, which
+// the store is asked to do (quota.Shortener). The log is then free for
+// the vendor's next window as soon as it can start, where the entry's
+// own span would keep it a reach later at every window: a saturated
+// fleet's bursts drift a reach into the vendor's windows per window, and
+// one window in Per/reach gets none.
+//
+// It needs one vendor window per reset value: the reset written as an
+// instant (ResetInstant; a delay is read against the answer's own
+// clock), of a resolution no coarser than Per (two 500 ms windows may
+// share a whole-second reset), and the same in every answer of a window,
+// as every vendor writes it. A vendor whose reset moves with every answer
+// gives each answer its own F, at worst its own receipt: the entry then
+// counts until a window after it, which is never later than its span.
+
+// maxOpened bounds phase.opened: past it, the windows a few windows older
+// than the latest are dropped, and all of them if that is not enough.
+const maxOpened = 16
+
+// shortenAnswered shortens the log entry that d's grant charged for its
+// Anchor limit i (of bucket id, a window of per) to the end of the vendor
+// window its answer fb, received at recv, names (see above), and keeps
+// the reservation that results for d's Settle or Cancel.
+func (lim *Limiter) shortenAnswered(ctx context.Context, d *demand, i int, id windowID, per time.Duration, recv time.Time, fb quotaheader.Feedback) {
+	s, ok := lim.store.(quota.Shortener)
+	if !ok || d.granted == nil || fb.ResetInstant.IsZero() || fb.ResetResolution > per {
+		return
+	}
+	j := d.anchorLogIndex(i)
+	if j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog || j >= len(d.granted.Marks) {
+		return
+	}
+	first := lim.learned.opened(id, per, fb.ResetInstant, recv)
+	end := first.Add(per - sendLag(per))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	var (
+		res   *quota.Reservation
+		moved bool
+	)
+	// The store counts within from when it gets the call, after now: the
+	// entry ends no earlier than end.
+	within := end.Sub(lim.now())
+	err := lim.guard(sctx, func(ctx context.Context) error {
+		var err error
+		res, moved, err = s.Shorten(ctx, d.granted, j, within)
+		return err
+	})
+	if err == nil && moved {
+		d.granted = res
+	}
+}
+
+// opened returns the earliest answer this instance received, recv being
+// one, for the vendor window of id whose reset was written as reset.
+func (l *learner) opened(id windowID, per time.Duration, reset, recv time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.phaseOf(id, per, recv)
+	r, a := reset.UnixMicro(), recv.UnixMicro()
+	if p.opened == nil {
+		p.opened = make(map[int64]int64)
+	}
+	if f, ok := p.opened[r]; ok && f <= a {
+		return time.UnixMicro(f)
+	}
+	if len(p.opened) >= maxOpened {
+		for k := range p.opened {
+			if k < r-4*p.per {
+				delete(p.opened, k)
+			}
+		}
+		if len(p.opened) >= maxOpened {
+			clear(p.opened)
+		}
+	}
+	p.opened[r] = a
+	return recv
+}
