@@ -48,10 +48,11 @@ import (
 // sendLag plus its reach after its charge: the margin at most, and less
 // as the instance's recent sends and answers show them prompt
 // (phase.reach: twice the longest lateness measured, at least
-// reachFloor). A request reserves no further than the span ahead
+// reachFloor). A request reserves no further than the span ahead, or a
+// quarter of a window where the store can shorten entries
 // (anchorHorizon): the queue of bursts is one deep, so the entries of
-// the next burst take the reach, or the phase, learned meanwhile. How
-// long the log counts an entry:
+// the next burst take the reach, the phase or the shortening learned
+// meanwhile. How long the log counts an entry:
 //
 //   - Without Learning.AnchorGrid (the default: the vendor's windows may
 //     start at a first request, as GitHub's do, and end later after
@@ -64,8 +65,13 @@ import (
 //     moves. A vendor window ending at V holds requests charged in
 //     (V-sendLag-Per-reach, V-sendLag), each of whose entries counts in
 //     the log's window ending at V-sendLag-1µs, whatever the reach of
-//     each. A saturated fleet's bursts then come a Per and the reach
-//     apart (one vendor window in Per/reach gets none).
+//     each. Once the request is answered, its entry counts only until
+//     sendLag before the latest end of the vendor window its reset names
+//     (shorten.go), which is in that log window too: a saturated fleet's
+//     bursts then come a window apart, where the span alone spaced them
+//     a Per and the reach apart (one vendor window in Per/reach got
+//     none). A learned pause holds their decisions sendLag less than the
+//     sends (pauselead.go).
 //   - Under AnchorGrid, once the phase is known, the log's demand carries the vendor's windows as
 //     a quota.LogExpiry (logExpiry): their ends, less sendLag, in
 //     [lo-oHi, hi-oLo]-sendLag of the store's clock (the evidence [lo,

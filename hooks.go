@@ -39,7 +39,7 @@ type PauseEvent struct {
 
 	Rule   string        // the rule whose scope is paused
 	Status int           // the response's HTTP status; 0 outside HTTP
-	Pause  time.Duration // how long, jitter included
+	Pause  time.Duration // how long the vendor is not to be sent to, jitter included (decisions a send lag less on anchored rules: Transport.LearnedPause)
 	Capped bool          // the answer asked for more than MaxPause
 	Err    error         // the store's, if the shared pause failed (the local copy holds)
 }

@@ -121,8 +121,10 @@ type Learning struct {
 	// the window and its reach after its charge (what the instance's
 	// recent sends and answers say a request may take to reach the
 	// vendor: from a fortieth of the window to the margin), which holds
-	// whatever the vendor's windows do, at the cost of a saturated
-	// fleet's bursts coming that reach more than a window apart.
+	// whatever the vendor's windows do; once the request is answered,
+	// until the end of the vendor window that its reset names (on a store
+	// that can shorten entries, [quota.Shortener]: both of this module),
+	// so that a saturated fleet's bursts still come a window apart.
 	// Requires Anchor.
 	AnchorGrid bool
 
@@ -518,7 +520,10 @@ const DefaultMaxPause = quotaheader.DefaultMaxPause
 // back by the latest pause this transport learned from a response (its
 // local copy; see [Learning]), or zero when there is none or no rule
 // matches. A retry loop outside the transport, such as go-retryablehttp's,
-// can wait this long instead of guessing.
+// can wait this long instead of guessing. Where every rule the pause
+// holds back sends its requests a send lag after their charge (an
+// anchored limit, see [Learning].Anchor), it holds their decisions that
+// lag less than the vendor's pause, so that they are sent as it ends.
 func (t *Transport) LearnedPause(req *http.Request) time.Duration {
 	r, out := t.lim.policy.match(req)
 	if r == nil {
