@@ -38,8 +38,11 @@ import (
 // It returns the reservation to act on, cancel or settle from then on: a
 // copy of r whose mark for limit i is the entry's new instant, or r when
 // nothing moved (moved false). An error means the entry may or may not
-// have moved; shortening again to the same instant changes nothing, so a
-// Shorten whose answer was lost may be sent again.
+// have moved: r's mark may then name its old instant, where a later
+// Cancel or Settle of r no longer finds it (the entry keeps counting
+// what it was charged until it ends). A store whose calls may be sent
+// again after a lost reply refuses the resent one (redisstore's
+// ReplayDetect) rather than answer "not moved" with a stale mark.
 type Shortener interface {
 	// Shorten ends the count of the entry that r, a reservation granted
 	// by this store's Take (or retimed by its Retime), charged to its
