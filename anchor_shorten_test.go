@@ -25,10 +25,10 @@ import (
 // (GitHub's). Each answered request's log entry is shortened to the end
 // of the vendor window its reset names, which began before its first
 // answer (shorten.go); a learned pause holds the decisions a send lag
-// less than the sends (pauselead.go). So the fleet's bursts reach the
-// vendor as its windows start, whatever their phase: the vendor rejects
-// nothing, and the fleet uses at least 98% of the windows' quota (100%
-// in every run measured). A log whose entries count for their span from
+// less than the sends (pauselead.go). So the fleet's bursts come a
+// window and a round trip apart (a few milliseconds here), whatever the
+// vendor's phase: the vendor rejects nothing, and the fleet uses at
+// least 98% of the windows' quota (100% in every run measured). A log whose entries count for their span from
 // their charge (the rule before) lets the bursts drift a reach (25 ms
 // here) into the grid's windows at every window until one gets nothing:
 // 870 of 900 in 30 windows of a second, and against the sticky vendor,

@@ -26,7 +26,10 @@ import (
 // the vendor's next window as soon as it can start, where the entry's
 // own span would keep it a reach later at every window: a saturated
 // fleet's bursts drift a reach into the vendor's windows per window, and
-// one window in Per/reach gets none.
+// one window in Per/reach gets none. Shortened, they drift the first
+// answer's round trip (F is that late after the window's first request
+// reached the vendor), a few milliseconds: a fixed grid's window in
+// Per/rtt gets none; only its phase removes that (AnchorGrid).
 //
 // It needs one vendor window per reset value: the reset written as an
 // instant (ResetInstant; a delay is read against the answer's own
