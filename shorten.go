@@ -32,12 +32,16 @@ import (
 // Per/rtt gets none; only its phase removes that (AnchorGrid).
 //
 // It needs one vendor window per reset value: the reset written as an
-// instant (ResetInstant; a delay is read against the answer's own
-// clock), of a resolution no coarser than Per (two 500 ms windows may
-// share a whole-second reset), and the same in every answer of a window,
-// as every vendor writes it. A vendor whose reset moves with every answer
-// gives each answer its own F, at worst its own receipt: the entry then
-// counts until a window after it, which is never later than its span.
+// instant (ResetInstant), of a resolution no coarser than Per (two 500 ms
+// windows may share a whole-second reset), and kept by the vendor for the
+// window, as GitHub's X-RateLimit-Reset is. A reset that the vendor works
+// out anew at each answer, from its clock and a delay each rounded
+// apart, can name the end of one window in its last answers and of the
+// next in its first: such vendors write the delay (Retry-After,
+// RateLimit-Reset, the IETF t), which is read against the answer's own
+// clock and not used here. A reset that moves with every answer gives
+// each answer its own F, at worst its own receipt: the entry then counts
+// until a window after it, which is never later than its span.
 
 // maxOpened bounds phase.opened: past it, the windows a few windows older
 // than the latest are dropped, and all of them if that is not enough.
