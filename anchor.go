@@ -543,6 +543,22 @@ func (l *learner) vendorEnd(id windowID, recv time.Time, fb quotaheader.Feedback
 	return time.UnixMicro(hi + k*p.per), true
 }
 
+// vendorEndAfter returns an instant after which the vendor's window that
+// an answer fb, whose reset is an instant, names ends: by the evidence of
+// instant resets (R+c, c > cLo); ok is false without such evidence.
+func (l *learner) vendorEndAfter(id windowID, fb quotaheader.Feedback) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	if p == nil || !p.hasC || fb.ResetInstant.IsZero() {
+		return time.Time{}, false
+	}
+	if res := max(fb.ResetResolution.Microseconds(), 1); p.per%res != 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(fb.ResetInstant.UnixMicro() + p.cLo), true
+}
+
 // A grantCall is what this instance saw of the store call that granted
 // a demand: when it asked and when it had the answer, on its own clock,
 // and the decision.

@@ -293,9 +293,27 @@ func (lim *Limiter) sync(ctx context.Context, r *rule, d *demand, fb quotaheader
 		// rounding and the Date's (on windows of a second or two, nearer
 		// the end of our next window than of this one), and by the end
 		// the evidence of its windows allows.
+		// It ends after the request was sent, and after the earliest
+		// instant the evidence allows: where those leave it more than a
+		// window wide, the middle of the two bounds picks our window, so
+		// that a reset read late (by up to the time between a burst's
+		// last answer and the next one's first, with whole-second resets)
+		// does not put the vendor's "nothing remaining" in our next
+		// window, which would then get nothing (TestAnchoredSearchFleet
+		// after a move: [30 30 0 30] in 1 run of 8). Our window the
+		// earlier of the two costs nothing: the log bounds what the
+		// vendor counts.
+		id := windowID{r.scope, b.Limit.Name, b.Key}
 		reset := fb.Reset
-		if end, ok := lim.learned.vendorEnd(windowID{r.scope, b.Limit.Name, b.Key}, now, fb); ok && end.Before(reset) {
+		if end, ok := lim.learned.vendorEnd(id, now, fb); ok && end.Before(reset) {
 			reset = end
+		}
+		from := d.sent
+		if after, ok := lim.learned.vendorEndAfter(id, fb); ok && after.After(from) {
+			from = after
+		}
+		if !from.IsZero() && from.Before(reset) {
+			reset = from.Add(reset.Sub(from) / 2)
 		}
 		per := b.Limit.Per
 		ahead := max((reset.Sub(windowEnd)+per/2)/per, 0) // windows between ours and the vendor's
