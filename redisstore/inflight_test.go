@@ -214,7 +214,11 @@ func TestInFlightCrash(t *testing.T) {
 		e := <-crashed.events
 		assert.NotEqual(t, throttle.LeaseReleaseFailed, e.Kind, "%v", e.Err)
 	}
-	assert.ErrorIs(t, crashed.store.Flush(ctx(t)), redis.ErrClosed)
+	// Flushed now, or already by the store's own prompt flush (on a
+	// loaded machine it may come first): either way on a closed client.
+	if err := crashed.store.Flush(ctx(t)); err != nil {
+		assert.ErrorIs(t, err, redis.ErrClosed)
+	}
 
 	others := make([]*instance, 7)
 	for i := range others {
