@@ -12,7 +12,8 @@
 // count), [Anchorer] (moving a limit's windows to where the vendor's
 // start), [Settler] (correcting a charge to the cost the vendor reports
 // after the fact), [Retimer] (moving a charge to the instant a late grant
-// is acted on), [Inspector] (reading and resetting live state, for operators)
+// is acted on), [Shortener] (ending a sliding log entry's count when the
+// vendor's window that holds it ends), [Inspector] (reading and resetting live state, for operators)
 // and [LimitChecker] (a store that can decide only some demands says so at
 // start-up).
 //
