@@ -32,7 +32,10 @@ type vendor struct {
 	cur, peak, served atomic.Int64
 }
 
-func newVendor(t *testing.T) *vendor {
+func newVendor(t *testing.T) *vendor { return newVendorHolding(t, time.Millisecond) }
+
+// newVendorHolding is newVendor holding each request's slot for hold.
+func newVendorHolding(t *testing.T, hold time.Duration) *vendor {
 	v := &vendor{}
 	v.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := v.cur.Add(1)
@@ -43,7 +46,7 @@ func newVendor(t *testing.T) *vendor {
 			v.cur.Add(-1)
 			return
 		}
-		time.Sleep(time.Millisecond) // hold the slot a little, so callers contend
+		time.Sleep(hold) // hold the slot a little, so callers contend
 		v.served.Add(1)
 		v.cur.Add(-1)
 		_, _ = io.WriteString(w, "ok")
@@ -123,7 +126,11 @@ func TestInFlightFleet(t *testing.T) {
 	own := redistest.Start(t)
 	admin := newClient(t, own.Addr())
 	require.NoError(t, admin.ConfigResetStat(ctx(t)).Err())
-	v := newVendor(t)
+	// Each request holds its slot 5 ms: long enough that, on a loaded
+	// machine, a slot freed and taken again (a release, its PUBLISH, a
+	// waiter's wake and its Take) overlaps the other four held (with 1 ms,
+	// a CI run saw a peak of 4); 512 requests on 5 slots take about 0.5 s.
+	v := newVendorHolding(t, 5*time.Millisecond)
 	u, _ := url.Parse(v.URL)
 	prefix := redistest.Prefix(t)
 
