@@ -145,8 +145,10 @@ type phase struct {
 	aLo, aHi int64
 
 	// opened is, by vendor window (its reset, as written, in µs), the
-	// earliest answer received for it (shorten.go).
+	// earliest answer received for it; uncut: the latest answer's reset
+	// could not shorten entries (shorten.go).
 	opened map[int64]int64
+	uncut  bool
 
 	// The store's clock: ours less the store's is in [oLo, oHi] (µs),
 	// as the grants of this limit taught it (observeClock).
@@ -532,7 +534,7 @@ func (l *learner) vendorEnd(id windowID, recv time.Time, fb quotaheader.Feedback
 	if p == nil {
 		return time.Time{}, false
 	}
-	if res := max(fb.ResetResolution.Microseconds(), 1); p.hasC && !fb.ResetInstant.IsZero() && p.per%res == 0 {
+	if p.instantC(fb) {
 		return time.UnixMicro(fb.ResetInstant.UnixMicro() + p.cHi), true
 	}
 	lo, hi, ok := p.bounds()
@@ -550,13 +552,19 @@ func (l *learner) vendorEndAfter(id windowID, fb quotaheader.Feedback) (time.Tim
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.windows[id]
-	if p == nil || !p.hasC || fb.ResetInstant.IsZero() {
-		return time.Time{}, false
-	}
-	if res := max(fb.ResetResolution.Microseconds(), 1); p.per%res != 0 {
+	if p == nil || !p.instantC(fb) {
 		return time.Time{}, false
 	}
 	return time.UnixMicro(fb.ResetInstant.UnixMicro() + p.cLo), true
+}
+
+// instantC reports whether fb's window end is R+c for the c that p's
+// instant resets bound, (cLo, cHi]: fb's reset is an instant R, p has
+// that evidence, and the windows are a whole number of the reset's
+// resolution.
+func (p *phase) instantC(fb quotaheader.Feedback) bool {
+	res := max(fb.ResetResolution.Microseconds(), 1)
+	return p.hasC && !fb.ResetInstant.IsZero() && p.per%res == 0
 }
 
 // A grantCall is what this instance saw of the store call that granted
@@ -909,7 +917,9 @@ func logReach(per time.Duration, e quota.LogExpiry) (reach time.Duration, scored
 // runs under -race, 9 of 9 beside two CPU burners). (Only once answers had
 // shortened some, not from the first burst on: windows of 10-26 of 30
 // in TestAnchorReachFollowsLatency's fleet, where every window is full
-// with it from the start.)
+// with it from the start.) A vendor whose latest reset cannot shorten
+// entries (a delay, or coarser than the window) gets the span: a shorter
+// horizon would only decide its queued requests twice.
 func (lim *Limiter) anchorHorizon(d *demand) (horizon time.Duration, ok bool) {
 	_, shortens := lim.store.(quota.Shortener)
 	for i, b := range d.Limits {
@@ -918,7 +928,7 @@ func (lim *Limiter) anchorHorizon(d *demand) (horizon time.Duration, ok bool) {
 				continue
 			}
 			h := d.Limits[j].Limit.Per
-			if shortens {
+			if shortens && !lim.learned.uncut(windowID{d.Scope, b.Limit.Name, b.Key}, b.Limit.Per) {
 				h = b.Limit.Per / 4
 			}
 			if !ok || h < horizon {

@@ -53,14 +53,14 @@ const maxOpened = 16
 // the reservation that results for d's Settle or Cancel.
 func (lim *Limiter) shortenAnswered(ctx context.Context, d *demand, i int, id windowID, per time.Duration, recv time.Time, fb quotaheader.Feedback) {
 	s, ok := lim.store.(quota.Shortener)
-	if !ok || d.granted == nil || fb.ResetInstant.IsZero() || fb.ResetResolution > per {
+	if !ok {
 		return
 	}
+	first, cuts := lim.learned.opened(id, per, fb, recv)
 	j := d.anchorLogIndex(i)
-	if j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog || j >= len(d.granted.Marks) {
+	if !cuts || d.granted == nil || j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog || j >= len(d.granted.Marks) {
 		return
 	}
-	first := lim.learned.opened(id, per, fb.ResetInstant, recv)
 	end := first.Add(per - sendLag(per))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
@@ -82,17 +82,21 @@ func (lim *Limiter) shortenAnswered(ctx context.Context, d *demand, i int, id wi
 }
 
 // opened returns the earliest answer this instance received, recv being
-// one, for the vendor window of id whose reset was written as reset.
-func (l *learner) opened(id windowID, per time.Duration, reset, recv time.Time) time.Time {
+// one, for the vendor window of id that fb's reset names, and whether
+// that reset can shorten entries (see above), which anchorHorizon reads.
+func (l *learner) opened(id windowID, per time.Duration, fb quotaheader.Feedback, recv time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.phaseOf(id, per, recv)
-	r, a := reset.UnixMicro(), recv.UnixMicro()
+	if p.uncut = fb.ResetInstant.IsZero() || fb.ResetResolution > per; p.uncut {
+		return time.Time{}, false
+	}
+	r, a := fb.ResetInstant.UnixMicro(), recv.UnixMicro()
 	if p.opened == nil {
 		p.opened = make(map[int64]int64)
 	}
 	if f, ok := p.opened[r]; ok && f <= a {
-		return time.UnixMicro(f)
+		return time.UnixMicro(f), true
 	}
 	if len(p.opened) >= maxOpened {
 		for k := range p.opened {
@@ -105,5 +109,14 @@ func (l *learner) opened(id windowID, per time.Duration, reset, recv time.Time) 
 		}
 	}
 	p.opened[r] = a
-	return recv
+	return recv, true
+}
+
+// uncut reports whether the latest answer for id (of per) had a reset
+// that cannot shorten entries.
+func (l *learner) uncut(id windowID, per time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.windows[id]
+	return p != nil && p.per == per.Microseconds() && p.uncut
 }

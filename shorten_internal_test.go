@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/quotakit/throttle/quotaheader"
 )
 
 // opened keeps, per vendor window (its reset as written), the earliest
@@ -18,25 +20,42 @@ func TestOpened(t *testing.T) {
 	t0 := time.UnixMicro(1_700_000_000_000_000)
 	r1, r2 := t0.Add(time.Second), t0.Add(2*time.Second)
 	var lr learner
-	assert.Equal(t, t0.Add(10*time.Millisecond), lr.opened(id, per, r1, t0.Add(10*time.Millisecond)), "the first answer")
-	assert.Equal(t, t0.Add(10*time.Millisecond), lr.opened(id, per, r1, t0.Add(40*time.Millisecond)), "a later answer of the same window")
-	assert.Equal(t, t0.Add(5*time.Millisecond), lr.opened(id, per, r1, t0.Add(5*time.Millisecond)), "an earlier answer read late")
-	assert.Equal(t, t0.Add(30*time.Millisecond), lr.opened(id, per, t0.Add(time.Second+time.Millisecond), t0.Add(30*time.Millisecond)),
+	opened := func(reset, recv time.Time) time.Time {
+		t.Helper()
+		first, cuts := lr.opened(id, per, quotaheader.Feedback{ResetInstant: reset, ResetResolution: time.Second}, recv)
+		require.True(t, cuts)
+		return first
+	}
+	assert.Equal(t, t0.Add(10*time.Millisecond), opened(r1, t0.Add(10*time.Millisecond)), "the first answer")
+	assert.Equal(t, t0.Add(10*time.Millisecond), opened(r1, t0.Add(40*time.Millisecond)), "a later answer of the same window")
+	assert.Equal(t, t0.Add(5*time.Millisecond), opened(r1, t0.Add(5*time.Millisecond)), "an earlier answer read late")
+	assert.Equal(t, t0.Add(30*time.Millisecond), opened(t0.Add(time.Second+time.Millisecond), t0.Add(30*time.Millisecond)),
 		"another reset is another window, however near")
-	assert.Equal(t, t0.Add(time.Second), lr.opened(id, per, r2, t0.Add(time.Second)))
-	assert.Equal(t, t0.Add(5*time.Millisecond), lr.opened(id, per, r1, t0.Add(time.Second)), "the window before is still known")
+	assert.Equal(t, t0.Add(time.Second), opened(r2, t0.Add(time.Second)))
+	assert.Equal(t, t0.Add(5*time.Millisecond), opened(r1, t0.Add(time.Second)), "the window before is still known")
+	assert.False(t, lr.uncut(id, per))
 
 	// A reset that moves with every answer (a vendor that writes now
 	// plus the time left) gives each answer its own window: bounded.
 	at := t0
 	for range 10 * maxOpened {
 		at = at.Add(time.Millisecond)
-		assert.Equal(t, at, lr.opened(id, per, at.Add(per), at))
+		assert.Equal(t, at, opened(at.Add(per), at))
 	}
 	lr.mu.Lock()
 	n := len(lr.windows[id].opened)
 	lr.mu.Unlock()
 	assert.LessOrEqual(t, n, maxOpened)
+
+	// A delay, or a reset coarser than the window, shortens nothing, and
+	// the horizon is the span again until a reset that can comes.
+	_, cuts := lr.opened(id, per, quotaheader.Feedback{Reset: at.Add(per)}, at)
+	assert.False(t, cuts, "a delay")
+	assert.True(t, lr.uncut(id, per))
+	_, cuts = lr.opened(id, per, quotaheader.Feedback{ResetInstant: at.Add(per), ResetResolution: 2 * per}, at)
+	assert.False(t, cuts, "coarser than the window")
+	opened(at.Add(per), at)
+	assert.False(t, lr.uncut(id, per))
 }
 
 // A learned pause holds decisions a send lag less only where every rule
