@@ -19,9 +19,9 @@ import (
 //
 // # Semantics
 //
-// Shorten makes the entry that r charged to its limit i, a SlidingLog,
-// count in no window of the log ending at or after E = now+within, on the
-// store's clock: the entry moves from its instant x to E-Per when that is
+// Shorten makes the entry that a reservation r charged to its limit i, a
+// SlidingLog, count in no window of the log ending at or after E =
+// now+within, on the store's clock: the entry moves from its instant x to E-Per when that is
 // earlier than x. It then counts in the log's windows ending in
 // [E-Per, E), and in none from E on. When E-Per is not earlier than x,
 // or the entry is no longer in the log (it was cancelled, or its windows
@@ -35,21 +35,40 @@ import (
 // charged: only a caller that knows its action will not count in the
 // vendor's windows from E on may shorten it.
 //
-// It returns the reservation to act on, cancel or settle from then on: a
-// copy of r whose mark for limit i is the entry's new instant, or r when
-// nothing moved (moved false). An error means the entry may or may not
-// have moved: r's mark may then name its old instant, where a later
-// Cancel or Settle of r no longer finds it (the entry keeps counting
-// what it was charged until it ends). A store whose calls may be sent
-// again after a lost reply refuses the resent one (redisstore's
-// ReplayDetect) rather than answer "not moved" with a stale mark.
+// The entries of one call move independently, each in one atomic step:
+// a store may move them in several steps (redisstore: one round trip per
+// scope), and need not keep their order. Each result reflects its own
+// entry's move only: two limits of one reservation shortened in one call
+// give two copies, each with one new mark.
+//
+// It returns, for each entry, the reservation to act on, cancel or settle
+// from then on: a copy of its reservation whose mark for the limit is the
+// entry's new instant, or the reservation itself when nothing moved. An
+// error means an entry may or may not have moved: the slice returned
+// then, when not nil, holds the outcomes the store knows and the
+// reservation itself for the others, whose marks may name their old
+// instants, where a later Cancel or Settle no longer finds them (the
+// entry keeps counting what it was charged until it ends). A store whose
+// calls may be sent again after a lost reply refuses the resent one
+// (redisstore's ReplayDetect) rather than answer "not moved" with stale
+// marks.
 type Shortener interface {
-	// Shorten ends the count of the entry that r, a reservation granted
-	// by this store's Take (or retimed by its Retime), charged to its
-	// limit i, a SlidingLog, at within from now: see [Shortener]. i out
-	// of range, or naming a limit of another algorithm, is a
-	// [*FieldError] (matching [ErrInvalid]).
-	Shorten(ctx context.Context, r *Reservation, i int, within time.Duration) (res *Reservation, moved bool, err error)
+	// Shorten ends the count of each entry that ss names early: see
+	// [Shortener]. The result has one reservation per element of ss, in
+	// its order. A Shortening that fails [Reservation.CheckShorten] is a
+	// [*FieldError] (matching [ErrInvalid]) and nothing is shortened.
+	Shorten(ctx context.Context, ss ...Shortening) ([]*Reservation, error)
+}
+
+// A Shortening names an entry for [Shortener.Shorten] to end early: the
+// one that Reservation, granted by the store's Take (or retimed by its
+// Retime), charged to its limit Limit (an index of its demand's Limits,
+// a [SlidingLog]), to count in no window of the log ending at or after
+// now+Within on the store's clock.
+type Shortening struct {
+	Reservation *Reservation
+	Limit       int
+	Within      time.Duration
 }
 
 // CheckShorten checks what every [Shortener] requires of a shortening of
