@@ -181,10 +181,10 @@ func TestResentAfterFlush(t *testing.T) {
 	assert.False(t, errors.Is(nil, redisstore.ErrResent))
 }
 
-// A shorten sent again is refused: its second run would find the entry
-// gone from the mark and answer "not moved", which Shorten would return
-// with the old mark, although the first run moved it (see Store.Shorten).
-// The entry moves once.
+// A shorten sent again is refused: its second run would find the entries
+// gone from their marks and answer "not moved", which Shorten would return
+// with the old marks, although the first run moved them (see
+// Store.Shorten). The entries move once.
 func TestResentShortenIsRefused(t *testing.T) {
 	const rate = 5
 	p := faultproxy.New(t, srv.Addr())
@@ -198,17 +198,26 @@ func TestResentShortenIsRefused(t *testing.T) {
 	// counts no more.
 	dec, err := s.Take(ctx(t), d)
 	require.NoError(t, err)
-	_, moved, err := s.Shorten(ctx(t), dec.Reservation, 0, 0)
+	rs, err := s.Shorten(ctx(t), quota.Shortening{Reservation: dec.Reservation})
 	require.NoError(t, err)
-	require.True(t, moved)
-	dec, err = s.Take(ctx(t), d)
-	require.NoError(t, err)
-	require.True(t, dec.OK)
+	require.Len(t, rs, 1)
+	require.NotSame(t, dec.Reservation, rs[0], "moved")
 
+	// Two entries in one call, whose reply is lost.
+	var ss []quota.Shortening
+	for range 2 {
+		dec, err = s.Take(ctx(t), d)
+		require.NoError(t, err)
+		require.True(t, dec.OK)
+		ss = append(ss, quota.Shortening{Reservation: dec.Reservation})
+	}
 	p.DropReplyTo("evalsha")
-	_, moved, err = s.Shorten(ctx(t), dec.Reservation, 0, 0)
+	rs, err = s.Shorten(ctx(t), ss...)
 	assert.ErrorIs(t, err, redisstore.ErrResent)
-	assert.False(t, moved)
+	if assert.Len(t, rs, 2) {
+		assert.Same(t, ss[0].Reservation, rs[0], "not known to have moved")
+		assert.Same(t, ss[1].Reservation, rs[1], "not known to have moved")
+	}
 	assert.Equal(t, 1, p.Stats().Dropped)
 
 	// The first sending ran: no entry counts, five fit.
