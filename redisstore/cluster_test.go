@@ -38,6 +38,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Inspect", func(t *testing.T) {
 		inspectConcurrency(t, newStoreOn(t, newCluster(t), prefix))
 	})
+	t.Run("ShortenAcrossSlots", func(t *testing.T) { shortenAcrossSlots(t, newCluster(t)) })
 
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, storetest.Config{
