@@ -18,6 +18,7 @@ func (s *suite) testShorten(t *testing.T) {
 	skipUnless[quota.Shortener](t, s)
 	t.Run("Steps", func(t *testing.T) { s.runCases(t, shortenCases()) })
 	t.Run("Malformed", s.testShortenMalformed)
+	t.Run("Many", s.testShortenMany)
 }
 
 // shortenCases pin [quota.Shortener.Shorten]: an entry moved to E-Per
@@ -162,7 +163,12 @@ func shortenStep(t *testing.T, store quota.Store, n int, st step, r *quota.Reser
 		return nil, false
 	}
 	marks := slices.Clone(r.Marks)
-	nr, moved, err := sh.Shorten(t.Context(), r, st.index, st.d)
+	res, err := sh.Shorten(t.Context(), quota.Shortening{Reservation: r, Limit: st.index, Within: st.d})
+	var nr *quota.Reservation
+	if err == nil && assert.Len(t, res, 1, "step %d: %v: results", n, st) {
+		nr = res[0]
+	}
+	moved := nr != nil && nr != r
 	if !assert.Equal(t, marks, r.Marks, "step %d: %v: Shorten modified the reservation", n, st) {
 		return nil, false
 	}
@@ -173,7 +179,7 @@ func shortenStep(t *testing.T, store quota.Store, n int, st step, r *quota.Reser
 		}
 		return r, true
 	}
-	if !assert.NoError(t, err, "step %d: %v", n, st) ||
+	if !assert.NoError(t, err, "step %d: %v", n, st) || nr == nil ||
 		!assert.Equal(t, st.moved, moved, "step %d: %v: moved", n, st) {
 		return nil, false
 	}
@@ -210,15 +216,99 @@ func (s *suite) testShortenMalformed(t *testing.T) {
 		{"too many marks", &quota.Reservation{ID: good.ID, Demand: good.Demand, Marks: []int64{0, 0}}},
 	} {
 		assert.NotPanics(t, func() {
-			_, moved, err := sh.Shorten(t.Context(), c.r, 0, 0)
+			_, err := sh.Shorten(t.Context(), quota.Shortening{Reservation: c.r})
 			assert.Error(t, err, c.name)
-			assert.False(t, moved, c.name)
+			// With a good one before it: an error, and nothing moves.
+			_, err = sh.Shorten(t.Context(), quota.Shortening{Reservation: good}, quota.Shortening{Reservation: c.r})
+			assert.Error(t, err, c.name)
 		}, c.name)
 	}
-	// The reservation itself is still whole, and shortens.
-	_, moved, err := sh.Shorten(t.Context(), good, 0, 0)
-	assert.NoError(t, err)
-	assert.True(t, moved)
+	_, err = sh.Shorten(t.Context(), quota.Shortening{Reservation: good}, quota.Shortening{Reservation: good, Limit: 1})
+	var fe *quota.FieldError
+	assert.ErrorAs(t, err, &fe, "a bad index after a good one")
+	assert.ErrorIs(t, err, quota.ErrInvalid, "a bad index after a good one")
+	res, err := sh.Shorten(t.Context())
+	assert.NoError(t, err, "no entry")
+	assert.Empty(t, res, "no entry")
+	// The reservation itself is still whole, and shortens: nothing moved
+	// above.
+	res, err = sh.Shorten(t.Context(), quota.Shortening{Reservation: good})
+	if assert.NoError(t, err) && assert.Len(t, res, 1) {
+		assert.NotSame(t, good, res[0], "not moved before")
+	}
+}
+
+// testShortenMany shortens many entries in one call: of one log, of
+// another scope's, one not moved, and a settled one; each result is its
+// own entry's, and the logs admit as each moved. (No entry is named
+// twice: memstore and the model find an entry by its instant and cost,
+// which the log's other entries of this test share.)
+func (s *suite) testShortenMany(t *testing.T) {
+	t.Parallel()
+	store, clock := s.newStore(t)
+	sh := store.(quota.Shortener)
+	a := &quota.Demand{Scope: s.scope(t, "a"), Cost: 1, Limits: on(slidingLog("l", 4, sec))}
+	b := &quota.Demand{Scope: s.scope(t, "b"), Cost: 1, Limits: on(slidingLog("l", 1, sec))}
+	take := func(d *quota.Demand) *quota.Reservation {
+		t.Helper()
+		dec, err := store.Take(t.Context(), d)
+		if !assert.NoError(t, err) || !assert.True(t, dec.OK) {
+			t.FailNow()
+		}
+		return dec.Reservation
+	}
+	start := clock.Now()
+	ra := []*quota.Reservation{take(a), take(a), take(a), take(a)} // a's log full until S+1s
+	rb := take(b)
+	// ra[3]'s entry is settled to 2 where the store settles: the move
+	// must find it with its settled cost.
+	settler, settles := store.(quota.Settler)
+	if settles {
+		assert.NoError(t, settler.Settle(t.Context(), ra[3], []int{2}))
+	}
+	clock.Advance(100 * ms)
+	ss := []quota.Shortening{
+		{Reservation: ra[0], Within: 200 * ms}, // to S-700ms: counts until S+300ms
+		{Reservation: rb, Within: 400 * ms},    // b's: until S+500ms
+		{Reservation: ra[1], Within: 200 * ms},
+		{Reservation: ra[2], Within: 2 * sec},  // after its own end: not moved
+		{Reservation: ra[3], Within: 300 * ms}, // until S+400ms
+	}
+	res, err := sh.Shorten(t.Context(), ss...)
+	if !assert.NoError(t, err) || !assert.Len(t, res, len(ss)) {
+		return
+	}
+	at := func(d time.Duration) int64 { return start.Add(d).UnixMicro() }
+	for k, want := range []int64{at(-700 * ms), at(-500 * ms), at(-700 * ms), 0, at(-600 * ms)} {
+		r := ss[k].Reservation
+		if want == 0 {
+			assert.Same(t, r, res[k], "entry %d: not moved", k)
+			continue
+		}
+		if assert.NotSame(t, r, res[k], "entry %d: moved", k) {
+			assert.Equal(t, []int64{want}, res[k].Marks, "entry %d: its mark", k)
+			assert.Equal(t, []int64{at(0)}, r.Marks, "entry %d: the reservation given is unchanged", k)
+		}
+	}
+	refused := func(d *quota.Demand, delay time.Duration, what string) {
+		t.Helper()
+		dec, err := store.Take(t.Context(), d)
+		if assert.NoError(t, err, what) {
+			assert.Equal(t, [2]any{false, delay}, [2]any{dec.OK, dec.Delay}, what)
+		}
+	}
+	// a's log: two entries leave at S+300ms, ra[3]'s at S+400ms, ra[2]'s
+	// at S+1s.
+	clock.Advance(200*ms - us)
+	refused(a, us, "a at S+300ms-1µs")
+	clock.Advance(us)
+	take(a)
+	if !settles {
+		take(a) // ra[3]'s entry holds 1
+	}
+	refused(a, 100*ms, "a at S+300ms, full until ra[3]'s entry leaves")
+	// b's log: free at S+500ms.
+	refused(b, 200*ms, "b at S+300ms")
 }
 
 // The model's shortening: a view is a quota.Shortener.
@@ -226,28 +316,36 @@ func (s *suite) testShortenMalformed(t *testing.T) {
 var _ quota.Shortener = view{}
 
 // Shorten implements quota.Shortener.
-func (v view) Shorten(_ context.Context, r *quota.Reservation, i int, within time.Duration) (*quota.Reservation, bool, error) {
+func (v view) Shorten(_ context.Context, ss ...quota.Shortening) ([]*quota.Reservation, error) {
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
-	return v.m.shorten(r, i, within, v.micros())
+	for k, sh := range ss {
+		if err := sh.Reservation.CheckShorten(sh.Limit); err != nil {
+			return nil, fmt.Errorf("storetest model: shorten %d: %w", k, err)
+		}
+		if err := check(sh.Reservation.Demand); err != nil {
+			return nil, fmt.Errorf("storetest model: shorten %d: %w", k, err)
+		}
+	}
+	now := v.micros()
+	res := make([]*quota.Reservation, len(ss))
+	for k, sh := range ss {
+		res[k] = v.m.shorten(sh.Reservation, sh.Limit, sh.Within, now)
+	}
+	return res, nil
 }
 
 // shorten moves the entry r charged to its limit i, a sliding log, to
 // now + within - Per when that is earlier than its instant, as
 // quota.Shortener says. The entry holds the cost r was last settled to,
-// or the cost charged; like refund, it takes any entry alike.
-func (m *model) shorten(r *quota.Reservation, i int, within time.Duration, now int64) (*quota.Reservation, bool, error) {
-	if err := r.CheckShorten(i); err != nil {
-		return r, false, fmt.Errorf("storetest model: %w", err)
-	}
+// or the cost charged; like refund, it takes any entry alike. r has
+// passed CheckShorten(i). It returns r when nothing moved.
+func (m *model) shorten(r *quota.Reservation, i int, within time.Duration, now int64) *quota.Reservation {
 	d := r.Demand
-	if err := check(d); err != nil {
-		return r, false, err
-	}
 	b := d.Limits[i]
 	to := now + quotamath.CeilMicros(within) - per(b.Limit)
 	if to >= r.Marks[i] {
-		return r, false, nil
+		return r
 	}
 	cost := int64(d.CostOf(i))
 	if s := m.settled[r.ID]; len(s) == len(d.Limits) {
@@ -256,11 +354,11 @@ func (m *model) shorten(r *quota.Reservation, i int, within time.Duration, now i
 	id := bucketID(d.Scope, b)
 	j := slices.Index(m.log[id], quotamath.LogEntry{At: r.Marks[i], Cost: cost})
 	if j < 0 {
-		return r, false, nil
+		return r
 	}
 	m.log[id] = quotamath.Insert(slices.Delete(m.log[id], j, j+1), quotamath.LogEntry{At: to, Cost: cost})
 	nr := *r
 	nr.Marks = slices.Clone(r.Marks)
 	nr.Marks[i] = to
-	return &nr, true, nil
+	return &nr
 }
