@@ -24,7 +24,8 @@ import (
 // requests charged before V-sendLag, whose entries must count in the
 // log's window ending at V-sendLag-1µs (anchor.go): an entry of a
 // request of that window may then stop counting at F+Per-sendLag, which
-// the store is asked to do (quota.Shortener). The log is then free for
+// the store is asked to do (quota.Shortener), for the answers of a burst
+// in one call (shortenQueue). The log is then free for
 // the vendor's next window as soon as it can start, where the entry's
 // own span would keep it a reach later at every window: a saturated
 // fleet's bursts drift a reach into the vendor's windows per window, and
@@ -92,6 +93,9 @@ func (lim *Limiter) shortenAnswered(d *demand, i int, id windowID, per time.Dura
 	j := d.anchorLogIndex(i)
 	if !cuts || d.granted == nil || j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog || j >= len(d.granted.Marks) {
 		return
+	}
+	if _, local := localReservation(d.granted); local {
+		return // the local fallback's (failure.go): none of the shared store's entries
 	}
 	lim.awaitShorten(d) // one answer per request: none is pending
 	p := &shortening{sh: quota.Shortening{Reservation: d.granted, Limit: j}, end: first.Add(per - sendLag(per)), done: make(chan struct{})}
