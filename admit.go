@@ -281,13 +281,16 @@ type demand struct {
 	rules   []int              // per limit, its index in the rule's Limits; nil: the same index (all apply)
 	held    *quota.Reservation // the granted reservation whose slots the request holds
 	granted *quota.Reservation // what the decision charged, for a Permit's Cancel
-	delay   time.Duration      // reserve: how long the caller must wait before it acts
-	place   *queued            // its place in the rule's queue while it waits there (queue.go); nil: none
-	sent    time.Time          // when the request was sent (or cleared to be), for learning
-	due     time.Time          // a store's grant: the earliest instant it may be charged for (late.go); zero: none
-	ends    time.Time          // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
-	charge  grantClock         // with due: what the store's clock says of it (late.go)
-	late    int                // grants given back for coming late (late.go)
+	// shortening: the shortening of granted's anchor log entry sent or
+	// to be sent (shorten.go), which settles and cancels wait for
+	shortening *shortening
+	delay      time.Duration // reserve: how long the caller must wait before it acts
+	place      *queued       // its place in the rule's queue while it waits there (queue.go); nil: none
+	sent       time.Time     // when the request was sent (or cleared to be), for learning
+	due        time.Time     // a store's grant: the earliest instant it may be charged for (late.go); zero: none
+	ends       time.Time     // with due, for fixed windows: the earliest their window may end (grantWindowEnd); zero: unknown
+	charge     grantClock    // with due: what the store's clock says of it (late.go)
+	late       int           // grants given back for coming late (late.go)
 }
 
 // hasLeases reports whether d has a Concurrency limit.

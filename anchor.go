@@ -380,7 +380,7 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 		sent = now
 	}
 	id := windowID{r.scope, l.Name, b.Key}
-	lim.shortenAnswered(ctx, d, i, id, l.Per, now, fb) // shorten.go
+	lim.shortenAnswered(d, i, id, l.Per, now, fb) // shorten.go
 	lo, hi, ask := lim.learned.observe(id, l.Per, sent, now, fb, r.Learn.AnchorTolerance, logMargin(l.Per))
 	if !ask {
 		return lim.learned.storeEnd(id, now)

@@ -30,15 +30,16 @@ import (
 //
 // A Limiter is safe for concurrent use.
 type Limiter struct {
-	policy  *compiledPolicy
-	byName  map[string]*rule
-	store   quota.Store
-	now     func() time.Time
-	hooks   Hooks
-	learned learner
-	failure failover
-	lanes   lanes        // lane.go
-	logger  *slog.Logger // store state changes; nil: none
+	policy   *compiledPolicy
+	byName   map[string]*rule
+	store    quota.Store
+	now      func() time.Time
+	hooks    Hooks
+	learned  learner
+	failure  failover
+	lanes    lanes        // lane.go
+	shortens shortenQueue // shorten.go
+	logger   *slog.Logger // store state changes; nil: none
 
 	profileList []quotaheader.Profile // as given to WithProfiles
 	profiles    []profile
@@ -237,6 +238,7 @@ func (p *Permit) Done() {
 // after Settle, Cancel only frees the slots: the call was made.
 func (p *Permit) Cancel(ctx context.Context) error {
 	p.Done()
+	p.lim.awaitShorten(p.d)
 	res := p.d.granted
 	p.d.granted = nil
 	if res == nil || p.settled {

@@ -103,6 +103,7 @@ func (b *settleBody) finish() {
 // (see [quota.Settler]), in the store that granted it. It reports the
 // settlement to the hooks and returns the error it reports.
 func (lim *Limiter) settle(ctx context.Context, r *rule, d *demand, cost int) error {
+	lim.awaitShorten(d) // shorten.go: the entry is where the shortening put it
 	ev := SettleEvent{Context: ctx, Rule: r.id, Charged: d.Cost, Cost: cost}
 	if cost < 1 {
 		ev.Err = fmt.Errorf("throttle: rule %s: %w: a settled cost must be at least 1, got %d", r.id, ErrInvalidPolicy, cost)

@@ -2,6 +2,8 @@ package throttle
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/quotakit/throttle/quota"
@@ -22,7 +24,8 @@ import (
 // requests charged before V-sendLag, whose entries must count in the
 // log's window ending at V-sendLag-1µs (anchor.go): an entry of a
 // request of that window may then stop counting at F+Per-sendLag, which
-// the store is asked to do (quota.Shortener). The log is then free for
+// the store is asked to do (quota.Shortener), for the answers of a burst
+// in one call (shortenQueue). The log is then free for
 // the vendor's next window as soon as it can start, where the entry's
 // own span would keep it a reach later at every window: a saturated
 // fleet's bursts drift a reach into the vendor's windows per window, and
@@ -47,13 +50,43 @@ import (
 // than the latest are dropped, and all of them if that is not enough.
 const maxOpened = 16
 
-// shortenAnswered shortens the log entry that d's grant charged for its
-// Anchor limit i (of bucket id, a window of per) to the end of the vendor
-// window its answer fb, received at recv, names (see above), and keeps
-// the reservation that results for d's Settle or Cancel.
-func (lim *Limiter) shortenAnswered(ctx context.Context, d *demand, i int, id windowID, per time.Duration, recv time.Time, fb quotaheader.Feedback) {
-	s, ok := lim.store.(quota.Shortener)
-	if !ok {
+// shortenLinger is how long the first shortening of a batch waits for
+// more before the batch goes to the store: a burst's answers come a few
+// milliseconds apart, and each would otherwise cost a store call of its
+// own. An entry that stops counting that much later frees the log for
+// no decision that matters: the next burst's is a window away, and a
+// request decided meanwhile beyond the horizon (anchorHorizon) is held
+// and decided again once the entries are shortened.
+const shortenLinger = 10 * time.Millisecond
+
+// A shortening is one answered entry to shorten (shortenAnswered): its
+// Shortening, whose Within is counted when the batch is sent, the
+// instant its entry is to stop counting on the local clock, and, once
+// done is closed, the reservation to act on (nil if the store failed).
+type shortening struct {
+	sh   quota.Shortening
+	end  time.Time
+	done chan struct{}
+	res  *quota.Reservation
+}
+
+// shortenQueue gathers the Limiter's shortenings, so that the answers of
+// a burst go to the store together: one call (one round trip per scope
+// on Redis) after shortenLinger, or as soon as a caller needs one of
+// them done (awaitShorten).
+type shortenQueue struct {
+	mu      sync.Mutex
+	pending []*shortening
+	armed   bool // a flush is scheduled
+}
+
+// shortenAnswered asks the store to shorten the log entry that d's grant
+// charged for its Anchor limit i (of bucket id, a window of per) to the
+// end of the vendor window its answer fb, received at recv, names (see
+// above), in the next batch of shortenings. d's Settle or Cancel acts on
+// the reservation that results (awaitShorten).
+func (lim *Limiter) shortenAnswered(d *demand, i int, id windowID, per time.Duration, recv time.Time, fb quotaheader.Feedback) {
+	if _, ok := lim.store.(quota.Shortener); !ok {
 		return
 	}
 	first, cuts := lim.learned.opened(id, per, fb, recv)
@@ -61,23 +94,93 @@ func (lim *Limiter) shortenAnswered(ctx context.Context, d *demand, i int, id wi
 	if !cuts || d.granted == nil || j < 0 || d.Limits[j].Limit.Algorithm != quota.SlidingLog || j >= len(d.granted.Marks) {
 		return
 	}
-	end := first.Add(per - sendLag(per))
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	if _, local := localReservation(d.granted); local {
+		return // the local fallback's (failure.go): none of the shared store's entries
+	}
+	lim.awaitShorten(d) // one answer per request: none is pending
+	p := &shortening{sh: quota.Shortening{Reservation: d.granted, Limit: j}, end: first.Add(per - sendLag(per)), done: make(chan struct{})}
+	d.shortening = p
+	q := &lim.shortens
+	q.mu.Lock()
+	q.pending = append(q.pending, p)
+	arm := !q.armed
+	q.armed = true
+	q.mu.Unlock()
+	if arm {
+		time.AfterFunc(shortenLinger, lim.flushShortens)
+	}
+}
+
+// flushShortens sends the shortenings gathered, for the timer that
+// shortenAnswered armed.
+func (lim *Limiter) flushShortens() {
+	q := &lim.shortens
+	q.mu.Lock()
+	batch := q.pending
+	q.pending, q.armed = nil, false
+	q.mu.Unlock()
+	lim.sendShortens(batch)
+}
+
+// awaitShorten returns once d's shortening, if any, is done, sending it
+// with the rest of its batch at once if it waits, and makes the
+// reservation it resulted in d's: d's Settle or Cancel must find the
+// entry where it is.
+func (lim *Limiter) awaitShorten(d *demand) {
+	p := d.shortening
+	if p == nil {
+		return
+	}
+	d.shortening = nil
+	q := &lim.shortens
+	q.mu.Lock()
+	var batch []*shortening
+	if slices.Contains(q.pending, p) {
+		batch, q.pending = q.pending, nil // the timer finds none, or later ones
+	}
+	q.mu.Unlock()
+	lim.sendShortens(batch)
+	<-p.done
+	if p.res != nil && d.granted == p.sh.Reservation {
+		d.granted = p.res
+	}
+}
+
+// sendShortens asks the store to shorten batch's entries, in one call,
+// and hands each its result.
+func (lim *Limiter) sendShortens(batch []*shortening) {
+	if len(batch) == 0 {
+		return
+	}
+	defer func() {
+		for _, p := range batch {
+			close(p.done)
+		}
+	}()
+	s, ok := lim.store.(quota.Shortener)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
 	defer cancel()
-	var (
-		res   *quota.Reservation
-		moved bool
-	)
-	// The store counts within from when it gets the call, after now: the
-	// entry ends no earlier than end.
-	within := end.Sub(lim.now())
-	err := lim.guard(sctx, func(ctx context.Context) error {
+	// The store counts Within from when it gets the call, after now: each
+	// entry ends no earlier than its end.
+	now := lim.now()
+	ss := make([]quota.Shortening, len(batch))
+	for k, p := range batch {
+		ss[k] = p.sh
+		ss[k].Within = p.end.Sub(now)
+	}
+	var res []*quota.Reservation
+	_ = lim.guard(ctx, func(ctx context.Context) error {
 		var err error
-		res, moved, err = s.Shorten(ctx, d.granted, j, within)
+		res, err = s.Shorten(ctx, ss...)
 		return err
 	})
-	if err == nil && moved {
-		d.granted = res
+	for k, p := range batch {
+		if k < len(res) {
+			p.res = res[k]
+		}
 	}
 }
 
