@@ -63,25 +63,29 @@ end
 
 -- logLoad reads the entries of key after instant, in order (from the
 -- tail, in batches that double), with their members and running totals,
--- and before, the running total up to instant.
+-- and before, the running total up to instant. The entries after instant
+-- are found from the last back, then put in order in one pass (inserting
+-- each at the front would cost O(f^2) for f of them: 20 ms for 1000).
 local function logLoad(key, instant)
   local size = 4
   while true do
     local tail = redis.call('ZRANGE', key, -size, -1, 'WITHSCORES')
     local lg = {at = {}, cost = {}, member = {}, score = {}}
+    local first = #tail + 1 -- the index in tail of the first entry after instant
     local x = #tail - 1
     while x >= 1 do
-      local at, cost = string.match(tail[x], '^(%d+):(%d+):')
-      at = tonumber(at)
+      local at = tonumber(string.match(tail[x], '^(%d+):'))
       if at <= instant then
         lg.before = tonumber(tail[x + 1])
         break
       end
-      table.insert(lg.at, 1, at)
-      table.insert(lg.cost, 1, tonumber(cost))
-      table.insert(lg.member, 1, tail[x])
-      table.insert(lg.score, 1, tonumber(tail[x + 1]))
+      first = x
       x = x - 2
+    end
+    for y = first, #tail - 1, 2 do
+      local at, cost = string.match(tail[y], '^(%d+):(%d+):')
+      local j = #lg.at + 1
+      lg.at[j], lg.cost[j], lg.member[j], lg.score[j] = tonumber(at), tonumber(cost), tail[y], tonumber(tail[y + 1])
     end
     if lg.before then return lg end
     if #tail < 2 * size then -- the whole log is after instant
