@@ -11,15 +11,18 @@ import (
 
 var _ quota.Shortener = (*Store)(nil)
 
-// shortenMax is the most entries one call of shorten.lua moves: a scope's
+// shortenMax is the most entries one call of shorten.lua takes: a scope's
 // entries go in calls of at most this many, so that no one script holds
-// Redis long (each entry costs a few sorted-set commands).
+// Redis long. The script also stops early when the logs it moves are long
+// (its BUDGET), and the entries it left go in the next call.
 const shortenMax = 64
 
 // Shorten implements [quota.Shortener] in one round trip (shorten.lua)
 // per scope and per [shortenMax] entries of it, on Redis's clock: a
 // Within is rounded up to the microsecond. The calls go one after the
-// other, scopes in the order of their first entry in ss.
+// other, scopes in the order of their first entry in ss. Entries of logs
+// of thousands of entries take more calls: a call moves entries while
+// their logs hold 4096 entries in all (shorten.lua), 4 of a log of 1000.
 //
 // Every call is marked ([ReplayDetect]), as Cancel's and Retime's are,
 // although running it twice changes nothing: what a second run would
@@ -60,11 +63,11 @@ func (s *Store) Shorten(ctx context.Context, ss ...quota.Shortening) ([]*quota.R
 	}
 	for _, group := range byScope(ss) {
 		for len(group) > 0 {
-			n := min(len(group), shortenMax)
-			if err := s.shorten(ctx, ss, group[:n], out); err != nil {
+			done, err := s.shorten(ctx, ss, group[:min(len(group), shortenMax)], out)
+			if err != nil {
 				return out, err
 			}
-			group = group[n:]
+			group = group[done:]
 		}
 	}
 	return out, nil
@@ -101,8 +104,10 @@ func byScope(ss []quota.Shortening) [][]int {
 }
 
 // shorten moves the entries of ss that group names, of one scope, in one
-// call of shorten.lua and sets their results in out.
-func (s *Store) shorten(ctx context.Context, ss []quota.Shortening, group []int, out []*quota.Reservation) error {
+// call of shorten.lua, sets their results in out and returns how many
+// the call moved or left: all, or the first ones (at least one) when the
+// script's budget ran out.
+func (s *Store) shorten(ctx context.Context, ss []quota.Shortening, group []int, out []*quota.Reservation) (int, error) {
 	ks := s.keysOf(ss[group[0]].Reservation.Demand.Scope)
 	keys := make([]string, 0, 2*len(group))
 	args, mark := s.scriptArgs(1+7*len(group), "", true)
@@ -131,17 +136,18 @@ func (s *Store) shorten(ctx context.Context, ss []quota.Shortening, group []int,
 	res, err := s.run(ctx, shortenScript, mark, keys, args...).Slice()
 	if err != nil {
 		s.reload.note(err)
-		return fmt.Errorf("redisstore: shorten: %w", s.configErr(resent(err)))
+		return 0, fmt.Errorf("redisstore: shorten: %w", s.configErr(resent(err)))
 	}
-	if len(res) != 2*len(group) {
-		return fmt.Errorf("redisstore: shorten: malformed reply: %d values for %d entries", len(res), len(group))
+	if len(res) < 2 || len(res) > 2*len(group) || len(res)%2 != 0 {
+		return 0, fmt.Errorf("redisstore: shorten: malformed reply: %d values for %d entries", len(res), len(group))
 	}
+	group = group[:len(res)/2]
 	// Check the whole reply before taking any of it.
 	for e, k := range group {
 		moved, ok1 := res[2*e].(int64)
 		at, ok2 := res[2*e+1].(int64)
 		if !ok1 || !ok2 || moved != 0 && moved != 1 || moved == 1 && at >= ss[k].Reservation.Marks[ss[k].Limit] {
-			return fmt.Errorf("redisstore: shorten: malformed reply for entry %d: %v %v", k, res[2*e], res[2*e+1])
+			return 0, fmt.Errorf("redisstore: shorten: malformed reply for entry %d: %v %v", k, res[2*e], res[2*e+1])
 		}
 	}
 	for e, k := range group {
@@ -154,5 +160,5 @@ func (s *Store) shorten(ctx context.Context, ss []quota.Shortening, group []int,
 		nr.Marks[ss[k].Limit] = res[2*e+1].(int64)
 		out[k] = &nr
 	}
-	return nil
+	return len(group), nil
 }

@@ -36,13 +36,25 @@
 -- instant. The key's TTL was set for a later entry, or for x + Per, so it
 -- needs no change.
 --
--- Reply: a flat array of N pairs, in order: 1, E - Per for an entry
--- moved; 0, x for one not.
+-- A move costs about one step per entry of its log (Redis rewrites the
+-- running totals of the entries after it): 4 ms for a log of 1000 entries.
+-- So that one call never holds Redis long whatever its logs hold, the
+-- script stops before an entry whose log would bring the entries of the
+-- logs it moved in past BUDGET, after one entry at least: the reply then
+-- has pairs for the first entries only, and Shorten sends the others in
+-- the next call.
+--
+-- Reply: a flat array of one pair per entry moved or not, in order: 1,
+-- E - Per for an entry moved; 0, x for one not; for all N entries, or
+-- for the first ones when the budget ran out.
 
+local BUDGET = 4096
 local n = tonumber(ARGV[3])
 local reply = {}
+local work = 0
 
--- shorten moves entry e (1-based) and returns its pair.
+-- shorten moves entry e (1-based) and returns its pair, or nil when the
+-- budget leaves no room for its log.
 local function shorten(e)
   local a = 3 + 7 * (e - 1)
   local within, per = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
@@ -61,6 +73,9 @@ local function shorten(e)
   end
 
   local key = KEYS[2 * e - 1]
+  local size = redis.call('ZCARD', key)
+  if work > 0 and work + size > BUDGET then return nil end
+  work = work + size
   if not logRemove(key, fmt('%d:%d:%s', mark, cost, id), cost) then
     return 0, mark
   end
@@ -71,6 +86,7 @@ end
 
 for e = 1, n do
   local moved, at = shorten(e)
+  if moved == nil then break end
   reply[2 * e - 1], reply[2 * e] = moved, at
 end
 return reply

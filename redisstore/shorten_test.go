@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,16 +101,23 @@ func assertMoved(t *testing.T, ss []quota.Shortening, rs []*quota.Reservation, k
 	assert.Equal(t, [3]any{r.ID, r.Demand, r.Unclaimed}, [3]any{nr.ID, nr.Demand, nr.Unclaimed}, "entry %d", k)
 }
 
-// TestShortenManyEntries: n entries of one scope move in ceil(n/64)
-// EVALSHA, each to now - Per (within 0), and the log then has its whole
-// rate free at now.
+// TestShortenManyEntries: n entries of one scope, on logs of up to 32
+// entries (the script's budget never splits them), move in ceil(n/64)
+// EVALSHA, each to now - Per (within 0), and the logs then have their
+// whole rate free at now.
 func TestShortenManyEntries(t *testing.T) {
 	t.Parallel()
+	const perLog = 32
 	s, clock, sent := shortenStore(t)
 	for _, n := range []int{1, 2, 64, 65, 130} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			d := logDemand(fmt.Sprintf("many-%d", n), n, 1)
-			ss := takeEntries(t, s, clock, d, n, 0)
+			scope := fmt.Sprintf("many-%d", n)
+			var ss []quota.Shortening
+			for j := 0; j*perLog < n; j++ {
+				d := logDemand(scope, perLog, 1)
+				d.Limits[0].Key = fmt.Sprint(j)
+				ss = append(ss, takeEntries(t, s, clock, d, min(perLog, n-j*perLog), 0)...)
+			}
 			before := sent.Load()
 			rs, err := s.Shorten(ctx(t), ss...)
 			require.NoError(t, err)
@@ -117,12 +127,48 @@ func TestShortenManyEntries(t *testing.T) {
 			for k := range ss {
 				assertMoved(t, ss, rs, k, to)
 			}
-			// No entry counts in the window ending now: all n fit at once.
-			dec, err := s.Take(ctx(t), logDemand(d.Scope, n, n))
-			require.NoError(t, err)
-			assert.True(t, dec.OK, "the whole rate is free")
+			// No entry counts in the windows ending now: each log's whole
+			// rate fits at once.
+			for j := 0; j*perLog < n; j++ {
+				d := logDemand(scope, perLog, perLog)
+				d.Limits[0].Key = fmt.Sprint(j)
+				dec, err := s.Take(ctx(t), d)
+				require.NoError(t, err)
+				assert.True(t, dec.OK, "log %d: the whole rate is free", j)
+			}
 		})
 	}
+}
+
+// TestShortenLongLog: the entries of a long log go in more calls, as
+// many a call as fit the script's budget of log entries (shorten.lua's
+// BUDGET, read from the script), and all move.
+func TestShortenLongLog(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("shorten.lua")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^local BUDGET = (\d+)$`).FindSubmatch(src)
+	require.NotNil(t, m, "shorten.lua sets BUDGET")
+	budget, err := strconv.Atoi(string(m[1]))
+	require.NoError(t, err)
+
+	const size, n = 200, 64
+	s, clock, sent := shortenStore(t)
+	all := takeEntries(t, s, clock, logDemand("long", size, 1), size, 0)
+	ss := all[size-n:] // the latest: each move rewrites the whole log
+	perCall := budget / size
+	require.Less(t, perCall, n, "the budget splits %d entries of a log of %d", n, size)
+	before := sent.Load()
+	rs, err := s.Shorten(ctx(t), ss...)
+	require.NoError(t, err)
+	assert.Equal(t, int64((n+perCall-1)/perCall), sent.Load()-before, "EVALSHA for %d entries of a log of %d, %d a call", n, size, perCall)
+	require.Len(t, rs, n)
+	to := clock.Now().Add(-shortenPer).UnixMicro()
+	for k := range ss {
+		assertMoved(t, ss, rs, k, to)
+	}
+	// The n moved count no more at now: n fit, and no more.
+	assert.Equal(t, n, grants(t, s, logDemand("long", size, 1)))
 }
 
 // TestShortenScopes: entries of two scopes, interleaved, go in one call
