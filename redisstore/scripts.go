@@ -83,7 +83,7 @@ var (
 	settleScript = newScript("settle.lua")
 	// retime.lua moves a late grant's charges to now (Store.Retime).
 	retimeScript = newScript("retime.lua")
-	// shorten.lua ends a sliding log entry's count early (Store.Shorten).
+	// shorten.lua ends sliding log entries' counts early (Store.Shorten).
 	shortenScript = newScript("shorten.lua")
 )
 
