@@ -302,3 +302,29 @@ func TestBatchedDemandNotSent(t *testing.T) {
 	assert.False(t, dec.OK)
 	assert.False(t, errors.Is(err, redisstore.ErrNotSent))
 }
+
+// TestBatchLeaderGivesUp: the waiting demand chosen to send the next
+// batch (Store.lead) whose caller gives up at that moment leads the
+// others without its own: it is never sent (ErrNotSent, nothing
+// charged), the others are decided, and its place in flight is handed
+// on, so that the scope's queue is left idle (dropped).
+func TestBatchLeaderGivesUp(t *testing.T) {
+	c := newClient(t, srv.Addr())
+	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithBatching(8))
+	d := &quota.Demand{Scope: "ns", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 3, Per: 24 * time.Hour}, Key: "k"}}}
+	decs, errs, queued, err := redisstore.LeadEnded(s, []*quota.Demand{d, d, d})
+	require.ErrorIs(t, err, redisstore.ErrNotSent)
+	require.ErrorIs(t, err, context.Canceled)
+	for i := range decs {
+		require.NoError(t, errs[i])
+		assert.True(t, decs[i].OK, "demand %d after the leader", i+1)
+	}
+	assert.False(t, queued, "the scope's queue is still there: a place in flight was lost")
+	// Two of 3 charged: the leader's is not.
+	dec, err := s.Take(ctx(t), d)
+	require.NoError(t, err)
+	assert.True(t, dec.OK, "the leader's demand was charged")
+	dec, err = s.Take(ctx(t), d)
+	require.NoError(t, err)
+	assert.False(t, dec.OK)
+}

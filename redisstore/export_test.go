@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"time"
 
 	"github.com/quotakit/throttle/quota"
@@ -114,4 +115,38 @@ func BatchWaiting(s *Store, scope string) int {
 		return len(q.pending)
 	}
 	return 0
+}
+
+// LeadEnded queues ds, plain demands of one scope, as waiting behind a
+// call in flight that then ends (Store.next): the first is chosen to lead
+// its batch, and leads it with a context that has ended, as when its
+// caller gives up at that moment. It returns the others' results,
+// whether the scope's queue is still there afterwards, and the error the
+// leader's Take returns.
+func LeadEnded(s *Store, ds []*quota.Demand) ([]quota.Decision, []error, bool, error) {
+	scope := ds[0].Scope
+	q := &batchQueue{inflight: 1}
+	calls := make([]*batchCall, len(ds))
+	s.batch.mu.Lock()
+	if s.batch.queues == nil {
+		s.batch.queues = map[string]*batchQueue{}
+	}
+	s.batch.queues[scope] = q
+	for i, d := range ds {
+		calls[i] = newBatchCall(d, false)
+		calls[i].done = make(chan struct{})
+		q.pending = append(q.pending, calls[i])
+	}
+	s.batch.mu.Unlock()
+	s.next(scope, q)
+	<-calls[0].done
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.lead(ctx, scope, q, calls[0])
+	decs, errs := make([]quota.Decision, len(ds)-1), make([]error, len(ds)-1)
+	for i, c := range calls[1:] {
+		<-c.done
+		decs[i], errs[i] = c.dec, c.err
+	}
+	return decs, errs, s.inFlight(scope), err
 }
