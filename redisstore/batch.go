@@ -49,18 +49,19 @@ const DefaultBatchMax = 64
 // for demands with a Concurrency limit, 2 for those with a tenant). Plain
 // demands wait from one call fewer in flight while the scope's last batch
 // decided more than one demand: a batch of one saves Redis nothing and
-// costs its caller a wait, so at three callers of a scope all three go
-// alone, and from four on fewer go alone than with three. Below it,
+// costs its caller a wait, so at four callers of a scope all four go
+// alone, and from five on fewer go alone than with four. Below it,
 // batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (about 12k instructions per
-// demand against 48k for a call of its own, for demands alike), so three
-// in flight are enough: on the development VM (2 CPUs, Redis beside the
-// callers) 8 callers decided 1.13 and 1.23 times as many demands per
-// second as the 1-limit floor in two runs with three, 0.94 with four, and
-// 0.84 to 0.85 with batching off (as with eight, the default before,
-// under which no batch formed below 9 callers); 4 to 6 callers about as
-// many as with batching off (see docs/benchmarks.md).
-const BatchInFlight = 3
+// demand against 48k for a call of its own, for demands alike), and the
+// first demand waiting sends it from its own goroutine. On the
+// development VM (2 CPUs, Redis beside 8 callers of one scope; the bench
+// program, decisions per second over the 1-limit floor's in the same
+// runs, 2026-11-27) four made 0.85-0.97 (mean 0.92 over 8 runs) on a
+// quiet machine, three 0.77-0.95 (mean 0.87 over 10), eight (no batch at
+// 8 callers) 0.94-0.95; beside two CPU burners four and three alike
+// (0.93-1.12, 1.07). See docs/benchmarks.md.
+const BatchInFlight = 4
 
 // slotBatchInFlight is [BatchInFlight] for demands with Concurrency
 // limits: their lone call costs Redis more than a plain one (about 113k
