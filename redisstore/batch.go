@@ -59,8 +59,9 @@ const DefaultBatchMax = 64
 // program, decisions per second over the 1-limit floor's in the same
 // runs, 2026-11-27) four made 0.85-0.97 (mean 0.92 over 8 runs) on a
 // quiet machine, three 0.77-0.95 (mean 0.87 over 10), eight (no batch at
-// 8 callers) 0.94-0.95; beside two CPU burners four and three alike
-// (0.93-1.12, 1.07). See docs/benchmarks.md.
+// 8 callers) 0.91-0.95 (mean 0.93 over 5); beside two CPU burners four
+// and three alike (0.93-1.12, 1.07), no batch 0.84-0.85. See
+// docs/benchmarks.md.
 const BatchInFlight = 4
 
 // slotBatchInFlight is [BatchInFlight] for demands with Concurrency
