@@ -35,7 +35,10 @@ import (
 //
 // A failed batch fails every demand in it with the same error, and a
 // demand whose context ends while it waits unsent is never sent
-// ([ErrNotSent]).
+// ([ErrNotSent]). A demand waiting, the one whose caller's deadline is
+// the latest, sends the next batch from its caller's goroutine: that
+// Take returns once the batch is decided or its deadline passes, as a
+// lone call's does.
 func WithBatching(max int) Option {
 	return func(s *Store) { s.batchMax = max }
 }
@@ -116,8 +119,11 @@ type batchCall struct {
 	order []int // batchOrder(d)
 	state atomic.Int32
 	done  chan struct{}
-	dec   quota.Decision
-	err   error
+	// deadline is its caller's, zero for none: a call that leads its
+	// batch (Store.lead) bounds the batch's call by it
+	deadline time.Time
+	dec      quota.Decision
+	err      error
 }
 
 // newBatchCall returns the call of d, a demand of GCRA and Concurrency
@@ -190,6 +196,7 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand, slots bool) (q
 	}
 	c := newBatchCall(d, slots)
 	c.done = make(chan struct{})
+	c.deadline, _ = ctx.Deadline()
 	q.pending = append(q.pending, c)
 	b.mu.Unlock()
 
@@ -270,8 +277,9 @@ func (s *Store) next(scope string, q *batchQueue) {
 	go s.flush(scope, q)
 }
 
-// leader takes the first demand waiting in q out of the queue, to lead
-// the next batch, and returns it; nil when a demand waiting has
+// leader takes the demand waiting in q whose caller's deadline is the
+// latest (none is the latest; the first of equals) out of the queue, to
+// lead the next batch, and returns it; nil when a demand waiting has
 // Concurrency limits (flush, which waits for the callers of such a batch
 // to come back, sends them) or none waits any longer. The caller holds
 // s.batch.mu.
@@ -282,19 +290,44 @@ func (s *Store) next(scope string, q *batchQueue) {
 // each batch costs the callers' CPU about a tenth more per decision at 8
 // callers (its creation, and its stack grown and copied at every batch:
 // 5% of the bench's CPU profile in runtime.copystack alone).
+//
+// The leader's deadline bounds the batch's call (lead), so that it
+// returns by its deadline as a lone call does; every other caller of the
+// batch has given up by then, since none has a later deadline.
 func (s *Store) leader(q *batchQueue) *batchCall {
 	if slices.ContainsFunc(q.pending, func(c *batchCall) bool { return c.slots > 0 }) {
 		return nil
 	}
+	best := -1
 	for n, c := range q.pending {
-		if c.state.CompareAndSwap(callQueued, callLead) {
-			rest := copy(q.pending, q.pending[n+1:])
-			clear(q.pending[rest:])
-			q.pending = q.pending[:rest]
-			return c
+		if c.state.Load() != callQueued {
+			continue
+		}
+		if best < 0 || later(c.deadline, q.pending[best].deadline) {
+			best = n
 		}
 	}
-	return nil
+	if best < 0 {
+		return nil
+	}
+	c := q.pending[best]
+	if !c.state.CompareAndSwap(callQueued, callLead) {
+		return s.leader(q) // abandoned meanwhile: look again
+	}
+	q.pending = slices.Delete(q.pending, best, best+1)
+	return c
+}
+
+// later reports whether deadline a is later than b, zero being none (the
+// latest).
+func later(a, b time.Time) bool {
+	switch {
+	case a.IsZero():
+		return !b.IsZero()
+	case b.IsZero():
+		return false
+	}
+	return a.After(b)
 }
 
 // lead sends the next batch of q's scope with c, a demand that leader
@@ -322,9 +355,15 @@ func (s *Store) lead(ctx context.Context, scope string, q *batchQueue, c *batchC
 	}
 	b.mu.Unlock()
 	if len(calls) > 0 {
-		// Bounded by the per-call timeout, not by c's context: the others
-		// wait with their own.
-		bctx, cancel := s.callContext(context.Background())
+		// Bounded by the per-call timeout and c's deadline (leader), not
+		// ended by c's cancellation: the others wait with their own.
+		bctx := context.Background()
+		if !c.deadline.IsZero() {
+			var stop context.CancelFunc
+			bctx, stop = context.WithDeadline(bctx, c.deadline)
+			defer stop()
+		}
+		bctx, cancel := s.callContext(bctx)
 		s.decideBatch(bctx, calls)
 		cancel()
 		for _, p := range calls {

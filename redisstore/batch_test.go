@@ -328,3 +328,37 @@ func TestBatchLeaderGivesUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, dec.OK)
 }
+
+// TestBatchLeaderDeadline: of the demands waiting, the one whose
+// caller's deadline is the latest (none is the latest; the first of
+// equals) leads the next batch, whose call its deadline bounds: every
+// other caller has given up by then. Every demand is decided.
+func TestBatchLeaderDeadline(t *testing.T) {
+	c := newClient(t, srv.Addr())
+	s := newStoreOn(t, c, redistest.Prefix(t), redisstore.WithBatching(8))
+	d := &quota.Demand{Scope: "ns", Cost: 1, Limits: []quota.Bucket{{Limit: quota.Limit{Name: "l", Rate: 100, Per: time.Hour}, Key: "k"}}}
+	h := time.Hour
+	for _, tc := range []struct {
+		deadlines []time.Duration
+		lead      int
+	}{
+		{[]time.Duration{0, 0}, 0},
+		{[]time.Duration{h, 0, 2 * h}, 1},
+		{[]time.Duration{h, 3 * h, 2 * h}, 1},
+		{[]time.Duration{2 * h, 2 * h}, 0},
+	} {
+		ds := make([]*quota.Demand, len(tc.deadlines))
+		for i := range ds {
+			ds[i] = d
+		}
+		lead, decs, errs := redisstore.LeaderAmong(s, ds, tc.deadlines)
+		assert.Equal(t, tc.lead, lead, "leader among %v", tc.deadlines)
+		for i := range decs {
+			if assert.NoError(t, errs[i], "demand %d of %v", i, tc.deadlines) {
+				assert.True(t, decs[i].OK, "demand %d of %v", i, tc.deadlines)
+			}
+		}
+		// The leader hands its place on before it returns.
+		assert.False(t, redisstore.InFlight(s, "ns"), "the scope's queue is left behind")
+	}
+}

@@ -150,3 +150,47 @@ func LeadEnded(s *Store, ds []*quota.Demand) ([]quota.Decision, []error, bool, e
 	}
 	return decs, errs, s.inFlight(scope), err
 }
+
+// LeaderAmong queues ds, plain demands of one scope, behind a call in
+// flight that then ends, each from a caller whose deadline is
+// deadlines[i] from now (0: none), and returns the index of the demand
+// chosen to lead the next batch and every demand's result once all are
+// decided.
+func LeaderAmong(s *Store, ds []*quota.Demand, deadlines []time.Duration) (int, []quota.Decision, []error) {
+	scope := ds[0].Scope
+	q := &batchQueue{inflight: 1}
+	calls := make([]*batchCall, len(ds))
+	now := time.Now()
+	s.batch.mu.Lock()
+	if s.batch.queues == nil {
+		s.batch.queues = map[string]*batchQueue{}
+	}
+	s.batch.queues[scope] = q
+	for i, d := range ds {
+		calls[i] = newBatchCall(d, false)
+		calls[i].done = make(chan struct{})
+		if deadlines[i] > 0 {
+			calls[i].deadline = now.Add(deadlines[i])
+		}
+		q.pending = append(q.pending, calls[i])
+	}
+	s.batch.mu.Unlock()
+	s.next(scope, q)
+	lead := -1
+	for i, c := range calls {
+		if c.state.Load() == callLead {
+			lead = i
+			<-c.done
+			calls[i].dec, calls[i].err = s.lead(context.Background(), scope, q, c)
+		}
+	}
+	decs, errs := make([]quota.Decision, len(ds)), make([]error, len(ds))
+	for i, c := range calls {
+		<-c.done
+		decs[i], errs[i] = c.dec, c.err
+	}
+	return lead, decs, errs
+}
+
+// InFlight reports whether a take of scope is in flight in s, or waits.
+func InFlight(s *Store, scope string) bool { return s.inFlight(scope) }
