@@ -341,18 +341,7 @@ func (s *Store) lead(ctx context.Context, scope string, q *batchQueue, c *batchC
 	if own {
 		calls = append(calls, c)
 	}
-	n := 0
-	for ; n < len(q.pending) && len(calls) < s.batchMax; n++ {
-		if p := q.pending[n]; p.state.CompareAndSwap(callQueued, callSent) {
-			calls = append(calls, p)
-		}
-	}
-	rest := copy(q.pending, q.pending[n:])
-	clear(q.pending[rest:])
-	q.pending = q.pending[:rest]
-	if len(calls) > 0 {
-		q.company = len(calls) > 1
-	}
+	calls, _ = s.takePending(q, calls)
 	b.mu.Unlock()
 	if len(calls) > 0 {
 		// Bounded by the per-call timeout and c's deadline (leader), not
@@ -400,6 +389,27 @@ func (s *Store) inFlight(scope string) bool {
 	return s.batch.queues[scope] != nil
 }
 
+// takePending appends to calls, up to s.batchMax in all, the demands
+// waiting in q, each marked sent, takes them and the abandoned ones among
+// them out of the queue, and notes whether the batch has company. It
+// returns calls and how many demands still wait. The caller holds
+// s.batch.mu.
+func (s *Store) takePending(q *batchQueue, calls []*batchCall) ([]*batchCall, int) {
+	n := 0
+	for ; n < len(q.pending) && len(calls) < s.batchMax; n++ {
+		if c := q.pending[n]; c.state.CompareAndSwap(callQueued, callSent) {
+			calls = append(calls, c)
+		}
+	}
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	if len(calls) > 0 {
+		q.company = len(calls) > 1
+	}
+	return calls, rest
+}
+
 // flush sends q's waiting demands in batches of at most s.batchMax until
 // none waits, then gives up its place in flight. After a batch of n
 // demands with Concurrency limits it yields (runtime.Gosched) before it
@@ -425,19 +435,7 @@ func (s *Store) flush(scope string, q *batchQueue) {
 			continue
 		}
 		back = 0
-		var calls []*batchCall
-		n := 0
-		for ; n < len(q.pending) && len(calls) < s.batchMax; n++ {
-			if c := q.pending[n]; c.state.CompareAndSwap(callQueued, callSent) {
-				calls = append(calls, c)
-			}
-		}
-		rest := copy(q.pending, q.pending[n:])
-		clear(q.pending[rest:])
-		q.pending = q.pending[:rest]
-		if len(calls) > 0 {
-			q.company = len(calls) > 1
-		}
+		calls, rest := s.takePending(q, nil)
 		if len(calls) == 0 && rest == 0 {
 			idle := s.leave(scope, q)
 			b.mu.Unlock()

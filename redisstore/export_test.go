@@ -125,19 +125,7 @@ func BatchWaiting(s *Store, scope string) int {
 // leader's Take returns.
 func LeadEnded(s *Store, ds []*quota.Demand) ([]quota.Decision, []error, bool, error) {
 	scope := ds[0].Scope
-	q := &batchQueue{inflight: 1}
-	calls := make([]*batchCall, len(ds))
-	s.batch.mu.Lock()
-	if s.batch.queues == nil {
-		s.batch.queues = map[string]*batchQueue{}
-	}
-	s.batch.queues[scope] = q
-	for i, d := range ds {
-		calls[i] = newBatchCall(d, false)
-		calls[i].done = make(chan struct{})
-		q.pending = append(q.pending, calls[i])
-	}
-	s.batch.mu.Unlock()
+	q, calls := queueWaiting(s, ds, nil)
 	s.next(scope, q)
 	<-calls[0].done
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,23 +146,7 @@ func LeadEnded(s *Store, ds []*quota.Demand) ([]quota.Decision, []error, bool, e
 // decided.
 func LeaderAmong(s *Store, ds []*quota.Demand, deadlines []time.Duration) (int, []quota.Decision, []error) {
 	scope := ds[0].Scope
-	q := &batchQueue{inflight: 1}
-	calls := make([]*batchCall, len(ds))
-	now := time.Now()
-	s.batch.mu.Lock()
-	if s.batch.queues == nil {
-		s.batch.queues = map[string]*batchQueue{}
-	}
-	s.batch.queues[scope] = q
-	for i, d := range ds {
-		calls[i] = newBatchCall(d, false)
-		calls[i].done = make(chan struct{})
-		if deadlines[i] > 0 {
-			calls[i].deadline = now.Add(deadlines[i])
-		}
-		q.pending = append(q.pending, calls[i])
-	}
-	s.batch.mu.Unlock()
+	q, calls := queueWaiting(s, ds, deadlines)
 	s.next(scope, q)
 	lead := -1
 	for i, c := range calls {
@@ -190,6 +162,31 @@ func LeaderAmong(s *Store, ds []*quota.Demand, deadlines []time.Duration) (int, 
 		decs[i], errs[i] = c.dec, c.err
 	}
 	return lead, decs, errs
+}
+
+// queueWaiting makes ds, plain demands of one scope, wait in its queue
+// behind one call in flight, each from a caller whose deadline is
+// deadlines[i] from now (nil or 0: none), and returns the queue and their
+// calls.
+func queueWaiting(s *Store, ds []*quota.Demand, deadlines []time.Duration) (*batchQueue, []*batchCall) {
+	q := &batchQueue{inflight: 1}
+	calls := make([]*batchCall, len(ds))
+	now := time.Now()
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	if s.batch.queues == nil {
+		s.batch.queues = map[string]*batchQueue{}
+	}
+	s.batch.queues[ds[0].Scope] = q
+	for i, d := range ds {
+		calls[i] = newBatchCall(d, false)
+		calls[i].done = make(chan struct{})
+		if i < len(deadlines) && deadlines[i] > 0 {
+			calls[i].deadline = now.Add(deadlines[i])
+		}
+		q.pending = append(q.pending, calls[i])
+	}
+	return q, calls
 }
 
 // InFlight reports whether a take of scope is in flight in s, or waits.
