@@ -232,15 +232,16 @@ func (s *Store) takeBatched(ctx context.Context, d *quota.Demand, slots bool) (q
 // after its first (take_batch.lua), but a batch of one saves nothing and
 // costs its caller the wait for a call in flight to end and a hand-off
 // to the caller that sends it (lead). So while the scope's last batch held
-// one demand (as at three callers of a scope: two in flight and one
-// waiting, every time), a demand goes alone from as many calls in
-// flight as at the start, and once batches have company (more callers)
-// it waits from one fewer, so that fewer demands go alone at four
-// callers or more. On the development VM (2 CPUs, Redis beside the
+// one demand (as at BatchInFlight callers of a scope: one fewer in
+// flight and one waiting, every time), a demand goes alone from as many
+// calls in flight as at the start, and once batches have company (more
+// callers) it waits from one fewer, so that fewer demands go alone from
+// one caller more on. On the development VM (2 CPUs, Redis beside the
 // callers; the bench program's decisions per second of the plain
-// decision over the 1-limit floor's, load average 5-6) a fixed three
-// made 0.86 and 0.91 at 3 callers and 1.06 and 1.13 at 8, a fixed two
-// 0.81 and 0.82 at 3 and 1.15 and 1.22 at 8.
+// decision over the 1-limit floor's, load average 5-6), when
+// BatchInFlight was 3: a fixed three made 0.86 and 0.91 at 3 callers and
+// 1.06 and 1.13 at 8, a fixed two 0.81 and 0.82 at 3 and 1.15 and 1.22
+// at 8.
 func (s *Store) inFlightLimit(q *batchQueue, d *quota.Demand, slots bool) int {
 	switch {
 	case slots:

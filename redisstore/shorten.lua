@@ -52,6 +52,7 @@ local BUDGET = 4096
 local n = tonumber(ARGV[3])
 local reply = {}
 local work = 0
+local sizes = {} -- by log key: its entries, read once (a move keeps them)
 
 -- shorten moves entry e (1-based) and returns its pair, or nil when the
 -- budget leaves no room for its log.
@@ -73,7 +74,11 @@ local function shorten(e)
   end
 
   local key = KEYS[2 * e - 1]
-  local size = redis.call('ZCARD', key)
+  local size = sizes[key]
+  if not size then
+    size = redis.call('ZCARD', key)
+    sizes[key] = size
+  end
   if work > 0 and work + size > BUDGET then return nil end
   work = work + size
   if not logRemove(key, fmt('%d:%d:%s', mark, cost, id), cost) then
