@@ -32,16 +32,19 @@ import (
 //
 // With exactLimits only (every emission interval whole microseconds),
 // a batch answers a 1-limit demand granted at the clock with its TAT
-// alone (take_batch.lua), which these runs cover.
+// alone (take_batch.lua), which these runs cover. "alike" runs batches of
+// copies of one demand of one or two such limits and at most one pause,
+// which take_batch.lua decides in straight lines.
 func TestTakeBatchMatchesTakeGCRA(t *testing.T) {
 	for _, limits := range []struct {
-		name string
-		ls   []quota.Limit
-	}{{"fractions", gcraLimits}, {"exact", exactLimits}} {
+		name  string
+		ls    []quota.Limit
+		alike bool
+	}{{"fractions", gcraLimits, false}, {"exact", exactLimits, false}, {"alike", exactLimits, true}} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", limits.name, seed), func(t *testing.T) {
 				t.Parallel()
-				compareBatches(t, limits.ls, seed)
+				compareBatches(t, limits.ls, limits.alike, seed)
 			})
 		}
 	}
@@ -55,8 +58,10 @@ var exactLimits = []quota.Limit{
 	{Name: "g", Rate: 1000, Per: time.Second, Burst: 3},       // T = 1000 µs
 }
 
-// compareBatches is TestTakeBatchMatchesTakeGCRA on demands of limits.
-func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
+// compareBatches is TestTakeBatchMatchesTakeGCRA on demands of limits;
+// with alike, each batch is copies of one demand of one or two limits and
+// at most one pause.
+func compareBatches(t *testing.T, limits []quota.Limit, alike bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	clock := storetest.NewClock(storetest.Start)
 	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:")
@@ -72,7 +77,11 @@ func compareBatches(t *testing.T, limits []quota.Limit, seed uint64) {
 		ds := make([]*quota.Demand, 2+rng.IntN(7))
 		for i := range ds {
 			ds[i] = randomDemandOf(rng, limits)
-			if i > 0 && rng.IntN(3) == 0 { // the one before again (sent as "=", take_batch.lua)
+			if alike {
+				d := ds[i]
+				d.Limits, d.Pauses = d.Limits[:min(len(d.Limits), 1+rng.IntN(2))], d.Pauses[:min(len(d.Pauses), 1)]
+			}
+			if i > 0 && (alike || rng.IntN(3) == 0) { // the one before again (sent as "=", take_batch.lua)
 				again := *ds[i-1]
 				ds[i] = &again
 			}
