@@ -95,8 +95,14 @@ func (s *Store) decideShareBatch(ctx context.Context, calls []*batchCall) {
 		prev = d
 	}
 	res, err := s.run(ctx, takeShareBatchScript, mark, keys, args...).Slice()
-	if err == nil && len(res) != len(calls) {
-		err = fmt.Errorf("malformed reply: %d entries for %d demands", len(res), len(calls))
+	var now int64
+	if err == nil {
+		var ok bool
+		if len(res) != len(calls)+1 {
+			err = fmt.Errorf("malformed reply: %d entries for %d demands", len(res)-1, len(calls))
+		} else if now, ok = res[0].(int64); !ok {
+			err = fmt.Errorf("malformed reply: clock %v", res[0])
+		}
 	}
 	if err != nil {
 		s.reload.note(err)
@@ -106,8 +112,11 @@ func (s *Store) decideShareBatch(ctx context.Context, calls []*batchCall) {
 		}
 		return
 	}
+	// The clock, then an entry per demand: take_share.lua's reply, or a
+	// one-limit grant at the clock's arrival time (parseBatchEntry).
 	for i, c := range calls {
-		c.dec, c.err = s.identify(parseTakeFast(res[i], c.d, ""))
+		c.dec, _, c.err = parseBatchEntry(res, i+1, now, c, "")
+		c.dec, c.err = s.identify(c.dec, c.err)
 	}
 }
 

@@ -29,15 +29,24 @@ import (
 // or differ from it in the tenant only (sent as "=tenant"); a few have
 // no tenant, and go in the same batch call's take_batch.lua part.
 func TestTakeShareBatchMatchesTakeShare(t *testing.T) {
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			compareShareBatches(t, seed)
-		})
+	for _, alike := range []bool{false, true} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			name := fmt.Sprintf("seed=%d", seed)
+			if alike {
+				name = "alike/" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				compareShareBatches(t, seed, alike)
+			})
+		}
 	}
 }
 
-func compareShareBatches(t *testing.T, seed uint64) {
+// compareShareBatches is TestTakeShareBatchMatchesTakeShare; with alike,
+// each batch is copies of one demand with a tenant, which
+// take_share_batch.lua decides in straight lines while no claim is live.
+func compareShareBatches(t *testing.T, seed uint64, alike bool) {
 	rng := rand.New(rand.NewPCG(seed, 17))
 	clock := storetest.NewClock(storetest.Start)
 	c, batched, single, batchPrefix, onePrefix := differential(t, clock, "batch:", "one:", redisstore.WithBatching(0))
@@ -56,7 +65,7 @@ func compareShareBatches(t *testing.T, seed uint64) {
 		ds := make([]*quota.Demand, 1+rng.IntN(8))
 		for i := range ds {
 			switch {
-			case i > 0 && rng.IntN(4) == 0: // the one before again ("=")
+			case i > 0 && (alike || rng.IntN(4) == 0): // the one before again ("=")
 				again := *ds[i-1]
 				ds[i] = &again
 			case i > 0 && rng.IntN(3) == 0: // the one before for another tenant ("=tenant")
@@ -75,7 +84,7 @@ func compareShareBatches(t *testing.T, seed uint64) {
 						d.Limits = append(d.Limits, quota.Bucket{Limit: limits[j], Key: "x"})
 					}
 				}
-				if rng.IntN(6) > 0 { // else a plain demand, decided by take_batch.lua after these
+				if alike || rng.IntN(6) > 0 { // else a plain demand, decided by take_batch.lua after these
 					d.Limits[rng.IntN(len(d.Limits))].Tenant = tenants[rng.IntN(len(tenants))]
 				}
 				if rng.IntN(3) == 0 {
