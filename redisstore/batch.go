@@ -525,23 +525,37 @@ func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
 	}
 	keys := make([]string, 0, nk)
 	args, mark := s.scriptArgs(na, id, true)
-	// The number of demands, and " f" when some limit's arrival times
-	// have fractions (take_batch.lua).
-	var count any = len(calls)
+	// The number of demands, negative when all are alike and sent as the
+	// first alone, and " f" when some limit's arrival times have
+	// fractions (take_batch.lua).
+	same := true
+	for _, c := range calls[1:] {
+		if same = alike(c.d, calls[0].d); !same {
+			break
+		}
+	}
+	n := len(calls)
+	if same {
+		n = -n
+	}
+	var count any = n
 	for _, c := range calls {
 		if !gcraExact(c.d) {
-			count = strconv.Itoa(len(calls)) + " f"
+			count = strconv.Itoa(n) + " f"
 			break
 		}
 	}
 	args = append(args, count, 0) // the runs of releases carried, set below
 	runsAt := len(args) - 1
-	// A demand like the one before it (as most are) goes as "=" alone.
+	// A demand like the one before it (as most are) goes as "=" alone, or
+	// not at all when all are alike.
 	var prev *quota.Demand
 	for _, c := range calls {
 		d := c.d
 		if prev != nil && alike(d, prev) {
-			args = append(args, sameDemand)
+			if !same {
+				args = append(args, sameDemand)
+			}
 			continue
 		}
 		keys = appendBatchKeys(keys, s.takeKeys(d, ""), len(d.Pauses), c.order)

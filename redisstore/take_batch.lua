@@ -22,7 +22,9 @@
 --          lease (its decision id) is "<id>.<n>"
 -- ARGV[3]  the number of demands; "N f" when the emission interval of a
 --          limit is not a whole number of microseconds, so that its
---          arguments and arrival times may carry fractions (take_gcra.lua)
+--          arguments and arrival times may carry fractions (take_gcra.lua);
+--          -N (or "-N f") when every demand is the same as the first,
+--          which alone is sent, without the "=" of the others
 -- ARGV[4]  the number of runs of leases released earlier (of one key
 --          each) that this call carries
 -- then per demand: P (pause keys), G (GCRA limits), C (Concurrency
@@ -104,8 +106,11 @@ end
 -- rest). stored and storedFrac hold the value Redis had, and changed
 -- lists the limit keys to write back, once each, at the end. A batch of
 -- whole microseconds runs what it ran before fractions were kept.
-local demands, exact = ARGV[3] == '1' and 1 or tonumber(ARGV[3]), true
-if not demands then demands, exact = tonumber(string.match(ARGV[3], '^%d+')), false end
+-- same: every demand after the first is the first again (-N), with no
+-- argument of its own.
+local demands, exact, same = ARGV[3] == '1' and 1 or tonumber(ARGV[3]), true, false
+if not demands then demands, exact = tonumber(string.match(ARGV[3], '^-?%d+')), false end
+if demands < 0 then demands, same = -demands, true end
 
 -- Demands all alike (each after the first "=") of at most one pause and
 -- one or two GCRA limits in whole microseconds, and no Concurrency limit:
@@ -122,7 +127,7 @@ if plain then
   -- ARGV[8] MaxWait, [9] charge, [10] allowance, then the second limit's
   -- [11] and [12]; the demands after the first are "=" alone.
   local from = 11 + 2 * (limits - 1)
-  for a = from, from + demands - 2 do
+  for a = from, same and 0 or from + demands - 2 do
     if ARGV[a] ~= '=' then
       plain = false
       break
@@ -193,7 +198,7 @@ end
 -- against take.lua.
 local straight = exact and ARGV[6] == '1' and ARGV[7] == '1' and (ARGV[5] == '0' or ARGV[5] == '1')
 if straight then
-  for a = 13, 11 + demands do
+  for a = 13, same and 0 or 11 + demands do
     if ARGV[a] ~= '=' then
       straight = false
       break
@@ -339,7 +344,9 @@ local readKey, readArg = 1, 5 -- where the next demand's keys and arguments star
 -- demand "=" (no script writes a pause key in a batch).
 local keyAt, argAt, pauses, limits, slots, maxWait, num, pausedUntil, pausedBy
 for demand = 1, demands do
-  if ARGV[readArg] == '=' then
+  if same and demand > 1 then
+    -- the first again (-N)
+  elseif ARGV[readArg] == '=' then
     readArg = readArg + 1
   else
     pauses, limits, slots = tonumber(ARGV[readArg]), tonumber(ARGV[readArg + 1]), tonumber(ARGV[readArg + 2])
