@@ -31,7 +31,7 @@ import (
 //
 //go:embed prologue.lua take.lua take_gcra.lua take_batch.lua take_window.lua
 //go:embed cancel.lua pause.lua claim.lua release.lua renew.lua sync.lua anchor.lua settle.lua
-//go:embed share.lua share_state.lua share_held.lua share_expire.lua share_claim.lua window_expiry.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua take_share_batch.lua retime.lua shorten.lua
+//go:embed share.lua share_state.lua share_held.lua share_expire.lua share_claim.lua share_step.lua window_expiry.lua class_note.lua gcra_read.lua gcra_charge.lua gcra_write.lua slidinglog.lua take_share.lua take_share_batch.lua retime.lua shorten.lua
 var luaFiles embed.FS
 
 // scriptParts lists, by script, the files put between prologue.lua and

@@ -161,12 +161,8 @@ end
 local function sharesCharged(shared, instant)
   for _, share in ipairs(shared) do
     if share.tenant ~= '' then
-      local clock = share.clock
-      if clock < instant then clock = instant end
-      if clock > instant + share.ahead then clock = instant + share.ahead end
-      local step = share.unit * share.n
-      if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
-      clock = clock + step
+      local clock, ahead, unit, n = share.clock, share.ahead, share.unit, share.n
+      -- #include share_step.lua
       redis.call('ZADD', share.key, fmt('%d', -clock), share.vclock)
       do
         local key, need, bound = share.key, clock, share.bound

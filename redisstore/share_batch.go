@@ -74,13 +74,27 @@ func (s *Store) decideShareBatch(ctx context.Context, calls []*batchCall) {
 	}
 	keys := make([]string, 0, nk)
 	args, mark := s.scriptArgs(na, "", true)
-	args = append(args, len(calls))
+	// The number of demands, negative when all are alike and only the
+	// first is sent (take_share_batch.lua).
+	same := true
+	for _, c := range calls[1:] {
+		if same = alike(c.d, calls[0].d); !same {
+			break
+		}
+	}
+	if same {
+		args = append(args, -len(calls))
+	} else {
+		args = append(args, len(calls))
+	}
 	var prev *quota.Demand
 	for _, c := range calls {
 		d := c.d
 		if prev != nil {
 			if alike(d, prev) {
-				args = append(args, sameDemand)
+				if !same {
+					args = append(args, sameDemand)
+				}
 				continue
 			}
 			if tenant, ok := otherTenant(d, prev); ok {

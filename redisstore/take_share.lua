@@ -83,13 +83,8 @@ end
 
 -- Granted: charge the limits (take_gcra.lua's rule), then the clock.
 -- #include gcra_charge.lua
--- min(max(clock, instant), instant + C*T) + min(unit*n, 2^50)
-if clock < instant then clock = instant end
-local ahead = instant + ARGV[e + 3]
-if clock > ahead then clock = ahead end
-local step = ARGV[e + 2] * n
-if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
-clock = clock + step
+local ahead, unit = ARGV[e + 3] + 0, ARGV[e + 2] + 0
+-- #include share_step.lua
 redis.call('ZADD', key, fmt('%d', now), active, fmt('%d', -clock), vclock)
 local need = now + window
 if clock > need then need = clock end

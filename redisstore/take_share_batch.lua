@@ -17,7 +17,8 @@
 -- touched.
 --
 -- ARGV[1], ARGV[2]  the clock and "" (prologue.lua)
--- ARGV[3]  the number of demands
+-- ARGV[3]  the number of demands; -N when all N are the same as the
+--          first, which alone is sent (no "=" for the others)
 -- then per demand: P (pause keys, 0 or 1), G (GCRA limits, 1 or 2),
 --          MaxWait (at most T/2, as take_share.lua's ARGV[3]), G pairs
 --          charge, allowance (take_share.lua's), then the shared limit's
@@ -55,7 +56,8 @@
 -- and written at once, as in take_share.lua: they matter only while one
 -- is live.
 
-local demands = tonumber(ARGV[3])
+local demands, same = tonumber(ARGV[3]), false
+if demands < 0 then demands, same = -demands, true end
 
 -- Demands all alike (each after the first "=", so one tenant) while no
 -- claim on the counter is live: decided in straight lines, without the
@@ -67,7 +69,7 @@ local demands = tonumber(ARGV[3])
 local straight = ARGV[5] == '1' or ARGV[5] == '2'
 local g = ARGV[5] == '2' and 2 or 1
 local e = 7 + 2 * g -- the share's first argument
-for a = e + 7, e + 5 + demands do
+for a = e + 7, same and 0 or e + 5 + demands do
   if ARGV[a] ~= '=' then
     straight = false
     break
@@ -122,11 +124,7 @@ if straight then
           if tat2 < instant then tat2 = instant end
           tat2 = tat2 + c2
         end
-        if clock < instant then clock = instant end
-        if clock > instant + ahead then clock = instant + ahead end
-        local step = unit * n
-        if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
-        clock = clock + step
+        -- #include share_step.lua
         score, granted = -clock, true
         if clock > need then need = clock end
         if instant == now and not k2 then
@@ -219,7 +217,9 @@ local index, tenant, unit, ahead, window, claimSpan, wait, key, claims, ends, ac
 local arg, k = 4, 1
 for i = 1, demands do
   local a = ARGV[arg]
-  if a == '=' then
+  if same and i > 1 then
+    -- the first again (-N): no argument of its own
+  elseif a == '=' then
     arg = arg + 1
   elseif string.byte(a) == 61 then -- '=' and a tenant
     tenant = string.sub(a, 2)
@@ -325,11 +325,7 @@ for i = 1, demands do
       tat2 = tat2 + c2
       values[k2] = tat2
     end
-    if clock < instant then clock = instant end
-    if clock > instant + ahead then clock = instant + ahead end
-    local step = unit * n
-    if step > MAX_SHARE_STEP then step = MAX_SHARE_STEP end
-    clock = clock + step
+    -- #include share_step.lua
     marks[vclock], st.dirty[vclock] = -clock, true
     need = now + window
     if clock > need then need = clock end
