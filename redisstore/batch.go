@@ -56,7 +56,7 @@ const DefaultBatchMax = 64
 // alone, and from five on fewer go alone than with four. Below it,
 // batching costs nothing: every demand is its own call. A batch costs
 // Redis a fraction of the calls it replaces (demands alike, with a pause
-// key: 71k instructions for two, 114k for sixteen, against 51k for a call
+// key: 71k instructions for two, 97k for sixteen, against 51k for a call
 // of its own; take_batch.lua decides them in straight lines), and the
 // first demand waiting sends it from its own goroutine. On the
 // development VM (2 CPUs, Redis beside 8 callers of one scope; the bench
@@ -525,23 +525,14 @@ func (s *Store) decideBatch(ctx context.Context, calls []*batchCall) {
 	}
 	keys := make([]string, 0, nk)
 	args, mark := s.scriptArgs(na, id, true)
-	// The number of demands, negative when all are alike and sent as the
-	// first alone, and " f" when some limit's arrival times have
-	// fractions (take_batch.lua).
-	same := true
-	for _, c := range calls[1:] {
-		if same = alike(c.d, calls[0].d); !same {
-			break
-		}
-	}
-	n := len(calls)
-	if same {
-		n = -n
-	}
-	var count any = n
+	// The number of demands, negative when all of several are alike and
+	// sent as the first alone (countArg), and " f" when some limit's
+	// arrival times have fractions (take_batch.lua).
+	same := allAlike(calls)
+	count := countArg(len(calls), same)
 	for _, c := range calls {
 		if !gcraExact(c.d) {
-			count = strconv.Itoa(n) + " f"
+			count = fmt.Sprint(count) + " f"
 			break
 		}
 	}
@@ -684,6 +675,43 @@ func alike(a, b *quota.Demand) bool {
 // sameDemand is take_batch.lua's argument for a demand the same as the
 // one before it.
 var sameDemand any = "="
+
+// allAlike reports whether calls are several demands all alike, which
+// take_batch.lua and take_share_batch.lua take as the first alone and a
+// negative count (countArg).
+func allAlike(calls []*batchCall) bool {
+	if len(calls) < 2 {
+		return false // a lone demand's count stays 1 (countArg)
+	}
+	for _, c := range calls[1:] {
+		if !alike(c.d, calls[0].d) {
+			return false
+		}
+	}
+	return true
+}
+
+// negCounts are -0 to -DefaultBatchMax, each boxed once.
+var negCounts = func() (a [DefaultBatchMax + 1]any) {
+	for i := range a {
+		a[i] = -i
+	}
+	return a
+}()
+
+// countArg is the count argument of a batch of n demands: n, or -n when
+// they are all alike. An int boxed in an any allocates unless it is
+// below 256 and not negative, hence negCounts: a slot demand goes in a
+// batch, if only of one, at every decision.
+func countArg(n int, same bool) any {
+	switch {
+	case !same:
+		return n
+	case n <= DefaultBatchMax:
+		return negCounts[n]
+	}
+	return -n
+}
 
 // parseBatchEntry reads the entry of demand c at res[k] in take_batch.lua's
 // reply, now the reply's clock, and returns its decision and where the

@@ -76,17 +76,8 @@ func (s *Store) decideShareBatch(ctx context.Context, calls []*batchCall) {
 	args, mark := s.scriptArgs(na, "", true)
 	// The number of demands, negative when all are alike and only the
 	// first is sent (take_share_batch.lua).
-	same := true
-	for _, c := range calls[1:] {
-		if same = alike(c.d, calls[0].d); !same {
-			break
-		}
-	}
-	if same {
-		args = append(args, -len(calls))
-	} else {
-		args = append(args, len(calls))
-	}
+	same := allAlike(calls)
+	args = append(args, countArg(len(calls), same))
 	var prev *quota.Demand
 	for _, c := range calls {
 		d := c.d
