@@ -558,12 +558,12 @@ func parseTake(res []any, d *quota.Demand, id string) (quota.Decision, error) {
 // arrival time "us:frac" (whole microseconds and a fraction in units of
 // 1/Rate µs, take_gcra.lua).
 func parseField(f string) (v, frac int64, err error) {
-	if v, err = strconv.ParseInt(f, 10, 64); err == nil {
-		return v, 0, nil
-	}
 	us, fs, ok := strings.Cut(f, ":")
 	if !ok {
-		return 0, 0, err
+		// Only an integer: a failed ParseInt allocates its error, and a
+		// reply with fractions would pay it on every decision.
+		v, err = strconv.ParseInt(f, 10, 64)
+		return v, 0, err
 	}
 	if v, err = strconv.ParseInt(us, 10, 64); err != nil {
 		return 0, 0, err

@@ -288,3 +288,39 @@ func TestArrivalTimesExact(t *testing.T) {
 		})
 	}
 }
+
+// TestParseArrival reads the values a GCRA key holds, and refuses
+// malformed ones; an integer and an arrival time with a fraction are
+// read without allocating (every decision's reply holds them).
+func TestParseArrival(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		us, frac int64
+		ok       bool
+	}{
+		{"1700000000000000", 1700000000000000, 0, true},
+		{"-5", -5, 0, true},
+		{"1700000000000000:3", 1700000000000000, 3, true},
+		{"", 0, 0, false},
+		{"x", 0, 0, false},
+		{"12:", 0, 0, false},
+		{"12:0", 0, 0, false},
+		{"12:-1", 0, 0, false},
+		{"12:x", 0, 0, false},
+		{"x:3", 0, 0, false},
+		{"1 2", 0, 0, false},
+	} {
+		us, frac, err := redisstore.ParseArrival(tc.in)
+		if (err == nil) != tc.ok || us != tc.us || frac != tc.frac {
+			t.Errorf("ParseArrival(%q) = %d, %d, %v; want %d, %d, ok %v", tc.in, us, frac, err, tc.us, tc.frac, tc.ok)
+		}
+	}
+	if testing.CoverMode() != "" || raceEnabled {
+		return // instrumented builds allocate on their own
+	}
+	for _, v := range []string{"1700000000000000", "1700000000000000:3"} {
+		if n := testing.AllocsPerRun(100, func() { _, _, _ = redisstore.ParseArrival(v) }); n != 0 {
+			t.Errorf("ParseArrival(%q) allocates %v times, want 0", v, n)
+		}
+	}
+}
