@@ -205,17 +205,32 @@ func answered(err error) bool {
 		errors.Is(err, ErrInvalidPolicy) || errors.Is(err, quota.ErrLeaseLost)
 }
 
-// call runs f, a store call, with a context derived from ctx, unless the
-// breaker is open, and records its outcome. It returns f's error, or the
-// reason f was not run or not waited for.
+// A storeJob is a store call made through the breaker ([breaker.call]).
+type storeJob interface {
+	// do makes the call with ctx.
+	do(ctx context.Context) error
+	// undo takes back the effect of a call that succeeded after its
+	// caller stopped waiting for it. It runs on the call's goroutine.
+	undo()
+}
+
+// jobFunc is a storeJob with nothing to take back.
+type jobFunc func(context.Context) error
+
+func (f jobFunc) do(ctx context.Context) error { return f(ctx) }
+func (jobFunc) undo()                          {}
+
+// call makes job, a store call, with a context derived from ctx, unless
+// the breaker is open, and records its outcome. It returns the call's
+// error, or the reason it was not made or not waited for.
 //
-// f runs on a goroutine of its own, and the caller waits until it returns,
-// ctx ends, the store has been silent for the budget since f began, f has
-// run for four budgets, or the breaker opens, whichever comes first. If the
-// caller stops waiting, the call is abandoned: it runs on until its context
-// ends it, and then, if it succeeded, undo (if not nil) runs on that
-// goroutine to take back its effect.
-func (b *breaker) call(ctx context.Context, f func(context.Context) error, undo func()) error {
+// The call runs on a goroutine of its own, and the caller waits until it
+// returns, ctx ends, the store has been silent for the budget since it
+// began, it has run for four budgets, or the breaker opens, whichever
+// comes first. If the caller stops waiting, the call is abandoned: it
+// runs on until its context ends it, and then, if it succeeded, job.undo
+// runs on that goroutine to take back its effect.
+func (b *breaker) call(ctx context.Context, job storeJob) error {
 	probe := false
 	if !b.healthy.Load() {
 		var err error
@@ -231,7 +246,7 @@ func (b *breaker) call(ctx context.Context, f func(context.Context) error, undo 
 		}
 		return err
 	}
-	err := b.run(ctx, f, undo, probe)
+	err := b.run(ctx, job, probe)
 	switch {
 	case err == nil:
 		if !probe && b.healthy.Load() {
@@ -285,61 +300,85 @@ func (b *breaker) openErr() error {
 	return fmt.Errorf("%w (last error: %w)", errCircuitOpen, b.lastErr)
 }
 
-// Outcomes of a detached call, in run's state.
+// Outcomes of a detached call, in a breakerCall's state.
 const (
 	callRunning int32 = iota
 	callReturned
 	callAbandoned
 )
 
-// run runs f on its own goroutine and waits for it as call says. It gives
-// back the token taken by acquire when f (and undo) are done.
-func (b *breaker) run(ctx context.Context, f func(context.Context) error, undo func(), probe bool) error {
+// A breakerCall is one store call in progress, shared by its goroutine
+// and its caller. (Not pooled: a channel made in a testing/synctest
+// bubble must not be used outside it, nor one made outside in it.)
+type breakerCall struct {
+	b      *breaker
+	job    storeJob
+	ctx    context.Context // the call's
+	cancel context.CancelFunc
+	start  time.Time
+	state  atomic.Int32
+	done   chan error // the call's error, unless abandoned
+}
+
+// exec makes the call on its own goroutine, and hands its error to the
+// caller, or, if the caller has stopped waiting, takes back what it did.
+func (c *breakerCall) exec() {
+	b := c.b
+	err := c.job.do(c.ctx)
+	if answered(err) {
+		b.answers.Add(1)
+	}
+	c.cancel()
+	if c.state.CompareAndSwap(callRunning, callReturned) {
+		if err == nil {
+			b.observe(b.now().Sub(c.start))
+		}
+		<-b.sem
+		c.done <- err
+		return
+	}
+	if err == nil {
+		c.job.undo()
+	}
+	<-b.sem
+}
+
+// run makes job's call on its own goroutine and waits for it as call
+// says. The call gives back the token taken by acquire when it is done
+// (and job.undo, if it runs).
+func (b *breaker) run(ctx context.Context, job storeJob, probe bool) error {
 	budget := b.budget()
-	cctx, cancel := context.WithTimeout(ctx, 4*budget)
+	c := &breakerCall{b: b, job: job, done: make(chan error, 1)}
+	c.ctx, c.cancel = context.WithTimeout(ctx, 4*budget)
 	heard := b.answers.Load()
-	start := b.now()
-	var state atomic.Int32
-	done := make(chan error, 1)
-	go func() {
-		defer func() { <-b.sem }()
-		// Not before the verdict: cancel ends cctx, which the caller
-		// would take for the budget running out.
-		defer cancel()
-		err := f(cctx)
-		if answered(err) {
-			b.answers.Add(1)
-		}
-		if state.CompareAndSwap(callRunning, callReturned) {
-			if err == nil {
-				b.observe(b.now().Sub(start))
-			}
-			done <- err
-			return
-		}
-		if err == nil && undo != nil {
-			undo()
-		}
-	}()
+	c.start = b.now()
+	go c.exec()
 	var down <-chan struct{}
 	if !probe {
 		down = b.downSignal()
 	}
+	// One timer for both bounds: it fires each budget, and the fourth
+	// budget ends the wait even if the store answered other calls. The
+	// call's own context ends at four budgets too, ending the call.
 	timer := time.NewTimer(budget)
 	defer timer.Stop()
 	var why error
 wait:
-	for {
+	for waited := time.Duration(0); ; {
 		select {
-		case err := <-done:
+		case err := <-c.done:
 			return err
-		case <-cctx.Done():
-			why = fmt.Errorf("%w: no answer after %v: %w", errCallTimeout, 4*budget, context.DeadlineExceeded)
+		case <-ctx.Done():
+			why = ctx.Err()
 			break wait
 		case <-down:
 			why = b.openErr()
 			break wait
 		case <-timer.C:
+			if waited += budget; waited >= 4*budget {
+				why = fmt.Errorf("%w: no answer after %v: %w", errCallTimeout, 4*budget, context.DeadlineExceeded)
+				break wait
+			}
 			if h := b.answers.Load(); h != heard {
 				// The store answered other calls meanwhile: slow, not
 				// down. Keep waiting for this one.
@@ -351,8 +390,8 @@ wait:
 			break wait
 		}
 	}
-	if !state.CompareAndSwap(callRunning, callAbandoned) {
-		return <-done // it returned just now
+	if !c.state.CompareAndSwap(callRunning, callAbandoned) {
+		return <-c.done // it returned just now
 	}
 	if err := ctx.Err(); err != nil {
 		return err

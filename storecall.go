@@ -84,18 +84,14 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		return dec, nil
 	}
 	f := lim.failover()
-	var dec quota.Decision
 	// The store reads a snapshot of d: a call the breaker stopped waiting
 	// for may still run while the request goes on and changes d (its
 	// MaxWait, when it waits for a slot).
-	sd := d.Demand
+	job := &takeJob{giveBack: giveBack{lim: lim, ctx: ctx}, d: d.Demand}
 	asked := lim.now()
-	err := f.breaker.call(ctx, func(ctx context.Context) error {
-		var err error
-		dec, err = lim.store.Take(ctx, &sd)
-		return err
-	}, lim.giveBackAbandoned(ctx, &dec))
+	err := f.breaker.call(ctx, job)
 	if err == nil {
+		dec := job.dec
 		noteGrant(f, d, dec, asked, lim.now())
 		return dec, nil
 	}
@@ -163,15 +159,11 @@ func (lim *Limiter) retime(ctx context.Context, d *demand, r *quota.Reservation)
 	}
 	f := lim.failover()
 	asked := lim.now()
-	var dec quota.Decision
-	err := f.breaker.call(ctx, func(ctx context.Context) error {
-		var err error
-		dec, err = rt.Retime(ctx, r)
-		return err
-	}, lim.giveBackAbandoned(ctx, &dec))
-	if err != nil { // not dec: an abandoned call may still write it
+	job := &retimeJob{giveBack: giveBack{lim: lim, ctx: ctx}, rt: rt, r: r}
+	if err := f.breaker.call(ctx, job); err != nil { // not job.dec: an abandoned call may still write it
 		return quota.Decision{}, false
 	}
+	dec := job.dec
 	if !dec.OK {
 		return dec, false // the refusal, for its Limit (lateHold)
 	}
@@ -186,17 +178,44 @@ func storeFault(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && !errors.Is(err, ErrCostTooHigh) && !errors.Is(err, ErrInvalidPolicy) && !errors.Is(err, quota.ErrLeaseLost)
 }
 
-// giveBackAbandoned returns what the breaker runs when a store call
-// answers after the request moved on without it: the grant *dec holds
-// then is given back, so an abandoned call costs the fleet no quota.
-func (lim *Limiter) giveBackAbandoned(ctx context.Context, dec *quota.Decision) func() {
-	return func() {
-		if dec.OK && dec.Reservation != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
-			defer cancel()
-			_ = lim.store.Cancel(cctx, dec.Reservation)
-		}
+// giveBack is the undo of a store call that grants: a grant made after
+// the request moved on without it is given back, so an abandoned call
+// costs the fleet no quota.
+type giveBack struct {
+	lim *Limiter
+	ctx context.Context // the request's
+	dec quota.Decision  // the call's
+}
+
+func (g *giveBack) undo() {
+	if g.dec.OK && g.dec.Reservation != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), storeCallTimeout)
+		defer cancel()
+		_ = g.lim.store.Cancel(cctx, g.dec.Reservation)
 	}
+}
+
+// takeJob is a store's Take of d, through the breaker.
+type takeJob struct {
+	giveBack
+	d quota.Demand
+}
+
+func (j *takeJob) do(ctx context.Context) (err error) {
+	j.dec, err = j.lim.store.Take(ctx, &j.d)
+	return err
+}
+
+// retimeJob is a store's Retime of r, through the breaker.
+type retimeJob struct {
+	giveBack
+	rt quota.Retimer
+	r  *quota.Reservation
+}
+
+func (j *retimeJob) do(ctx context.Context) (err error) {
+	j.dec, err = j.rt.Retime(ctx, j.r)
+	return err
 }
 
 // cancel gives r back to the store that granted it: the local fallback
@@ -221,7 +240,7 @@ func (lim *Limiter) guard(ctx context.Context, call func(context.Context) error)
 	if lim.inProcess() {
 		return call(ctx)
 	}
-	return lim.failover().breaker.call(ctx, call, nil)
+	return lim.failover().breaker.call(ctx, jobFunc(call))
 }
 
 // localReservation returns, for a reservation of the local fallback
@@ -269,22 +288,32 @@ func (c leaseCalls) claim(ctx context.Context) (quota.Decision, error) {
 	if c.lim.inProcess() {
 		return c.ls.Claim(ctx, c.r)
 	}
-	var dec quota.Decision
-	err := c.lim.failover().breaker.call(ctx, func(ctx context.Context) error {
-		var err error
-		dec, err = c.ls.Claim(ctx, c.r)
-		return err
-	}, func() {
-		if dec.OK && dec.Reservation != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
-			defer cancel()
-			_ = c.ls.Release(cctx, dec.Reservation)
-		}
-	})
-	if err != nil {
+	job := &claimJob{ls: c.ls, r: c.r}
+	if err := c.lim.failover().breaker.call(ctx, job); err != nil {
 		return quota.Decision{}, err
 	}
-	return dec, nil
+	return job.dec, nil
+}
+
+// claimJob is a LeaseStore's Claim of r, through the breaker. Its undo
+// releases the slots of a claim made after its request moved on.
+type claimJob struct {
+	ls  quota.LeaseStore
+	r   *quota.Reservation
+	dec quota.Decision
+}
+
+func (j *claimJob) do(ctx context.Context) (err error) {
+	j.dec, err = j.ls.Claim(ctx, j.r)
+	return err
+}
+
+func (j *claimJob) undo() {
+	if j.dec.OK && j.dec.Reservation != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
+		defer cancel()
+		_ = j.ls.Release(cctx, j.dec.Reservation)
+	}
 }
 
 // release frees the slots of c.r. It goes to the store directly, not
