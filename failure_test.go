@@ -220,6 +220,60 @@ func TestBreakerSlowIsNotDown(t *testing.T) {
 	tr.CloseIdleConnections()
 }
 
+// A call the store does not answer fails after four budgets even while
+// the store answers other calls (Breaker.CallTimeout): a slow store is
+// waited for, not for ever. Its grant, made after the request moved on,
+// is given back.
+func TestBreakerFourBudgets(t *testing.T) {
+	const budget = 100 * time.Millisecond // CallTimeout: the fast calls keep the budget at its floor
+	v := newVendor(t)
+	s := &slowStore{Store: memstore.New()}
+	p := throttle.Policy{Rules: []throttle.Rule{
+		{Name: "slow", Host: "127.0.0.1", Path: "/slow", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailClosed,
+			Limits: []throttle.Limit{{Name: "l", Rate: 1000, Per: time.Hour}}},
+		{Name: "fast", Host: "127.0.0.1", Wait: waiters.FailFast(), OnStoreFailure: throttle.FailClosed,
+			Limits: []throttle.Limit{{Name: "f", Rate: 1 << 20, Per: time.Hour}}},
+	}}
+	tr, err := throttle.NewTransport(nil, p, throttle.WithStore(s),
+		throttle.WithBreaker(throttle.Breaker{CallTimeout: budget, Failures: 100}))
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	get := func(path string) error {
+		resp, err := c.Get(v.URL + path)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	require.NoError(t, get("/fast")) // the budget's first sample
+	s.slowScope.Store("slow")
+	s.delay.Store(int64(10 * budget)) // answers, ignoring its deadline, long after four budgets
+	quit := make(chan struct{})
+	var fast sync.WaitGroup
+	fast.Go(func() {
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			assert.NoError(t, get("/fast"))
+		}
+	})
+	start := time.Now()
+	err = get("/slow")
+	took := time.Since(start)
+	close(quit)
+	fast.Wait()
+	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "no answer after", "failed for running four budgets, not for silence")
+	assert.GreaterOrEqual(t, took, 4*budget, "waited four budgets while the store answered other calls")
+	assert.Eventually(t, func() bool { return s.cancels.Load() == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the abandoned grant is given back")
+	tr.CloseIdleConnections()
+}
+
 // A store error that wraps ErrStoreConfig opens the breaker at once and is
 // logged at Error, to slog.Default when the transport has no logger.
 func TestBreakerConfigErrorIsLoud(t *testing.T) {
