@@ -352,6 +352,15 @@ func (c *storeClock) observe(asked, answered, at time.Time) {
 		// A clock stepped: what came before no longer holds.
 		c.n, c.all = 0, clockSpan{}
 	}
+	if c.n > 0 {
+		// Kept in the order observed, each at least as late as the one
+		// before (callers observe concurrently, in any order): the first
+		// kept is the oldest (least).
+		if prev := c.ans[(c.end-1+clockAnswers)%clockAnswers].answered; prev.After(answered) {
+			answered = prev
+		}
+	}
+	left := c.ans[c.end] // the oldest, when all are kept: it leaves
 	c.ans[c.end] = clockAnswer{answered: answered, lo: lo, hi: hi}
 	c.end = (c.end + 1) % clockAnswers
 	if c.n < clockAnswers {
@@ -359,7 +368,14 @@ func (c *storeClock) observe(asked, answered, at time.Time) {
 		c.all.add(lo, hi)
 		return
 	}
-	// The oldest answer left: the span of those kept, again.
+	if left.lo < c.all.lo && left.hi > c.all.hi {
+		// The answer that left bounded neither end of the span.
+		c.all.add(lo, hi)
+		c.all.n = c.n
+		return
+	}
+	// It did: the span of those kept, again (about once in clockAnswers
+	// answers while the offset holds still).
 	c.all = clockSpan{}
 	for _, a := range c.ans {
 		c.all.add(a.lo, a.hi)
@@ -379,6 +395,11 @@ const clockSlack = time.Millisecond
 func (c *storeClock) least(now time.Time) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.n <= usualLast || now.Sub(c.ans[(c.end-c.n+clockAnswers)%clockAnswers].answered) <= usualSpan {
+		// The oldest kept counts (it is one of the last usualLast, or
+		// recent), and so does every later one: all of them.
+		return c.all.judge()
+	}
 	var recent clockSpan
 	for k := range c.n {
 		a := &c.ans[(c.end-1-k+clockAnswers)%clockAnswers]
@@ -387,8 +408,14 @@ func (c *storeClock) least(now time.Time) time.Duration {
 		}
 		recent.add(a.lo, a.hi)
 	}
-	if recent.n < usualMin {
-		return recent.lo
+	return recent.judge()
+}
+
+// judge returns what the answers of c say a grant's lag is judged
+// against ([storeClock.least]).
+func (c clockSpan) judge() time.Duration {
+	if c.n < usualMin {
+		return c.lo
 	}
-	return recent.hi
+	return c.hi
 }

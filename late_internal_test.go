@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -81,4 +82,104 @@ func TestStoreClockUnsaid(t *testing.T) {
 		c.observe(t0, t0.Add(time.Duration(2+i)*time.Millisecond), time.Time{})
 	}
 	assert.Equal(t, 2*time.Millisecond, c.least(t0))
+}
+
+// refClock is storeClock as first written: every span computed from the
+// answers kept, the whole ring each time. TestStoreClockMatchesRef holds
+// storeClock's incremental span and its shortcut in least to it.
+type refClock struct {
+	n, end int
+	ans    [clockAnswers]clockAnswer
+}
+
+func (c *refClock) span() (s clockSpan) {
+	for k := range c.n {
+		a := c.ans[(c.end-1-k+clockAnswers)%clockAnswers]
+		s.add(a.lo, a.hi)
+	}
+	return s
+}
+
+func (c *refClock) observe(asked, answered, at time.Time) {
+	if at.IsZero() {
+		at = asked
+	}
+	lo, hi := asked.Sub(at), answered.Sub(at)
+	if all := c.span(); c.n > 0 && (lo > all.hi+clockSlack || hi < all.lo-clockSlack) {
+		c.n = 0
+	}
+	if c.n > 0 {
+		if prev := c.ans[(c.end-1+clockAnswers)%clockAnswers].answered; prev.After(answered) {
+			answered = prev
+		}
+	}
+	c.ans[c.end] = clockAnswer{answered: answered, lo: lo, hi: hi}
+	c.end = (c.end + 1) % clockAnswers
+	c.n = min(c.n+1, clockAnswers)
+}
+
+func (c *refClock) least(now time.Time) time.Duration {
+	var recent clockSpan
+	for k := range c.n {
+		a := &c.ans[(c.end-1-k+clockAnswers)%clockAnswers]
+		if k >= usualLast && now.Sub(a.answered) > usualSpan {
+			break
+		}
+		recent.add(a.lo, a.hi)
+	}
+	if recent.n < usualMin {
+		return recent.lo
+	}
+	return recent.hi
+}
+
+// storeClock keeps the span of its answers as they come and go, and
+// least takes it whole when every answer kept counts: the same as
+// computing both from the answers each time (refClock), over random
+// answers, out of order, slow, idle, with the store's clock stepping.
+func TestStoreClockMatchesRef(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 31))
+		var c storeClock
+		var ref refClock
+		now := time.Unix(1_700_000_000, 0)
+		offset := time.Duration(rng.Int64N(int64(time.Hour))) - 30*time.Minute
+		for i := range 5000 {
+			switch r := rng.IntN(1000); {
+			case r < 3:
+				offset += time.Duration(rng.Int64N(int64(time.Second))) - 500*time.Millisecond // a step
+			case r < 10:
+				now = now.Add(time.Duration(rng.Int64N(int64(4 * usualSpan)))) // idle
+			default:
+				now = now.Add(time.Duration(rng.Int64N(int64(3 * time.Millisecond))))
+			}
+			// A call's lags, now and then a slow one; answered a little
+			// before the latest (callers observe in any order).
+			pre, post := time.Duration(rng.Int64N(300))*time.Microsecond, time.Duration(rng.Int64N(500))*time.Microsecond
+			if rng.IntN(10) == 0 {
+				post += time.Duration(rng.Int64N(int64(300 * time.Millisecond)))
+			}
+			answered := now.Add(-time.Duration(rng.Int64N(int64(time.Millisecond))))
+			asked := answered.Add(-pre - post)
+			at := asked.Add(pre - offset)
+			if rng.IntN(50) == 0 {
+				at = time.Time{} // a store that does not say its clock
+			}
+			c.observe(asked, answered, at)
+			ref.observe(asked, answered, at)
+			if all := ref.span(); c.all.lo != all.lo || c.all.hi != all.hi || c.all.n != all.n {
+				t.Fatalf("seed %d, answer %d: span %+v, want %+v", seed, i, c.all, all)
+			}
+			// Instants around the ages at which the oldest kept answer,
+			// and the one usualLast from the latest, stop counting.
+			oldest := ref.ans[(ref.end-ref.n+clockAnswers)%clockAnswers].answered
+			last := ref.ans[(ref.end-min(ref.n, usualLast+1)+clockAnswers)%clockAnswers].answered
+			for _, at := range []time.Time{now, now.Add(time.Duration(rng.Int64N(int64(4 * usualSpan)))),
+				oldest.Add(usualSpan), oldest.Add(usualSpan + 1), last.Add(usualSpan), last.Add(usualSpan + 1)} {
+				if got, want := c.least(at), ref.least(at); got != want {
+					t.Fatalf("seed %d, answer %d, at %v: least %v, want %v", seed, i, at.Sub(now), got, want)
+				}
+			}
+		}
+	}
 }
