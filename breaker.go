@@ -317,7 +317,8 @@ type breakerCall struct {
 	cancel context.CancelFunc
 	start  time.Time
 	state  atomic.Int32
-	done   chan error // the call's error, unless abandoned
+	err    error         // the call's, once done is sent to
+	done   chan struct{} // sent to when the call returns, unless abandoned (no pointer in it: one allocation)
 }
 
 // exec makes the call on its own goroutine, and hands its error to the
@@ -334,7 +335,8 @@ func (c *breakerCall) exec() {
 			b.observe(b.now().Sub(c.start))
 		}
 		<-b.sem
-		c.done <- err
+		c.err = err
+		c.done <- struct{}{}
 		return
 	}
 	if err == nil {
@@ -348,7 +350,7 @@ func (c *breakerCall) exec() {
 // (and job.undo, if it runs).
 func (b *breaker) run(ctx context.Context, job storeJob, probe bool) error {
 	budget := b.budget()
-	c := &breakerCall{b: b, job: job, done: make(chan error, 1)}
+	c := &breakerCall{b: b, job: job, done: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithTimeout(ctx, 4*budget)
 	heard := b.answers.Load()
 	c.start = b.now()
@@ -366,8 +368,8 @@ func (b *breaker) run(ctx context.Context, job storeJob, probe bool) error {
 wait:
 	for waited := time.Duration(0); ; {
 		select {
-		case err := <-c.done:
-			return err
+		case <-c.done:
+			return c.err
 		case <-ctx.Done():
 			why = ctx.Err()
 			break wait
@@ -391,7 +393,8 @@ wait:
 		}
 	}
 	if !c.state.CompareAndSwap(callRunning, callAbandoned) {
-		return <-c.done // it returned just now
+		<-c.done // it returned just now
+		return c.err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
