@@ -18,7 +18,7 @@ import (
 //	go test ./memstore -run '^$' -bench ShareDecision
 func BenchmarkShareDecision(b *testing.B) {
 	ctx := context.Background()
-	limit := quota.Limit{Name: "l", Rate: 1 << 30, Per: time.Second}
+	limit := quota.Limit{Name: "l", Rate: 1 << 29, Per: time.Second} // near the most a limit may be: one unit a nanosecond
 	var plain float64
 	for _, tc := range []struct {
 		name     string
