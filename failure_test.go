@@ -191,25 +191,13 @@ func TestBreakerSlowIsNotDown(t *testing.T) {
 	// takes three budgets (a call fails after four, whatever happens).
 	s.slowScope.Store("slow")
 	s.delay.Store(int64(600 * time.Millisecond))
-	quit := make(chan struct{})
-	var fast sync.WaitGroup
-	fast.Go(func() {
-		for {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			assert.NoError(t, get("/fast"))
-		}
-	})
+	stopFast := keepAnswering(t, get)
 	var slow sync.WaitGroup
 	for range 4 {
 		slow.Go(func() { assert.NoError(t, get("/slow"), "decided by the store, not failed over") })
 	}
 	slow.Wait()
-	close(quit)
-	fast.Wait()
+	stopFast()
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Empty(t, states, "a slow store is not a failing one")
@@ -251,6 +239,24 @@ func TestBreakerFourBudgets(t *testing.T) {
 	require.NoError(t, get("/fast")) // the budget's first sample
 	s.slowScope.Store("slow")
 	s.delay.Store(int64(10 * budget)) // answers, ignoring its deadline, long after four budgets
+	stopFast := keepAnswering(t, get)
+	start := time.Now()
+	err = get("/slow")
+	took := time.Since(start)
+	stopFast()
+	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "no answer after", "failed for running four budgets, not for silence")
+	assert.GreaterOrEqual(t, took, 4*budget, "waited four budgets while the store answered other calls")
+	assert.Eventually(t, func() bool { return s.cancels.Load() == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the abandoned grant is given back")
+	tr.CloseIdleConnections()
+}
+
+// keepAnswering sends requests to "/fast" through get, one after the
+// other, until the returned stop is called: the store keeps answering
+// them meanwhile.
+func keepAnswering(t *testing.T, get func(path string) error) (stop func()) {
 	quit := make(chan struct{})
 	var fast sync.WaitGroup
 	fast.Go(func() {
@@ -263,18 +269,10 @@ func TestBreakerFourBudgets(t *testing.T) {
 			assert.NoError(t, get("/fast"))
 		}
 	})
-	start := time.Now()
-	err = get("/slow")
-	took := time.Since(start)
-	close(quit)
-	fast.Wait()
-	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.ErrorContains(t, err, "no answer after", "failed for running four budgets, not for silence")
-	assert.GreaterOrEqual(t, took, 4*budget, "waited four budgets while the store answered other calls")
-	assert.Eventually(t, func() bool { return s.cancels.Load() == 1 }, 10*time.Second, 10*time.Millisecond,
-		"the abandoned grant is given back")
-	tr.CloseIdleConnections()
+	return func() {
+		close(quit)
+		fast.Wait()
+	}
 }
 
 // A store error that wraps ErrStoreConfig opens the breaker at once and is
