@@ -103,11 +103,11 @@ func TestBreakerCallBudget(t *testing.T) {
 	t.Logf("failed after %v (budget 50 ms)", took)
 	err = get()
 	assert.ErrorIs(t, err, throttle.ErrStoreUnavailable, "the breaker is open")
-	assert.Eventually(t, func() bool { return s.cancels.Load() == 1 }, 2*time.Second, 5*time.Millisecond,
+	assert.Eventually(t, func() bool { return s.cancels.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
 		"the abandoned grant is given back")
 
 	s.delay.Store(0)
-	assert.Eventually(t, func() bool { return get() == nil }, 2*time.Second, 10*time.Millisecond)
+	assert.Eventually(t, func() bool { return get() == nil }, 10*time.Second, 10*time.Millisecond)
 	// Every unit of the limit is still there: 1 sent above, 9 left.
 	sent := 1
 	for get() == nil {
