@@ -181,14 +181,7 @@ func TestBreakerSlowIsNotDown(t *testing.T) {
 			states = append(states, ev.State)
 		}}))
 	require.NoError(t, err)
-	c := &http.Client{Transport: tr}
-	get := func(path string) error {
-		resp, err := c.Get(v.URL + path)
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		return err
-	}
+	get := getter(&http.Client{Transport: tr}, v.URL)
 	// The fast rule's calls keep the store answering while the slow one
 	// takes three budgets (a call fails after four, whatever happens).
 	s.slowScope.Store("slow")
@@ -230,14 +223,7 @@ func TestBreakerFourBudgets(t *testing.T) {
 	tr, err := throttle.NewTransport(nil, p, throttle.WithStore(s),
 		throttle.WithBreaker(throttle.Breaker{CallTimeout: budget, Failures: 100}))
 	require.NoError(t, err)
-	c := &http.Client{Transport: tr}
-	get := func(path string) error {
-		resp, err := c.Get(v.URL + path)
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		return err
-	}
+	get := getter(&http.Client{Transport: tr}, v.URL)
 	require.NoError(t, get("/fast")) // the budget's first sample
 	s.slowScope.Store("slow")
 	s.delay.Store(int64(10 * budget)) // answers, ignoring its deadline, long after four budgets
@@ -253,6 +239,18 @@ func TestBreakerFourBudgets(t *testing.T) {
 	assert.Eventually(t, func() bool { return s.cancels.Load() == 1 }, 10*time.Second, 10*time.Millisecond,
 		"the abandoned grant is given back")
 	tr.CloseIdleConnections()
+}
+
+// getter returns a func that sends a GET of base + path with c and
+// closes the response's body.
+func getter(c *http.Client, base string) func(path string) error {
+	return func(path string) error {
+		resp, err := c.Get(base + path)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
 }
 
 // keepAnswering sends requests to "/fast" through get, one after the
