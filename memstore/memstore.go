@@ -133,7 +133,16 @@ func (b *memBucket) expireAnchor(p params, now int64) {
 // numbers less its headroom (quotamath.Limit.Less).
 func demandParams(d *quota.Demand, i int) params {
 	b := &d.Limits[i]
-	return params{Limit: quotamath.Of(b.Limit).Less(int64(b.Headroom)).WithExpiry(b.Expiry), cost: int64(d.CostOf(i))}
+	p := params{Limit: quotamath.Of(b.Limit), cost: int64(d.CostOf(i))}
+	// Each of these copies the limit (about 100 B); without a headroom
+	// or an expiry they would return it unchanged.
+	if b.Headroom > 0 {
+		p.Limit = p.Limit.Less(int64(b.Headroom))
+	}
+	if b.Expiry.Every > 0 {
+		p.Limit = p.Limit.WithExpiry(b.Expiry)
+	}
+	return p
 }
 
 // minSweep is the smallest number of entries at which sweeps run; between

@@ -182,13 +182,15 @@ func (m *model) count(id string, q quotamath.Limit, k, n, at int64) {
 // admits reports whether the limit of b (with its headroom) admits cost
 // c at t. A Concurrency limit is decided at now, apart from t (take).
 func (m *model) admits(scope string, b quota.Bucket, c, t int64) bool {
-	return m.less(scope, b).Admits(m.counter(bucketID(scope, b)), t, c)
+	l := m.less(scope, b)
+	return l.Admits(m.counter(bucketID(scope, b)), t, c)
 }
 
 // earliest returns the earliest instant, not before t, at which the limit
 // of b (with its headroom) admits cost c (c is at most what it can admit).
 func (m *model) earliest(scope string, b quota.Bucket, c, t int64) int64 {
-	return m.less(scope, b).Earliest(m.counter(bucketID(scope, b)), t, c)
+	l := m.less(scope, b)
+	return l.Earliest(m.counter(bucketID(scope, b)), t, c)
 }
 
 // less is b's limit as a demand with b's headroom sees it, on the
@@ -422,7 +424,8 @@ func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.
 			rem = min(rem, int64(b.Limit.Rate)-h-int64(len(m.live(id, now))))
 			continue
 		}
-		rem = min(rem, max(m.grid(id, b.Limit).State(m.counter(id), now).Remaining-h, 0))
+		l := m.grid(id, b.Limit)
+		rem = min(rem, max(l.State(m.counter(id), now).Remaining-h, 0))
 	}
 	return rem, time.Duration(end-now) * time.Microsecond
 }

@@ -20,13 +20,13 @@ type WindowCount struct {
 // AnchorMoves reports whether a window ending at end (an instant) is
 // further than tol from every boundary of l's windows: whether the
 // distance between end and the phase, modulo P, exceeds tol either way.
-func (l Limit) AnchorMoves(end, tol int64) bool {
+func (l *Limit) AnchorMoves(end, tol int64) bool {
 	d := FloorMod(end-l.Phase, l.Per)
 	return min(d, l.Per-d) > tol
 }
 
 // Ends returns the time from now until the window that holds now ends.
-func (l Limit) Ends(now int64) int64 { return l.Start(l.Window(now)+1) - now }
+func (l *Limit) Ends(now int64) int64 { return l.Start(l.Window(now)+1) - now }
 
 // Reanchor moves the windows ws of a counter of l (on l's phase) to the
 // windows of phase, at now, and returns them in order of index. The units
@@ -39,7 +39,7 @@ func (l Limit) Ends(now int64) int64 { return l.Start(l.Window(now)+1) - now }
 // spans it took. New windows that can no longer matter at now are left
 // out: those before the one that holds now (and before its previous, for
 // a sliding window, which weighs it).
-func (l Limit) Reanchor(ws []WindowCount, phase, now int64) []WindowCount {
+func (l *Limit) Reanchor(ws []WindowCount, phase, now int64) []WindowCount {
 	m := l.WithPhase(phase)
 	keep := m.Window(now)
 	if l.Algorithm == quota.SlidingWindow {
@@ -71,6 +71,6 @@ func (l Limit) Reanchor(ws []WindowCount, phase, now int64) []WindowCount {
 // [quota.Syncer]): from first, the window that holds now, to last, the
 // last window that starts before now+within. The count of last must
 // reach R-left, and those before it must be full.
-func (l Limit) SyncWindows(now, within int64) (first, last int64) {
+func (l *Limit) SyncWindows(now, within int64) (first, last int64) {
 	return l.Window(now), l.Window(now + within - 1)
 }

@@ -10,7 +10,7 @@ import (
 // at expiries (all after now) has no free slot, and if so the instant at
 // which expiries alone free one: with n >= R leases, the (n-R+1)th
 // smallest expiry. It sorts expiries.
-func (l Limit) SlotFreeAt(expiries []int64) (at int64, full bool) {
+func (l *Limit) SlotFreeAt(expiries []int64) (at int64, full bool) {
 	n := int64(len(expiries))
 	if n < l.Rate {
 		return 0, false
@@ -23,7 +23,7 @@ func (l Limit) SlotFreeAt(expiries []int64) (at int64, full bool) {
 // limit at now, given the expiries of its leases: Used counts those after
 // now, Reset is the time until the last of them. Other fields are left
 // zero.
-func (l Limit) concurrencyState(expiries []int64, now int64) quota.LimitState {
+func (l *Limit) concurrencyState(expiries []int64, now int64) quota.LimitState {
 	var st quota.LimitState
 	var last int64
 	for _, exp := range expiries {

@@ -22,7 +22,7 @@ func (c Counter) count(k int64) int64 {
 // Admits reports whether c admits cost at t. A Concurrency limit is
 // decided at now by its free slots ([Limit.SlotFreeAt]), apart from t, so
 // it admits here.
-func (l Limit) Admits(c Counter, t, cost int64) bool {
+func (l *Limit) Admits(c Counter, t, cost int64) bool {
 	switch l.Algorithm {
 	case quota.GCRA:
 		return l.gcraAdmits(c.TAT, t, cost)
@@ -39,7 +39,7 @@ func (l Limit) Admits(c Counter, t, cost int64) bool {
 // Earliest returns the earliest instant, not before t, at which c admits
 // cost, which is at most the limit's [quota.Limit.Capacity]. A
 // Concurrency limit returns t (see [Limit.Admits]).
-func (l Limit) Earliest(c Counter, t, cost int64) int64 {
+func (l *Limit) Earliest(c Counter, t, cost int64) int64 {
 	switch l.Algorithm {
 	case quota.GCRA:
 		return l.gcraEarliest(c.TAT, t, cost)
@@ -55,7 +55,7 @@ func (l Limit) Earliest(c Counter, t, cost int64) int64 {
 
 // State returns Used, Remaining and Reset of c at now, as
 // [quota.LimitState] defines them; its other fields are left zero.
-func (l Limit) State(c Counter, now int64) quota.LimitState {
+func (l *Limit) State(c Counter, now int64) quota.LimitState {
 	switch l.Algorithm {
 	case quota.GCRA:
 		return l.gcraState(c.TAT, now)
@@ -80,7 +80,7 @@ func (l Limit) State(c Counter, now int64) quota.LimitState {
 // it as its previous; for SlidingLog Per after the entry's instant (the
 // charged instant, or by a [quota.LogExpiry], [Limit.LogAt]). A
 // Concurrency slot frees when it is released: 0.
-func (l Limit) ChargeEnd(mark int64) int64 {
+func (l *Limit) ChargeEnd(mark int64) int64 {
 	start := mark
 	if !l.Anchored {
 		start = l.Start(mark)

@@ -298,7 +298,8 @@ func TestMark(t *testing.T) {
 			if !assert.NotEqual(t, l.Mark(tat), l.Mark(next), "%+v: %+v to %+v", l, tat, next) {
 				break
 			}
-			assert.Equal(t, next.Ceil(), Limit{Algorithm: quota.GCRA}.ChargeEnd(l.Mark(next)))
+			gcra := Limit{Algorithm: quota.GCRA}
+			assert.Equal(t, next.Ceil(), gcra.ChargeEnd(l.Mark(next)))
 			tat = next
 		}
 	}
@@ -306,7 +307,8 @@ func TestMark(t *testing.T) {
 	assert.Equal(t, int64(333_333_334), l.Mark(Time{333_333, 1}), "ns, rounded up")
 	assert.Equal(t, int64(5_000), l.Mark(At(5)))
 	assert.Equal(t, int64(-4_666), l.Mark(Time{-5, 1}))
-	assert.Equal(t, int64(-4), Limit{Algorithm: quota.GCRA}.ChargeEnd(-4_666))
+	gcra := Limit{Algorithm: quota.GCRA}
+	assert.Equal(t, int64(-4), gcra.ChargeEnd(-4_666))
 }
 
 func TestSteps(t *testing.T) {
@@ -323,7 +325,8 @@ func TestSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, w := Limit{Per: tt.per, Rate: tt.rate}.Steps()
+			l := Limit{Per: tt.per, Rate: tt.rate}
+			s, w := l.Steps()
 			assert.Equal(t, [2]int64{tt.s, tt.w}, [2]int64{s, w})
 			assert.LessOrEqual(t, w*tt.rate, int64(1<<52), "W*R <= 2^52")
 			assert.GreaterOrEqual(t, s*w, tt.per, "W steps cover the window")

@@ -8,6 +8,6 @@ package quotamath
 // rounded up to the nanosecond, so the comparison takes it one
 // nanosecond lower, and cost*T rounded up: never true when it should not
 // be.
-func (l Limit) GCRAKeeps(mark, now, cost int64) bool {
+func (l *Limit) GCRAKeeps(mark, now, cost int64) bool {
 	return mark-1-l.Mark(l.Emissions(cost)) >= now*1000
 }

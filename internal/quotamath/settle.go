@@ -8,7 +8,7 @@ import "github.com/quotakit/throttle/quota"
 // set (rounded up to the microsecond) for GCRA, whose refunds and extra
 // charges move the arrival time of a bucket that later charges may have
 // carried on. A Concurrency slot has no cost to settle: 0.
-func (l Limit) SettleEnd(mark int64) int64 {
+func (l *Limit) SettleEnd(mark int64) int64 {
 	if l.Algorithm == quota.GCRA {
 		return l.ChargeEnd(mark) + l.Per
 	}

@@ -25,7 +25,7 @@ func (l Limit) Less(h int64) Limit {
 
 // Capacity returns C, the most the limit admits at once: Burst for GCRA,
 // Rate (slots) otherwise.
-func (l Limit) Capacity() int64 {
+func (l *Limit) Capacity() int64 {
 	if l.Algorithm == quota.GCRA {
 		return l.Burst
 	}
@@ -47,7 +47,7 @@ func (l Limit) ShareUnit(cost int64) int64 { return l.Emissions(cost).Ceil() }
 // ShareAhead returns C*T, rounded up: how far beyond a grant's instant a
 // tenant's share clock may be before the grant's step (quota.Store, Fair
 // shares).
-func (l Limit) ShareAhead() int64 { return l.ShareUnit(l.Capacity()) }
+func (l *Limit) ShareAhead() int64 { return l.ShareUnit(l.Capacity()) }
 
 // SharePlace returns the place of a demand whose tenant's share clock is
 // clock, at now: max(clock, now). Of the tenants waiting on a counter,
@@ -57,7 +57,7 @@ func SharePlace(clock, now int64) int64 { return max(clock, now) }
 // ShareCharge returns a tenant's share clock after a grant of cost at the
 // instant t, n tenants being active: min(max(clock, t), t + C*T) +
 // min(c*T*n, MaxShareStep), c*T rounded up ([Limit.ShareUnit]).
-func (l Limit) ShareCharge(clock, t, cost, n int64) int64 {
+func (l *Limit) ShareCharge(clock, t, cost, n int64) int64 {
 	step := int64(MaxShareStep)
 	if u := l.ShareUnit(cost); u <= MaxShareStep/n {
 		step = min(u*n, MaxShareStep)
@@ -72,22 +72,22 @@ const ClaimGrace = 250_000
 
 // ClaimEnd returns the instant until which a tenant refused until the
 // instant at holds its claim: at + max(T, ClaimGrace), T rounded up.
-func (l Limit) ClaimEnd(at int64) int64 { return at + max(l.ShareUnit(1), ClaimGrace) }
+func (l *Limit) ClaimEnd(at int64) int64 { return at + max(l.ShareUnit(1), ClaimGrace) }
 
 // HeldUntil returns the instant until which a demand that live claims at a
 // lower place hold back is refused, last being the latest of their
 // instants: T after it, or after now if that is later (its holder is
 // late), T rounded up.
-func (l Limit) HeldUntil(last, now int64) int64 { return max(last, now) + l.ShareUnit(1) }
+func (l *Limit) HeldUntil(last, now int64) int64 { return max(last, now) + l.ShareUnit(1) }
 
 // NoteActive reports whether a class last noted on the counter at the
 // instant at is active at now: at > now - T, T rounded up (quota.Store,
 // Lent headroom).
-func (l Limit) NoteActive(at, now int64) bool { return at > now-l.ShareUnit(1) }
+func (l *Limit) NoteActive(at, now int64) bool { return at > now-l.ShareUnit(1) }
 
 // NoteEnd returns the instant at which a class last noted at the instant
 // at stops being active: at + T, rounded up.
-func (l Limit) NoteEnd(at int64) int64 { return at + l.ShareUnit(1) }
+func (l *Limit) NoteEnd(at int64) int64 { return at + l.ShareUnit(1) }
 
 // RestrictedWait returns, in µs, how far ahead of now a restricted demand
 // ([quota.Demand.Restricted]) may be granted as a reservation: half the

@@ -58,7 +58,7 @@ func (l Limit) LogAt(t int64) int64 {
 // end at F+S, a's window ends d = (a-F-S) mod G before a+G; moving the
 // end earlier, up to S, moves it later, up to a+G when an end may fall at
 // a itself (d+S >= G): E = a+G-d, or a+G.
-func (l Limit) LogEnd(t int64) int64 {
+func (l *Limit) LogEnd(t int64) int64 {
 	e := l.Expiry
 	if e.Every == 0 {
 		return t + l.Per
@@ -74,7 +74,7 @@ func (l Limit) LogEnd(t int64) int64 {
 // slidingLogAdmits reports whether a sliding log admits cost at t: every
 // window of length P that holds t, (x-P, x] for x in [t, t+P), holds at
 // most R with it ([Limit.slidingLogEarliest] returns t).
-func (l Limit) slidingLogAdmits(log []LogEntry, t, cost int64) bool {
+func (l *Limit) slidingLogAdmits(log []LogEntry, t, cost int64) bool {
 	return l.slidingLogEarliest(log, t, cost) == t
 }
 
@@ -100,7 +100,7 @@ func (l Limit) slidingLogAdmits(log []LogEntry, t, cost int64) bool {
 // its instant plus P, so the candidates are t and those instants; an
 // entry that fails the second rules out every candidate up to its own
 // instant. One pass over the entries after t-P: O(n).
-func (l Limit) slidingLogEarliest(log []LogEntry, t, cost int64) int64 {
+func (l *Limit) slidingLogEarliest(log []LogEntry, t, cost int64) int64 {
 	room := l.Rate - cost
 	log = log[after(log, t-l.Per):]
 	var at, ahead logWindow // the windows ending at candidates, and at later entries
@@ -150,7 +150,7 @@ func (w *logWindow) cost(log []LogEntry, per, y int64) int64 {
 // now: Used is the cost recorded after now-P (reservations for later
 // included), Reset the time until the latest entry leaves the window.
 // Other fields are left zero.
-func (l Limit) slidingLogState(log []LogEntry, now int64) quota.LimitState {
+func (l *Limit) slidingLogState(log []LogEntry, now int64) quota.LimitState {
 	var st quota.LimitState
 	if i := after(log, now-l.Per); i < len(log) {
 		for _, e := range log[i:] {

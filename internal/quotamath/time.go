@@ -52,7 +52,7 @@ func (l Limit) Emissions(n int64) Time {
 }
 
 // add returns t + u.
-func (l Limit) add(t, u Time) Time {
+func (l *Limit) add(t, u Time) Time {
 	s := Time{Micros: t.Micros + u.Micros, Frac: t.Frac + u.Frac}
 	if s.Frac >= l.Rate {
 		s.Micros++
@@ -62,7 +62,7 @@ func (l Limit) add(t, u Time) Time {
 }
 
 // sub returns t - u.
-func (l Limit) sub(t, u Time) Time {
+func (l *Limit) sub(t, u Time) Time {
 	d := Time{Micros: t.Micros - u.Micros, Frac: t.Frac - u.Frac}
 	if d.Frac < 0 {
 		d.Micros--
@@ -74,7 +74,7 @@ func (l Limit) sub(t, u Time) Time {
 // intervals returns how many emission intervals d (not negative) spans,
 // rounded up: ceil((d.Micros*R + d.Frac) / P), in 128 bits, or most if that
 // is more.
-func (l Limit) intervals(d Time, most int64) int64 {
+func (l *Limit) intervals(d Time, most int64) int64 {
 	hi, lo := bits.Mul64(uint64(d.Micros), uint64(l.Rate))
 	var carry uint64
 	lo, carry = bits.Add64(lo, uint64(d.Frac)+uint64(l.Per-1), 0)

@@ -4,21 +4,21 @@ import "github.com/quotakit/throttle/quota"
 
 // Window returns the index k of the window that holds t: window k covers
 // [F + k*P, F + (k+1)*P), F being the phase.
-func (l Limit) Window(t int64) int64 { return FloorDiv(t-l.Phase, l.Per) }
+func (l *Limit) Window(t int64) int64 { return FloorDiv(t-l.Phase, l.Per) }
 
 // Start returns the instant at which window k starts: F + k*P.
-func (l Limit) Start(k int64) int64 { return k*l.Per + l.Phase }
+func (l *Limit) Start(k int64) int64 { return k*l.Per + l.Phase }
 
 // fixedWindowAdmits reports whether a fixed window admits cost at t, given
 // the count of each window: count(k) + cost <= R, k the window of t.
-func (l Limit) fixedWindowAdmits(t, cost int64, count func(k int64) int64) bool {
+func (l *Limit) fixedWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	return count(l.Window(t))+cost <= l.Rate
 }
 
 // fixedWindowEarliest returns the earliest instant, not before t, at
 // which a fixed window admits cost (at most R): t if its own window has
 // room, else the start of the first later window that has.
-func (l Limit) fixedWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
+func (l *Limit) fixedWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	for k := l.Window(t); ; k++ {
 		if count(k)+cost <= l.Rate {
 			return max(t, l.Start(k))
@@ -29,7 +29,7 @@ func (l Limit) fixedWindowEarliest(t, cost int64, count func(k int64) int64) int
 // fixedWindowState returns Used, Remaining and Reset of a fixed window at
 // now: the count of now's window, and the time to its end while it is
 // not empty. Other fields are left zero.
-func (l Limit) fixedWindowState(now int64, count func(k int64) int64) quota.LimitState {
+func (l *Limit) fixedWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
 	st := quota.LimitState{Used: count(k)}
 	if st.Used > 0 {
@@ -48,7 +48,7 @@ const maxWeight = 1 << 52
 // steps per window W = ceil(P/s): s is 1 and W is P while P*R <= 2^52;
 // above, s is the least step with W*R <= 2^52, ceil(P/floor(2^52/R)), R
 // the limit's own Rate (FullRate, under a headroom).
-func (l Limit) Steps() (s, w int64) {
+func (l *Limit) Steps() (s, w int64) {
 	rate := l.Rate
 	if l.FullRate > 0 {
 		rate = l.FullRate // the limit's own, not less a headroom
@@ -65,7 +65,7 @@ func (l Limit) Steps() (s, w int64) {
 // prev*(W-j) <= (R-cur-cost)*W, with j = floor(e/s) the steps elapsed of
 // window k (e = t - (F + k*P)) and prev, cur the counts of windows k-1
 // and k.
-func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
+func (l *Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) bool {
 	k := l.Window(t)
 	s, w := l.Steps()
 	j := (t - l.Start(k)) / s
@@ -79,7 +79,7 @@ func (l Limit) slidingWindowAdmits(t, cost int64, count func(k int64) int64) boo
 // j = W - floor(room*W/prev) on (prev*(W-j) <= room*W), that is from
 // F + k*P + j*s; a window where that j is W or more, or cur + cost > R,
 // admits nothing.
-func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
+func (l *Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) int64 {
 	s, w := l.Steps()
 	for k := l.Window(t); ; k++ {
 		start := l.Start(k)
@@ -104,7 +104,7 @@ func (l Limit) slidingWindowEarliest(t, cost int64, count func(k int64) int64) i
 // cur + ceil(prev*(W-j)/W); Reset is the time until neither window counts
 // (the end of the next window while cur > 0, of this one while only prev
 // > 0). Other fields are left zero.
-func (l Limit) slidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
+func (l *Limit) slidingWindowState(now int64, count func(k int64) int64) quota.LimitState {
 	k := l.Window(now)
 	s, w := l.Steps()
 	cur, prev, j := count(k), count(k-1), (now-l.Start(k))/s
