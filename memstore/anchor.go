@@ -31,8 +31,8 @@ func (s *Store) Anchor(ctx context.Context, scope string, b quota.Bucket, within
 	if mb == nil || mb.alg != p.Algorithm {
 		mb = &memBucket{alg: p.Algorithm}
 	}
-	mb.expireAnchor(p, now)
-	p = mb.grid(p)
+	mb.expireAnchor(&p, now)
+	mb.grid(&p)
 	if within <= 0 {
 		if !mb.phased {
 			return 0, false, nil
@@ -46,7 +46,7 @@ func (s *Store) Anchor(ctx context.Context, scope string, b quota.Bucket, within
 		mb.setPhase(quotamath.FloorMod(end, p.Per))
 		moved = true
 	case !mb.learned || p.AnchorMoves(end, max(tolerance, 0).Microseconds()):
-		mb.prune(p, now)
+		mb.prune(&p, now)
 		ws := make([]quotamath.WindowCount, len(mb.windows))
 		for i, w := range mb.windows {
 			ws[i] = quotamath.WindowCount{K: w.idx, Count: w.count, Last: w.last}
@@ -60,15 +60,15 @@ func (s *Store) Anchor(ctx context.Context, scope string, b quota.Bucket, within
 		moved = true
 	}
 	mb.learned = true
-	p = mb.grid(p)
+	mb.grid(&p)
 	if !moved {
 		return quotamath.Micros(p.Ends(now)), false, nil
 	}
 	// The phase lives as long as the window of now, or a later window
 	// that holds units.
-	mb.expireWindow(p, p.Window(now))
+	mb.expireWindow(&p, p.Window(now))
 	for _, w := range mb.windows {
-		mb.expireWindow(p, w.idx)
+		mb.expireWindow(&p, w.idx)
 	}
 	s.buckets[id] = mb
 	s.ops++

@@ -85,7 +85,7 @@ func (s *Store) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision
 		if b == nil || b.alg != quota.Concurrency {
 			continue
 		}
-		b.prune(ps[i], now)
+		b.prune(&ps[i], now)
 		if !slices.ContainsFunc(b.leases, func(l lease) bool { return l.id == r.ID }) {
 			bs[i] = b // a lease of r's is already held: no slot needed
 		}
@@ -167,7 +167,7 @@ func (s *Store) Renew(ctx context.Context, r *quota.Reservation) error {
 	var lost string
 	err := s.leaseBuckets(r, func(bid bucketID, b *memBucket, p params) {
 		if b != nil {
-			b.prune(p, now)
+			b.prune(&p, now)
 			if i := slices.IndexFunc(b.leases, func(l lease) bool { return l.id == r.ID }); i >= 0 {
 				exp := max(b.leases[i].expire, now+p.Per)
 				b.leases[i].expire = exp

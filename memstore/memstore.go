@@ -106,13 +106,12 @@ func newParams(l quota.Limit, cost int) params {
 	return params{Limit: quotamath.Of(l), cost: int64(cost)}
 }
 
-// grid returns p on b's windows: an anchored limit's phase is b's once b
+// grid puts p on b's windows: an anchored limit's phase is b's once b
 // has one.
-func (b *memBucket) grid(p params) params {
+func (b *memBucket) grid(p *params) {
 	if p.Anchored && b.phased {
 		p.Limit = p.WithPhase(b.phase)
 	}
-	return p
 }
 
 // setPhase gives b's windows their phase.
@@ -123,7 +122,7 @@ func (b *memBucket) setPhase(phase int64) {
 // expireAnchor makes the bucket of an anchored limit fresh once its state
 // has expired (no phase, no windows): the sweep drops such buckets only
 // now and then, and an anchored counter's phase ends with it.
-func (b *memBucket) expireAnchor(p params, now int64) {
+func (b *memBucket) expireAnchor(p *params, now int64) {
 	if p.Anchored && b.phased && b.expire <= now {
 		*b = memBucket{alg: b.alg}
 	}
@@ -193,9 +192,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 	bs = bs[:len(d.Limits)]
 	for i, l := range d.Limits {
 		if b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]; b != nil && b.alg == l.Limit.Algorithm {
-			b.expireAnchor(ps[i], now)
-			ps[i] = b.grid(ps[i])
-			b.prune(ps[i], now)
+			b.expireAnchor(&ps[i], now)
+			b.grid(&ps[i])
+			b.prune(&ps[i], now)
 			bs[i] = b
 		}
 	}
@@ -257,9 +256,9 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 			// An anchored counter starts its first window at its first
 			// charge (quota.Limit.Anchored).
 			b.setPhase(quotamath.FloorMod(t, ps[i].Per))
-			ps[i] = b.grid(ps[i])
+			b.grid(&ps[i])
 		}
-		r.Marks[i] = b.commit(ps[i], t)
+		r.Marks[i] = b.commit(&ps[i], t)
 	}
 	charged(sh, t)
 	s.ops++
@@ -280,7 +279,7 @@ func common(ps []params, bs []*memBucket, t int64) (int64, int, error) {
 		}
 		next, raiser := t, -1
 		for i, b := range bs {
-			if e := b.earliest(ps[i], t); e > next {
+			if e := b.earliest(&ps[i], t); e > next {
 				next, raiser = e, i
 			}
 		}
@@ -352,14 +351,14 @@ func (s *Store) Cancel(ctx context.Context, r *quota.Reservation) error {
 			continue
 		}
 		p := newParams(l.Limit, d.CostOf(i))
-		b.expireAnchor(p, now)
-		p = b.grid(p)
+		b.expireAnchor(&p, now)
+		b.grid(&p)
 		if p.Algorithm == quota.Concurrency {
 			s.drop(bucketID{d.Scope, l.Limit.Name, l.Key}, b, r.ID)
 			continue
 		}
-		b.refund(p, r.Marks[i])
-		b.prune(p, now)
+		b.refund(&p, r.Marks[i])
+		b.prune(&p, now)
 	}
 	return nil
 }
@@ -424,7 +423,7 @@ func checkDemand(d *quota.Demand, ps []params) ([]params, error) {
 
 // earliest returns the earliest instant, not before t, at which the
 // bucket admits p.cost. A nil bucket is fresh.
-func (b *memBucket) earliest(p params, t int64) int64 {
+func (b *memBucket) earliest(p *params, t int64) int64 {
 	if b == nil || p.Algorithm == quota.Concurrency { // slotsFull decides
 		return t
 	}
@@ -442,7 +441,7 @@ func (b *memBucket) counter() quotamath.Counter {
 
 // commit charges p.cost at instant t, which earliest allowed, and returns
 // the mark that refund needs.
-func (b *memBucket) commit(p params, t int64) int64 {
+func (b *memBucket) commit(p *params, t int64) int64 {
 	switch p.Algorithm {
 	case quota.GCRA:
 		b.tat = p.GCRACharge(b.tat, t, p.cost)
@@ -471,7 +470,7 @@ func (b *memBucket) commit(p params, t int64) int64 {
 
 // expireWindow keeps b until window k no longer counts: its end, or for
 // SlidingWindow the end of the next window, which weighs k as its previous.
-func (b *memBucket) expireWindow(p params, k int64) {
+func (b *memBucket) expireWindow(p *params, k int64) {
 	end := p.Start(k + 1)
 	if p.Algorithm == quota.SlidingWindow {
 		end += p.Per
@@ -480,7 +479,7 @@ func (b *memBucket) expireWindow(p params, k int64) {
 }
 
 // refund gives back a charge recorded by commit, as far as that is safe.
-func (b *memBucket) refund(p params, mark int64) {
+func (b *memBucket) refund(p *params, mark int64) {
 	switch p.Algorithm {
 	case quota.GCRA:
 		if p.Mark(b.tat) == mark { // no later grant sits on the time this one skipped
@@ -507,7 +506,7 @@ func (b *memBucket) refund(p params, mark int64) {
 }
 
 // prune forgets state that can no longer affect a decision at or after now.
-func (b *memBucket) prune(p params, now int64) {
+func (b *memBucket) prune(p *params, now int64) {
 	switch p.Algorithm {
 	case quota.FixedWindow, quota.SlidingWindow:
 		keep := p.Window(now)

@@ -46,9 +46,9 @@ func (s *Store) Retime(ctx context.Context, r *quota.Reservation) (quota.Decisio
 		if old := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]; old != nil && old.alg == p.Algorithm {
 			b = old.clone()
 		}
-		b.expireAnchor(p, now)
-		p = b.grid(p)
-		b.prune(p, now)
+		b.expireAnchor(&p, now)
+		b.grid(&p)
+		b.prune(&p, now)
 		mark, ok := b.retime(p, r.Marks[i], now)
 		if !ok {
 			return quota.Decision{Limit: i}, nil
@@ -115,7 +115,7 @@ func (b *memBucket) retime(p params, mark, now int64) (int64, bool) {
 	}
 	if p.Anchored && !b.phased {
 		b.setPhase(quotamath.FloorMod(now, p.Per)) // as Take's first charge
-		p = b.grid(p)
+		b.grid(&p)
 	}
-	return b.commit(p, now), true
+	return b.commit(&p, now), true
 }

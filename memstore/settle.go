@@ -40,8 +40,8 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 		p := newParams(b.Limit, d.CostOf(i))
 		id := bucketID{d.Scope, b.Limit.Name, b.Key}
 		if mb := s.buckets[id]; mb != nil && mb.alg == p.Algorithm {
-			mb.expireAnchor(p, now)
-			p = mb.grid(p)
+			mb.expireAnchor(&p, now)
+			mb.grid(&p)
 		}
 		old := p.cost
 		if had {
@@ -96,7 +96,7 @@ func (b *memBucket) settleAnchored(p params, mark, delta, now int64) {
 		k := p.Window(mark)
 		b.add(k, delta, at)
 		if delta > 0 {
-			b.expireWindow(p, k)
+			b.expireWindow(&p, k)
 		}
 		return
 	}
@@ -105,7 +105,7 @@ func (b *memBucket) settleAnchored(p params, mark, delta, now int64) {
 	}
 	for k := p.Window(mark); k <= p.Window(min(mark+p.Per-1, at)); k++ {
 		b.add(k, delta, at)
-		b.expireWindow(p, k)
+		b.expireWindow(&p, k)
 	}
 }
 
@@ -123,7 +123,7 @@ func (b *memBucket) settle(p params, mark, old, delta, now int64) {
 		}
 		b.add(mark, delta, now) // a count that falls to 0 is dropped
 		if delta > 0 {
-			b.expireWindow(p, mark)
+			b.expireWindow(&p, mark)
 		}
 	case quota.SlidingLog:
 		// Entries alike in instant and cost count alike: settling any one

@@ -36,12 +36,12 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		mb = &memBucket{alg: p.Algorithm}
 		s.buckets[id] = mb
 	}
-	mb.expireAnchor(p, now)
+	mb.expireAnchor(&p, now)
 	if p.Anchored && !mb.phased {
 		mb.setPhase(quotamath.FloorMod(now, p.Per)) // as a first charge would
 	}
-	p = mb.grid(p)
-	mb.prune(p, now)
+	mb.grid(&p)
+	mb.prune(&p, now)
 	mb.lower(p, now, quotamath.CeilMicros(within), left)
 	s.ops++
 	return nil
@@ -68,7 +68,7 @@ func (b *memBucket) lower(p params, now, within, left int64) {
 			if c := b.count(k); c < target {
 				b.add(k, target-c, at)
 			}
-			b.expireWindow(p, k)
+			b.expireWindow(&p, k)
 		}
 	case quota.SlidingLog:
 		if fill := p.Rate - left - quotamath.LogCost(b.log, now-p.Per, now); fill > 0 {
