@@ -118,14 +118,16 @@ func (c *refClock) observe(asked, answered, at time.Time) {
 	c.n = min(c.n+1, clockAnswers)
 }
 
+// least takes, as storeClock.least's rule says, the last usualLast
+// answers and every one no older than usualSpan, each on its own: not in
+// one walk that stops at the first old one, which is right only while
+// the answers kept are in order of age.
 func (c *refClock) least(now time.Time) time.Duration {
 	var recent clockSpan
 	for k := range c.n {
-		a := &c.ans[(c.end-1-k+clockAnswers)%clockAnswers]
-		if k >= usualLast && now.Sub(a.answered) > usualSpan {
-			break
+		if a := c.ans[(c.end-1-k+clockAnswers)%clockAnswers]; k < usualLast || now.Sub(a.answered) <= usualSpan {
+			recent.add(a.lo, a.hi)
 		}
-		recent.add(a.lo, a.hi)
 	}
 	if recent.n < usualMin {
 		return recent.lo

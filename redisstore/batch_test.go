@@ -237,7 +237,8 @@ func batchingContention(t *testing.T, opts ...redisstore.Option) {
 		require.NoError(t, err, name)
 		us, frac, err := redisstore.ParseArrival(v)
 		require.NoError(t, err, name)
-		mark := quotamath.Of(l).Mark(quotamath.Time{Micros: us, Frac: frac})
+		ql := quotamath.Of(l)
+		mark := ql.Mark(quotamath.Time{Micros: us, Frac: frac})
 		assert.Equal(t, marks[len(marks)-1], mark, "%s: the key holds the last grant's mark", name)
 	}
 	n := decisions.Load()

@@ -124,7 +124,7 @@ func algTag(l *quota.Limit) string {
 	case quota.Concurrency:
 		return "c:"
 	}
-	if l.Rate > 0 && l.Per >= time.Microsecond && !quotamath.Of(*l).Exact() {
+	if ql := quotamath.Of(*l); l.Rate > 0 && l.Per >= time.Microsecond && !ql.Exact() {
 		return "G:"
 	}
 	return "g:"

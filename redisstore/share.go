@@ -33,7 +33,7 @@ func shareFast(d *quota.Demand) bool {
 	shared := 0
 	for i := range d.Limits {
 		b := &d.Limits[i]
-		if b.Limit.Algorithm != quota.GCRA || !quotamath.Of(b.Limit).Exact() {
+		if l := quotamath.Of(b.Limit); b.Limit.Algorithm != quota.GCRA || !l.Exact() {
 			return false
 		}
 		if b.Tenant != "" {
@@ -61,7 +61,8 @@ func (s *Store) appendShare(keys []string, args []any, d *quota.Demand) ([]strin
 // of b, a noted window limit of a demand of scope: the notes' key, the
 // headroom and T.
 func (s *Store) appendNote(keys []string, args []any, b *quota.Bucket, scope string) ([]string, []any) {
-	return append(keys, s.keysOf(scope).classNotes(b)), append(args, b.Headroom, quotamath.Of(b.Limit).ShareUnit(1))
+	l := quotamath.Of(b.Limit)
+	return append(keys, s.keysOf(scope).classNotes(b)), append(args, b.Headroom, l.ShareUnit(1))
 }
 
 // appendShares appends share.lua's four keys and eight arguments per

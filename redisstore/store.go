@@ -355,7 +355,7 @@ func gcraMode(replayMS int64, exact bool) string {
 // arrival time of the take has a fraction (take_gcra.lua).
 func gcraExact(d *quota.Demand) bool {
 	for i := range d.Limits {
-		if !quotamath.Of(d.Limits[i].Limit).Exact() {
+		if l := quotamath.Of(d.Limits[i].Limit); !l.Exact() {
 			return false
 		}
 	}

@@ -50,7 +50,8 @@ func (s *Store) Sync(ctx context.Context, scope string, b quota.Bucket, remainin
 		}
 		// (Burst - left)*T, "q" or "q:r" (sync.lua).
 		args, _ = s.scriptArgs(3, "", false)
-		args = append(args, algoCode(l.Algorithm), int64(w), timeArg(quotamath.Of(l).Emissions(bu-left), 0))
+		ql := quotamath.Of(l)
+		args = append(args, algoCode(l.Algorithm), int64(w), timeArg(ql.Emissions(bu-left), 0))
 	default:
 		if left >= rate {
 			return nil

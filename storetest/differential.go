@@ -110,7 +110,8 @@ func randomExpiry(rng *rand.Rand, l quota.Limit) quota.LogExpiry {
 func admitted(b quota.Bucket, at, c int64) admission {
 	a := admission{at: at, cost: c}
 	if b.Limit.Algorithm == quota.SlidingLog && b.Expiry.Every > 0 {
-		a.scored, a.logAt = true, quotamath.Of(b.Limit).WithExpiry(b.Expiry).LogAt(at)
+		l := quotamath.Of(b.Limit).WithExpiry(b.Expiry)
+		a.scored, a.logAt = true, l.LogAt(at)
 	}
 	return a
 }
@@ -528,7 +529,8 @@ func unambiguousCancel(m *model, g *granted, lastGrant map[string]int) bool {
 			continue
 		}
 		id := bucketID(g.demand.Scope, b)
-		tail := quotamath.Of(b.Limit).Mark(m.tat[id]) == g.model.Marks[i]
+		l := quotamath.Of(b.Limit)
+		tail := l.Mark(m.tat[id]) == g.model.Marks[i]
 		noLater := lastGrant[id] == g.seq
 		if tail != noLater {
 			return false

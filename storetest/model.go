@@ -220,7 +220,8 @@ func (m *model) charge(id string, b quota.Bucket, c, t int64) int64 {
 		}
 		return k
 	case quota.SlidingLog:
-		at := q.WithExpiry(b.Expiry).LogAt(t) // t, or by the bucket's Expiry
+		qe := q.WithExpiry(b.Expiry)
+		at := qe.LogAt(t) // t, or by the bucket's Expiry
 		m.log[id] = quotamath.Insert(m.log[id], quotamath.LogEntry{At: at, Cost: c})
 		return at
 	}

@@ -333,7 +333,8 @@ func (m *model) settle(r *quota.Reservation, costs []int, now int64) error {
 		switch b.Limit.Algorithm {
 		case quota.GCRA: // the mark is the arrival time in ns, rounded up
 			if now < (mark+999)/1000+p {
-				m.tat[id] = quotamath.Of(b.Limit).GCRASettle(m.tat[id], now, delta)
+				l := quotamath.Of(b.Limit)
+				m.tat[id] = l.GCRASettle(m.tat[id], now, delta)
 			}
 		case quota.FixedWindow, quota.SlidingWindow:
 			m.expire(id, b.Limit, now)

@@ -5,7 +5,7 @@ import "github.com/quotakit/throttle/quota"
 // Exact reports whether GCRA's emission interval T = P/R is a whole
 // number of microseconds (R divides P): then every arrival time is one
 // too (Frac is always 0).
-func (l Limit) Exact() bool { return l.Per%l.Rate == 0 }
+func (l *Limit) Exact() bool { return l.Per%l.Rate == 0 }
 
 // gcraEarliest returns the earliest instant, not before t, at which a
 // bucket whose arrival time is tat admits cost: max(t, tat - (B-cost)*T),

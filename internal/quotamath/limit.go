@@ -8,7 +8,9 @@ import (
 
 // A Limit is a [quota.Limit]'s algorithm and numbers in store units. The
 // zero value is not usable: Per and Rate must be positive, as
-// [quota.Limit.Validate] ensures.
+// [quota.Limit.Validate] ensures. It is about 100 bytes: the methods that
+// read it take a pointer, and only those that return a changed copy
+// (WithExpiry, WithPhase, Less) take a value.
 type Limit struct {
 	Algorithm quota.Algorithm
 	Per       int64 // P, in microseconds

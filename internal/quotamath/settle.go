@@ -19,7 +19,7 @@ func (l *Limit) SettleEnd(mark int64) int64 {
 // units more (or, negative, fewer) than it charged: max(tat, now) +
 // delta*T, exactly ([Limit.Emissions]). A result at or before now is a
 // full bucket.
-func (l Limit) GCRASettle(tat Time, now, delta int64) Time {
+func (l *Limit) GCRASettle(tat Time, now, delta int64) Time {
 	if tat.Before(At(now)) {
 		tat = At(now)
 	}

@@ -42,7 +42,7 @@ const MaxShareStep = 1 << 50
 // ([Limit.Emissions]) and rounded up once, so a clock never runs slow.
 // (At rates above a unit per microsecond a grant of a few units moves
 // its tenant's clock by up to n µs more than c*n*T.)
-func (l Limit) ShareUnit(cost int64) int64 { return l.Emissions(cost).Ceil() }
+func (l *Limit) ShareUnit(cost int64) int64 { return l.Emissions(cost).Ceil() }
 
 // ShareAhead returns C*T, rounded up: how far beyond a grant's instant a
 // tenant's share clock may be before the grant's step (quota.Store, Fair
@@ -98,7 +98,8 @@ func RestrictedWait(d *quota.Demand) int64 {
 	least := int64(-1)
 	for i := range d.Limits {
 		if l := &d.Limits[i].Limit; l.Algorithm != quota.Concurrency {
-			if t := (Of(*l).ShareUnit(1) + 1) / 2; least < 0 || t < least {
+			ql := Of(*l)
+			if t := (ql.ShareUnit(1) + 1) / 2; least < 0 || t < least {
 				least = t
 			}
 		}

@@ -44,7 +44,7 @@ func LogCost(log []LogEntry, from, to int64) int64 {
 
 // LogAt returns the instant of the entry of a demand decided at t: t
 // itself, or with an Expiry, [Limit.LogEnd] less P.
-func (l Limit) LogAt(t int64) int64 {
+func (l *Limit) LogAt(t int64) int64 {
 	if l.Expiry.Every == 0 {
 		return t
 	}

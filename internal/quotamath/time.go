@@ -36,7 +36,7 @@ func (t Time) Before(u Time) bool {
 // n = R). A negative n gives the negative span. The quotient fits when
 // |n| is at most the limit's Burst ([quota.Limit.Validate] keeps
 // Burst*P/R within quota.MaxPer); a larger one saturates.
-func (l Limit) Emissions(n int64) Time {
+func (l *Limit) Emissions(n int64) Time {
 	if n < 0 {
 		return l.sub(Time{}, l.Emissions(-n))
 	}
@@ -96,6 +96,6 @@ func (l *Limit) intervals(d Time, most int64) int64 {
 // arrival time by at least c*T >= 1 ns ([quota.Limit.Validate] keeps a
 // rate to one unit per nanosecond) or past a whole microsecond, so it
 // always changes the mark; and ceil(mark/1000) is ceil(tat).
-func (l Limit) Mark(tat Time) int64 {
+func (l *Limit) Mark(tat Time) int64 {
 	return tat.Micros*1000 + CeilDiv(tat.Frac*1000, l.Rate)
 }
