@@ -10,7 +10,8 @@ import (
 )
 
 // TestTakeAllocations holds the in-process decision to what it allocates
-// (the Reservation, its id): the one measure of its cost a test can
+// (the Reservation; its id is cut from a string of 64 ids formatted at
+// once, which AllocsPerRun's whole-number average rounds away): the one measure of its cost a test can
 // assert on a shared machine. The time it takes is BenchmarkDecision's
 // (docs/benchmarks.md), against x/time/rate in the same run.
 func TestTakeAllocations(t *testing.T) {
@@ -40,8 +41,8 @@ func TestTakeAllocations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n > 2 {
-				t.Errorf("a grant allocates %.2f objects, want at most 2 (the reservation and its id)", n)
+			if n > 1 {
+				t.Errorf("a grant allocates %.2f objects, want at most 1 (the reservation)", n)
 			}
 		})
 	}

@@ -37,6 +37,7 @@ type Store struct {
 	sweepAt int                      // len(buckets)+len(pauses)+len(settled)+len(shared) that triggers a sweep
 	ops     int                      // decisions since the last sweep
 	idN     uint64                   // reservation ids handed out
+	ids     idBlock                  // ids formatted ahead (nextID)
 	watch   map[bucketID]*waitList
 	settled map[string]settlement // settle.go: by reservation id
 }
@@ -331,9 +332,44 @@ func newReservation(d *quota.Demand) *quota.Reservation {
 // nextID returns a reservation id unique in the store: the lease id of
 // its slots, and the key of its settlement. s.mu is held.
 func (s *Store) nextID() string {
+	if len(s.ids.ends) == 0 {
+		s.ids.fill(s.idN)
+	}
 	s.idN++
-	var buf [16]byte
-	return string(strconv.AppendUint(append(buf[:0], 'm'), s.idN, 36))
+	return s.ids.next()
+}
+
+// idsPerBlock is how many reservation ids one allocation holds.
+const idsPerBlock = 64
+
+// An idBlock holds the next reservation ids, "m" and a number in base 36
+// each, formatted into one string: an id is a substring of it, so ids
+// cost one allocation per idsPerBlock decisions rather than one each. A
+// block stays in memory while any of its ids does (about 10 bytes each).
+type idBlock struct {
+	s     string
+	start int   // where the next id starts in s
+	ends  []int // where each id still to hand out ends in s
+	buf   [idsPerBlock]int
+}
+
+// fill formats the idsPerBlock ids after n (n+1, n+2, ...).
+func (b *idBlock) fill(n uint64) {
+	var text [idsPerBlock * 14]byte // "m" and at most 13 base-36 digits each
+	t := text[:0]
+	b.ends = b.buf[:0]
+	for i := uint64(1); i <= idsPerBlock; i++ {
+		t = strconv.AppendUint(append(t, 'm'), n+i, 36)
+		b.ends = append(b.ends, len(t))
+	}
+	b.s, b.start = string(t), 0
+}
+
+// next hands out the block's next id.
+func (b *idBlock) next() string {
+	id := b.s[b.start:b.ends[0]]
+	b.start, b.ends = b.ends[0], b.ends[1:]
+	return id
 }
 
 // Cancel implements [quota.Store.Cancel].
