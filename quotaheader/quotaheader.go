@@ -203,7 +203,12 @@ type Options struct {
 // absurd values are ignored, or capped at o.MaxPause with Capped set. It
 // does not modify h, and is safe for concurrent use.
 func Parse(h http.Header, now time.Time, o Options) Feedback {
-	p := parser{h: h, format: o.ResetFormat, maxPause: o.MaxPause}
+	return parse(h, now, o, present(h))
+}
+
+// parse is Parse reading only the families has of h's headers.
+func parse(h http.Header, now time.Time, o Options, has families) Feedback {
+	p := parser{h: h, format: o.ResetFormat, maxPause: o.MaxPause, has: has}
 	if p.maxPause <= 0 {
 		p.maxPause = DefaultMaxPause
 	}
@@ -279,6 +284,46 @@ func (f Feedback) PauseFor(now time.Time) time.Duration {
 // a hostile server) costs no more to read than this.
 const MaxHeaderBytes = 4 << 10
 
+// families is a set of the header families Parse reads, by the prefix
+// of their names: a family absent from a response is not looked up,
+// header by header.
+type families uint8
+
+const (
+	retryFamily     families = 1 << iota // Retry-After, Retry-After-Ms
+	ietfFamily                           // RateLimit, RateLimit-*
+	xFamily                              // X-RateLimit-* (GitHub, OpenAI, Discord)
+	xDashFamily                          // X-Rate-Limit-*
+	anthropicFamily                      // Anthropic-RateLimit-*
+)
+
+// familyPrefixes are the prefixes that place a header name in a family,
+// compared without regard to case.
+var familyPrefixes = [...]struct {
+	prefix string
+	family families
+}{
+	{"Retry-After", retryFamily},
+	{"Ratelimit", ietfFamily},
+	{"X-Ratelimit", xFamily},
+	{"X-Rate-Limit", xDashFamily},
+	{"Anthropic-Ratelimit", anthropicFamily},
+}
+
+// present returns the families h holds a header of, in one pass over
+// its names.
+func present(h http.Header) families {
+	var fs families
+	for k := range h {
+		for _, f := range familyPrefixes {
+			if len(k) >= len(f.prefix) && strings.EqualFold(k[:len(f.prefix)], f.prefix) {
+				fs |= f.family
+			}
+		}
+	}
+	return fs
+}
+
 // values returns the values of the header key (in canonical form), or
 // nil when together they are longer than MaxHeaderBytes.
 func (p *parser) values(key string) []string {
@@ -295,6 +340,7 @@ func (p *parser) values(key string) []string {
 // parser holds what every header of one response is read against.
 type parser struct {
 	h        http.Header
+	has      families  // the families of headers h holds
 	ref      time.Time // the response's Date, else now: instants are read against it
 	format   ResetFormat
 	maxPause time.Duration
@@ -356,6 +402,9 @@ func (q quota) moreRestrictive(r quota) bool {
 // retryAfter reads Retry-After and Retry-After-Ms.
 func (p *parser) retryAfter() (time.Duration, bool, bool) {
 	var got delay
+	if p.has&retryFamily == 0 {
+		return 0, false, false
+	}
 	first(p.values("Retry-After"), func(s string) bool {
 		if n, ok := parseNumber(s); ok {
 			got = p.clamp(n.micros(1_000_000))
@@ -389,20 +438,27 @@ func (p *parser) quotas() []quota {
 			qs = append(qs, q)
 		}
 	}
-	ietf, policiesOnly := p.ietfStructured()
-	for _, q := range ietf {
-		add(q)
+	var ietf, policiesOnly []quota
+	if p.has&ietfFamily != 0 {
+		ietf, policiesOnly = p.ietfStructured()
+		for _, q := range ietf {
+			add(q)
+		}
+		add(p.family("Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "", "", true))
 	}
-	add(p.family("Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "", "", true))
-	gh := p.family("X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Used", "X-Ratelimit-Resource", false)
-	if after := p.fixedDelay(p.values("X-Ratelimit-Reset-After"), 1_000_000); after.ok &&
-		(!gh.reset.ok || after.delay > gh.reset.delay) {
-		gh.reset = after
+	if p.has&xFamily != 0 {
+		gh := p.family("X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Used", "X-Ratelimit-Resource", false)
+		if after := p.fixedDelay(p.values("X-Ratelimit-Reset-After"), 1_000_000); after.ok &&
+			(!gh.reset.ok || after.delay > gh.reset.delay) {
+			gh.reset = after
+		}
+		add(gh)
 	}
-	add(gh)
-	add(p.family("X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", "", "", false))
+	if p.has&xDashFamily != 0 {
+		add(p.family("X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset", "", "", false))
+	}
 	for _, u := range units {
-		if u.openAI[0] == "" {
+		if u.openAI[0] == "" || p.has&xFamily == 0 {
 			continue
 		}
 		q := p.family(u.openAI[0], u.openAI[1], u.openAI[2], "", "", false)
@@ -412,6 +468,9 @@ func (p *parser) quotas() []quota {
 		}
 	}
 	for _, u := range units {
+		if p.has&anthropicFamily == 0 {
+			break
+		}
 		q := p.family(u.anthropic[0], u.anthropic[1], u.anthropic[2], "", "", false)
 		if q.said() {
 			q.resource = u.name
