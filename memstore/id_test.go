@@ -5,11 +5,12 @@ import (
 	"testing"
 )
 
-// TestNextID checks the ids cut from blocks against the one-at-a-time
-// formula ("m" and the count in base 36) across several blocks, from a
-// count whose digits grow inside a block.
+// TestNextID checks the ids cut from blocks, each the one before plus
+// one, against the one-at-a-time formula ("m" and the count in base 36)
+// across several blocks, from counts whose digits carry and grow inside
+// a block (36^2 and 36^12).
 func TestNextID(t *testing.T) {
-	for _, start := range []uint64{0, 36*36 - 10, 1<<64 - 3*idsPerBlock} {
+	for _, start := range []uint64{0, 36*36 - 10, 36*36*36*36*36*36*36*36*36*36*36*36 - 100} {
 		s := New()
 		s.idN = start
 		for i := uint64(1); i <= 3*idsPerBlock+5; i++ {

@@ -24,7 +24,8 @@ type lease struct {
 // slot now (bs are pruned to now), and if so the refusal: the delay until
 // max(t, the instant expiries alone free a slot).
 func slotsFull(ps []params, bs []*memBucket, now, t int64) (quota.Decision, bool) {
-	for i, p := range ps {
+	for i := range ps {
+		p := &ps[i]
 		if p.Algorithm != quota.Concurrency || bs[i] == nil || int64(len(bs[i].leases)) < p.Rate {
 			continue // a free slot: nothing to sort
 		}

@@ -191,7 +191,8 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 		bs = make([]*memBucket, 0, len(d.Limits))
 	}
 	bs = bs[:len(d.Limits)]
-	for i, l := range d.Limits {
+	for i := range d.Limits {
+		l := &d.Limits[i]
 		if b := s.buckets[bucketID{d.Scope, l.Limit.Name, l.Key}]; b != nil && b.alg == l.Limit.Algorithm {
 			b.expireAnchor(&ps[i], now)
 			b.grid(&ps[i])
@@ -236,7 +237,8 @@ func (s *Store) Take(ctx context.Context, d *quota.Demand) (quota.Decision, erro
 
 	r := newReservation(d)
 	r.ID = s.nextID() // settle.go's records and lease.go's leases are by id
-	for i, l := range d.Limits {
+	for i := range d.Limits {
+		l := &d.Limits[i]
 		if l.Limit.Algorithm == quota.Concurrency {
 			if t > now { // memlease.go: claimed when it comes due
 				r.Unclaimed = true
@@ -353,16 +355,41 @@ type idBlock struct {
 	buf   [idsPerBlock]int
 }
 
-// fill formats the idsPerBlock ids after n (n+1, n+2, ...).
+// fill formats the idsPerBlock ids after n (n+1, n+2, ...): n in base 36
+// once, then each id by adding one to the digits of the one before.
 func (b *idBlock) fill(n uint64) {
 	var text [idsPerBlock * 14]byte // "m" and at most 13 base-36 digits each
+	var num [14]byte
+	digits := strconv.AppendUint(num[:0], n, 36)
 	t := text[:0]
 	b.ends = b.buf[:0]
-	for i := uint64(1); i <= idsPerBlock; i++ {
-		t = strconv.AppendUint(append(t, 'm'), n+i, 36)
+	for range idsPerBlock {
+		digits = increment36(digits)
+		t = append(append(t, 'm'), digits...)
 		b.ends = append(b.ends, len(t))
 	}
 	b.s, b.start = string(t), 0
+}
+
+// increment36 adds one to the base-36 number in d (digits 0-9a-z, the
+// most significant first), in place; it grows d by a digit when every
+// digit carries.
+func increment36(d []byte) []byte {
+	for i := len(d) - 1; i >= 0; i-- {
+		switch d[i] {
+		case 'z':
+			d[i] = '0' // and carry
+		case '9':
+			d[i] = 'a'
+			return d
+		default:
+			d[i]++
+			return d
+		}
+	}
+	d = append(d, '0')
+	d[0] = '1'
+	return d
 }
 
 // next hands out the block's next id.
