@@ -140,6 +140,11 @@ type guardFile struct {
 	// row fails when its instructions per decision over its yardstick's
 	// exceed the recorded ratio by more than instr times it.
 	instr float64
+
+	// local is the tolerance of the in-process rows' ratios
+	// (guard_local.go): a row fails below (1 - local) x its recorded
+	// ratio, kept in ratios by "local row".
+	local float64
 }
 
 // guardMeasures are the ratios the guard takes of each row: of
@@ -236,6 +241,16 @@ func readGuardFile(name string) (guardFile, error) {
 			if err != nil {
 				return g, fmt.Errorf("%s:%d: %w", name, n, err)
 			}
+		case "tolerance-local":
+			if len(fs) != 2 {
+				return g, fmt.Errorf("%s:%d: want tolerance-local TOLERANCE", name, n)
+			}
+			if g.local, err = strconv.ParseFloat(fs[1], 64); err == nil && (g.local <= 0 || g.local >= 1) {
+				err = errors.New("a tolerance not in (0, 1)")
+			}
+			if err != nil {
+				return g, fmt.Errorf("%s:%d: %w", name, n, err)
+			}
 		case guardCounts[0], guardCounts[1], guardInstr:
 			if len(fs) != 3 {
 				return g, fmt.Errorf("%s:%d: want COUNT ROW VALUE", name, n)
@@ -245,7 +260,7 @@ func readGuardFile(name string) (guardFile, error) {
 				return g, fmt.Errorf("%s:%d: bad count %q", name, n, fs[2])
 			}
 			g.counts[guardRatioKey(fs[0], fs[1])] = v
-		case guardMeasures[0], guardMeasures[1], guardMeasures[2]:
+		case guardMeasures[0], guardMeasures[1], guardMeasures[2], guardLocal:
 			if len(fs) != 3 {
 				return g, fmt.Errorf("%s:%d: want MEASURE ROW RATIO", name, n)
 			}
@@ -283,6 +298,9 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	}
 	if recorded.instr == 0 {
 		recorded.instr = 0.03
+	}
+	if recorded.local == 0 {
+		recorded.local = 0.30
 	}
 	cts, err := guardContenders(e.client(redis.Options{}))
 	if err != nil {
@@ -426,6 +444,41 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	}
 	ct.write(os.Stdout)
 
+	local, err := guardLocalRows(cfg.rounds, cfg.slice/2)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nIn process, no Redis: the embedded store's decision and a Transport's request on it, one goroutine, against x/time/rate's Allow in the same %d rounds of %v. A row's ratio is the median over rounds of Allow's time per call over its own (larger is faster); it fails below (1 - %.2f) x its recorded value. Allocations per call are counted over all rounds and fail above the recorded value plus %.2f.\n\n", cfg.rounds, cfg.slice/2, recorded.local, recorded.count[1])
+	lt := table{head: []string{"row", "ns per call (median)", "Allow's ns", "ratio recorded", "ratio measured (rounds' min–max)", "allocs recorded", "allocs measured", ""}}
+	for _, r := range local {
+		name := localRowName(r.row)
+		verdict := "ok"
+		key := guardRatioKey(guardLocal, name)
+		measured[key] = r.ratio
+		rec := "–"
+		if want, have := recorded.ratios[key]; have {
+			bound := want * (1 - recorded.local)
+			rec = fmt.Sprintf("%.3f (fails below %.3f)", want, bound)
+			if r.ratio < bound {
+				verdict = "**FAIL**"
+				failed = append(failed, fmt.Sprintf("%s: %.3f x Allow's speed, below %.3f (recorded %.3f, tolerance %.2f)", name, r.ratio, bound, want, recorded.local))
+			}
+		}
+		akey := guardRatioKey(guardCounts[1], name)
+		measured[akey] = r.allocs
+		arec := "–"
+		if want, have := recorded.counts[akey]; have {
+			arec = fmt.Sprintf("%.2f (fails above %.2f)", want, want+recorded.count[1])
+			if r.allocs > want+recorded.count[1] {
+				verdict = "**FAIL**"
+				failed = append(failed, fmt.Sprintf("%s: allocs %.2f per call, above %.2f (recorded %.2f, tolerance %.2f)", name, r.allocs, want+recorded.count[1], want, recorded.count[1]))
+			}
+		}
+		lt.row(name, fmt.Sprintf("%.0f", r.nsPerOp), fmt.Sprintf("%.0f", r.allowNs), rec,
+			fmt.Sprintf("%.3f (%.2f–%.2f)", r.ratio, r.ratios[0], r.ratios[len(r.ratios)-1]), arec, fmt.Sprintf("%.2f", r.allocs), verdict)
+	}
+	lt.write(os.Stdout)
+
 	if !haveCallgrind() {
 		fmt.Println("\nInstructions: not counted (valgrind and callgrind_control are not installed).")
 	} else {
@@ -466,7 +519,7 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 		it.write(os.Stdout)
 	}
 	if cfg.write {
-		return writeGuardFile(cfg.file, recorded, measured)
+		return writeGuardFile(cfg.file, recorded, measured, local)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("slower than recorded:\n  %s", strings.Join(failed, "\n  "))
@@ -491,7 +544,7 @@ func perOp(c cell, cpu time.Duration) float64 {
 
 // writeGuardFile records the measured ratios in name, with g's
 // tolerances.
-func writeGuardFile(name string, g guardFile, measured map[string]float64) error {
+func writeGuardFile(name string, g guardFile, measured map[string]float64, local []localResult) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# What the guard checks (bench -guard, run by .ci/run; guard.go).
 # tput, redis, client: for each row, its decisions per second (tput) and
@@ -509,10 +562,13 @@ tolerance-all %.2f %.2f %.2f
 # per call; one fails above its value here plus tolerance-count's. instr:
 # a row's instructions in redis-server per decision over its
 # yardstick's (callgrind); one fails above its value here times
-# 1 + tolerance-instr.
+# 1 + tolerance-instr. local: an in-process row's ratio of x/time/rate's
+# Allow's time per call to its own; one fails below (1 -
+# tolerance-local) x its value here.
 tolerance-count %.2f %.2f
 tolerance-instr %.2f
-`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2], g.count[0], g.count[1], g.instr)
+tolerance-local %.2f
+`, time.Now().UTC().Format("2006-01-02"), g.row[0], g.row[1], g.row[2], g.all[0], g.all[1], g.all[2], g.count[0], g.count[1], g.instr, g.local)
 	for _, r := range slices.Concat(guardRows, guardInstrRows) {
 		if key := guardRatioKey(guardInstr, r.id); r.conc == 1 && measured[key] > 0 {
 			fmt.Fprintf(&b, "%s %s %.3f\n", guardInstr, r.id, measured[key])
@@ -524,6 +580,14 @@ tolerance-instr %.2f
 				fmt.Fprintf(&b, "%s %s %.2f\n", k, guardRowName(r), measured[guardRatioKey(k, guardRowName(r))])
 			}
 		}
+	}
+	for _, r := range local {
+		key := guardRatioKey(guardCounts[1], localRowName(r.row))
+		fmt.Fprintf(&b, "%s %.2f\n", key, measured[key])
+	}
+	for _, r := range local {
+		key := guardRatioKey(guardLocal, localRowName(r.row))
+		fmt.Fprintf(&b, "%s %.3f\n", key, measured[key])
 	}
 	for m := range guardMeasures {
 		for _, r := range guardRows {
