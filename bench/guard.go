@@ -231,21 +231,15 @@ func readGuardFile(name string) (guardFile, error) {
 					return g, fmt.Errorf("%s:%d: %w", name, n, err)
 				}
 			}
-		case "tolerance-instr":
+		case "tolerance-instr", "tolerance-local":
+			tol := &g.instr
+			if fs[0] == "tolerance-local" {
+				tol = &g.local
+			}
 			if len(fs) != 2 {
-				return g, fmt.Errorf("%s:%d: want tolerance-instr TOLERANCE", name, n)
+				return g, fmt.Errorf("%s:%d: want %s TOLERANCE", name, n, fs[0])
 			}
-			if g.instr, err = strconv.ParseFloat(fs[1], 64); err == nil && (g.instr <= 0 || g.instr >= 1) {
-				err = errors.New("a tolerance not in (0, 1)")
-			}
-			if err != nil {
-				return g, fmt.Errorf("%s:%d: %w", name, n, err)
-			}
-		case "tolerance-local":
-			if len(fs) != 2 {
-				return g, fmt.Errorf("%s:%d: want tolerance-local TOLERANCE", name, n)
-			}
-			if g.local, err = strconv.ParseFloat(fs[1], 64); err == nil && (g.local <= 0 || g.local >= 1) {
+			if *tol, err = strconv.ParseFloat(fs[1], 64); err == nil && (*tol <= 0 || *tol >= 1) {
 				err = errors.New("a tolerance not in (0, 1)")
 			}
 			if err != nil {
