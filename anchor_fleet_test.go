@@ -192,12 +192,15 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 		lagMu   sync.Mutex
 		lags    []time.Duration
 		crossed int
+		// Requests sent later after their charge than the log covers,
+		// before the vendor's windows were known (DecisionEvent.Uncovered).
+		uncovered atomic.Int64
 	)
 	if os.Getenv("THROTTLE_TRACE") != "" {
 		v.trace = func(f string, a ...any) {
 			now := time.Now()
 			k, e := v.window(now)
-			t.Logf("%d+%v "+f, append([]any{k % 100, now.Sub(e.Add(-per)).Round(time.Millisecond)}, a...)...)
+			t.Logf("%d+%v @%d "+f, append([]any{k % 100, now.Sub(e.Add(-per)).Round(time.Millisecond), now.UnixMicro() % 100000000}, a...)...)
 		}
 	}
 	hooks := throttle.Hooks{
@@ -210,11 +213,15 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 			}
 		},
 		OnDecision: func(ev throttle.DecisionEvent) {
-			if v.trace != nil && ev.Wait > 0 {
-				v.trace("decision %v wait %v", ev.Outcome, ev.Wait)
+			if v.trace != nil {
+				v.trace("decision %v wait %v tries %d late %d retimed %d store %v remaining %d reset-after %v err %v",
+					ev.Outcome, ev.Wait, ev.Tries, ev.Late, ev.Retimed, ev.StoreTime.Round(time.Millisecond), ev.Remaining, ev.ResetAfter.Round(time.Millisecond), ev.Err)
 			}
 			if a, ok := ev.Context.Value(answeredKey{}).(*answered); ok && ev.Err == nil {
 				a.decided.Store(time.Now().UnixNano())
+			}
+			if ev.Uncovered && ev.Err == nil {
+				uncovered.Add(1)
 			}
 		},
 		OnPause: func(ev throttle.PauseEvent) {
@@ -335,10 +342,20 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 		firstAt = append(firstAt, v.firstAt[k].Round(time.Millisecond))
 	}
 	v.mu.Unlock()
-	t.Logf("phase %v: accepted per window %v (%.0f%% of the quota; the first of each at %v into it), rejected %d; %d refused by the limiter; %d moves; %d pauses end after the vendor's window by median %v, at most %v; %d may end before it",
-		phase, accepted, 100*float64(total)/float64(windows*rate), firstAt, rejected, refused.Load(), moves.Load(), len(lates), med.Round(time.Millisecond),
+	t.Logf("phase %v: accepted per window %v (%.0f%% of the quota; the first of each at %v into it), rejected %d; %d sent uncovered; %d refused by the limiter; %d moves; %d pauses end after the vendor's window by median %v, at most %v; %d may end before it",
+		phase, accepted, 100*float64(total)/float64(windows*rate), firstAt, rejected, uncovered.Load(), refused.Load(), moves.Load(), len(lates), med.Round(time.Millisecond),
 		slices.Max(append(lates, 0)).Round(time.Millisecond), len(early))
-	assert.Zero(t, rejected, "the vendor rejected requests")
+	// A request sent uncovered (its send later after its charge than the
+	// log's reach, while the vendor's windows are not known) may be one
+	// too many in a vendor window; nothing else may. On a slow store that
+	// happens: a new instance's first grant, answered 250 ms late, knows
+	// its charge's instant only within those 250 ms, and is sent sendLag
+	// after the latest of them (one rejected in 4 fleets of 170 beside two
+	// CPU burners; docs/learning.md).
+	assert.LessOrEqual(t, int64(rejected), uncovered.Load(), "the vendor rejected requests that no uncovered send explains")
+	if !slow {
+		assert.Zero(t, rejected, "the vendor rejected requests")
+	}
 	assert.Zero(t, failed.Load(), "requests failed")
 	// The floor, in every run: the first burst is decided before any
 	// answer, and every later one after the answers of the burst before
@@ -358,8 +375,10 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 	// slow store (a tenth of Redis's replies 150-350 ms late: its late
 	// grants are retimed or held, late.go), whose bursts a late reply
 	// pushes later into their windows: [30 30 30 30] in 8 runs of 9, [29
-	// 30 30 15] in one (its last burst split at the end of the load).
-	// Every fleet: no rejection.
+	// 30 30 15] in one (its last burst split at the end of the load);
+	// beside two CPU burners under -race, 68-100% of the quota (a mean of
+	// 90% over 20 fleets). Every fleet but the slow store's: no
+	// rejection; that one's, none but of uncovered sends (above).
 	quota := windows * rate
 	if late || slow {
 		assert.GreaterOrEqual(t, total, quota-rate, "the fleet used %d of %d", total, quota)

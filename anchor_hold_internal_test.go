@@ -91,27 +91,28 @@ func TestAnchorCrossing(t *testing.T) {
 		scored        bool          // the log's entry has a quota.LogExpiry
 		rtt           time.Duration // the longest send-to-answer time
 		reach         time.Duration // the entry's reach; zero: the log's margin
+		uncovered     bool          // sent, though it may arrive later than the log covers where no end is known
 	}{
-		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0, false, 0, 0},
-		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, false, 0, 0},
-		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0, 0},
-		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0, 0},
-		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0, 0},
-		{"late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 600 * time.Millisecond, 0},
+		{"on time across the end", true, 400 * time.Millisecond, 400*time.Millisecond + sendLag(per), false, 0, false, 0, 0, false},
+		{"late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, false, 0, 0, false},
+		{"late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0, 0, false},
+		{"late, charged after the end", true, 510 * time.Millisecond, 510*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0, 0, false},
+		{"late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 0, 0, true},
+		{"late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, false, 0, false, 600 * time.Millisecond, 0, true},
 		// An entry scored by the vendor's windows counts no longer than
 		// the window that may hold its reach: a late request is held where
 		// the zone is not known too, and decided again at once.
-		{"scored, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, true, 0, 0},
-		{"scored, late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, true, 0, 0},
-		{"scored, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 300*time.Millisecond + covered + 50*time.Millisecond, true, 600 * time.Millisecond, 0},
+		{"scored, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, true, 0, 0, false},
+		{"scored, late, arrives before the end", true, 0, covered + 50*time.Millisecond, false, 0, true, 0, 0, false},
+		{"scored, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + covered + 50*time.Millisecond, true, 300*time.Millisecond + covered + 50*time.Millisecond, true, 600 * time.Millisecond, 0, false},
 		// An entry whose reach is shorter than the log's margin covers
 		// less: a request later than it is held where it may cross an end,
 		// and, where the zone is not known, at once.
-		{"short reach, on time for it", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 20*time.Millisecond, false, 0, false, 0, 30 * time.Millisecond},
-		{"short reach, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0, 30 * time.Millisecond},
-		{"short reach, late, arrives before the end", true, 0, sendLag(per) + 40*time.Millisecond, false, 0, false, 0, 30 * time.Millisecond},
-		{"short reach, late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, false, 0, 30 * time.Millisecond},
-		{"short reach, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, false, 600 * time.Millisecond, 30 * time.Millisecond},
+		{"short reach, on time for it", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 20*time.Millisecond, false, 0, false, 0, 30 * time.Millisecond, false},
+		{"short reach, late across the end", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 500*time.Millisecond + time.Microsecond, false, 0, 30 * time.Millisecond, false},
+		{"short reach, late, arrives before the end", true, 0, sendLag(per) + 40*time.Millisecond, false, 0, false, 0, 30 * time.Millisecond, false},
+		{"short reach, late, no evidence", false, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, false, 0, 30 * time.Millisecond, false},
+		{"short reach, late, the zone too wide with a stall's answers", true, 300 * time.Millisecond, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, true, 300*time.Millisecond + sendLag(per) + 40*time.Millisecond, false, 600 * time.Millisecond, 30 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lr learner
@@ -128,9 +129,10 @@ func TestAnchorCrossing(t *testing.T) {
 				reach = logMargin(per)
 			}
 			c := anchorCharge{id: id, per: per, lo: t0.Add(tc.charged), hi: t0.Add(tc.charged), reach: reach, scored: tc.scored}
-			until, hold, ask := lr.crossing(c, t0.Add(tc.sent))
+			until, hold, ask, uncovered := lr.crossing(c, t0.Add(tc.sent))
 			assert.False(t, ask)
 			assert.Equal(t, tc.hold, hold)
+			assert.Equal(t, tc.uncovered, uncovered, "uncovered")
 			if tc.hold {
 				assert.Equal(t, t0.Add(tc.until), until)
 			}
@@ -232,7 +234,7 @@ func TestAnchorReach(t *testing.T) {
 	}
 	send := func(late time.Duration) bool {
 		charged := at
-		_, hold, _ := lr.crossing(anchorCharge{id: id, per: per, lo: charged, hi: charged, reach: reach()}, charged.Add(sendLag(per)+late))
+		_, hold, _, _ := lr.crossing(anchorCharge{id: id, per: per, lo: charged, hi: charged, reach: reach()}, charged.Add(sendLag(per)+late))
 		return hold
 	}
 	assert.Equal(t, logMargin(per), reach(), "no answer yet")

@@ -120,6 +120,16 @@ type DecisionEvent struct {
 	Tries   int    // store decisions made for it: more than 1 when it waited in line to ask again (lane.go)
 	Late    int    // grants whose answer came too late to send on them: each retimed to the send, or given back and decided again (late.go)
 	Retimed int    // of the late grants, those whose charge moved to the send instead (quota.Retimer)
+
+	// Uncovered reports a request sent although it may reach the vendor
+	// later after its charge than the log of its rule's Anchor limit
+	// covers, while where the vendor's windows end is not known
+	// (Learning.Anchor; docs/learning.md, "What anchoring cannot
+	// promise"): its store call answered late, its charge's instant was
+	// known less finely than the log's margin, or the vendor answers
+	// slower than that. Such a request may be counted in a vendor window
+	// the log did not count it in, and be one too many there.
+	Uncovered bool
 }
 
 // WithHooks makes the transport report its decisions to h.

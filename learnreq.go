@@ -90,9 +90,11 @@ func (s *sendPlan) clear(ctx context.Context, r *rule, ev *DecisionEvent, decide
 		}
 		now = lim.now()
 	}
-	if until, hold := lim.anchorHold(ctx, d, s.charges, now); hold {
+	until, hold, uncovered := lim.anchorHold(ctx, d, s.charges, now)
+	if hold {
 		return heldGrant{until}
 	}
+	ev.Uncovered = uncovered
 	return nil
 }
 
