@@ -37,6 +37,10 @@
 //   - throttle.settlements (counter, {request}): charges corrected to the
 //     cost the answer reported (throttle.Rule.Settle, Permit.Settle), by
 //     throttle.rule and throttle.settlement;
+//   - throttle.anchor.uncovered (counter, {request}): requests of a rule
+//     with Learning.Anchor sent although the vendor may count them in a
+//     window its log did not (throttle.DecisionEvent.Uncovered), by
+//     throttle.rule;
 //   - throttle.pauses.active (gauge, {pause}): rules whose learned pause
 //     has not ended yet;
 //   - throttle.store.status (updowncounter, {state}): the store's state as last
@@ -125,8 +129,8 @@ var (
 
 // recorder holds the instruments and what the gauges report.
 type recorder struct {
-	decisions, tenantDecisions, storeErrors, fallbacks, vendorLimited, settlements metric.Int64Counter
-	wait, storeTime                                                                metric.Float64Histogram
+	decisions, tenantDecisions, storeErrors, fallbacks, vendorLimited, settlements, uncovered metric.Int64Counter
+	wait, storeTime                                                                           metric.Float64Histogram
 
 	now    func() time.Time
 	mu     sync.Mutex
@@ -169,6 +173,8 @@ func hooks(mp metric.MeterProvider, next throttle.Hooks, now func() time.Time) (
 		"Vendor answers that said slow down and paused a rule, by rule and HTTP status.")
 	r.settlements = counter("throttle.settlements", "{request}",
 		"Charges corrected to the cost the vendor's answer reported, by rule and settlement.")
+	r.uncovered = counter("throttle.anchor.uncovered", "{request}",
+		"Requests of an Anchor rule sent although the vendor may count them in a window the rule's log did not, by rule.")
 	r.wait = hist("throttle.wait.duration", "Time requests waited for their quota, by rule and outcome.", waitBounds)
 	r.storeTime = hist("throttle.store.duration", "Time of the store's decision call, by rule.", storeBounds)
 	_, e := m.Int64ObservableGauge("throttle.pauses.active", metric.WithUnit("{pause}"),
@@ -251,6 +257,9 @@ func (r *recorder) decision(ev throttle.DecisionEvent) {
 	}
 	if ev.StoreErr != nil {
 		r.storeErrors.Add(ctx, 1, metric.WithAttributes(rule, operationKey.String("take")))
+	}
+	if ev.Uncovered {
+		r.uncovered.Add(ctx, 1, metric.WithAttributes(rule))
 	}
 }
 

@@ -210,7 +210,7 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 	require.NoError(t, err)
 	// One event of each kind, so that every instrument has a point.
 	h.OnDecision(throttle.DecisionEvent{Context: context.Background(), Rule: "api", Outcome: throttle.Waited,
-		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown, Tenant: "acme"})
+		Wait: time.Second, StoreTime: time.Millisecond, Fallback: throttle.FailLocal, StoreErr: errDown, Tenant: "acme", Uncovered: true})
 	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Hour})
 	h.OnSettle(throttle.SettleEvent{Rule: "api", Charged: 50, Cost: 7})
 
@@ -239,6 +239,7 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 		"throttle.fallbacks":        "{request}",
 		"throttle.vendor.limited":   "{response}",
 		"throttle.settlements":      "{request}",
+		"throttle.anchor.uncovered": "{request}",
 		"throttle.pauses.active":    "{pause}",
 		"throttle.store.status":     "{state}",
 	}, units)
@@ -273,6 +274,26 @@ func TestMetricsOfSettlements(t *testing.T) {
 	assert.Equal(t, map[string]int64{"throttle.rule=graphql,throttle.store.operation=settle": 1}, sums(t, got["throttle.store.errors"]),
 		"a store error is a store error; a bad cost is not")
 	assert.Equal(t, int64(7), theirs.Load(), "the caller's own hook still runs")
+}
+
+// TestMetricsOfUncoveredSends: a request an Anchor rule sent uncovered
+// (DecisionEvent.Uncovered) is counted by rule; others are not.
+func TestMetricsOfUncoveredSends(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	h, err := otelthrottle.Hooks(mp, throttle.Hooks{})
+	require.NoError(t, err)
+	for _, ev := range []throttle.DecisionEvent{
+		{Rule: "search", Outcome: throttle.Waited, Uncovered: true},
+		{Rule: "search", Outcome: throttle.Allowed, Uncovered: true},
+		{Rule: "search", Outcome: throttle.Allowed},
+		{Rule: "core", Outcome: throttle.Allowed},
+	} {
+		h.OnDecision(ev)
+	}
+	got := collect(t, reader)
+	assert.Equal(t, map[string]int64{"throttle.rule=search": 2}, sums(t, got["throttle.anchor.uncovered"]))
 }
 
 // TestMetricsByClassAndTenant: decisions and waits carry the request's
