@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
@@ -54,7 +55,9 @@ func (b *memBucket) hold(p params, now int64, id string) int64 {
 		exp = max(exp, b.leases[i].expire)
 		b.leases[i].expire = exp
 	} else {
-		b.leases = append(b.leases, lease{id: id, expire: exp})
+		// A copy: an id shares its idBlock's string, which a lease held
+		// long would keep whole.
+		b.leases = append(b.leases, lease{id: strings.Clone(id), expire: exp})
 	}
 	b.expire = max(b.expire, exp)
 	return exp

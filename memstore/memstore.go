@@ -347,7 +347,8 @@ const idsPerBlock = 64
 // An idBlock holds the next reservation ids, "m" and a number in base 36
 // each, formatted into one string: an id is a substring of it, so ids
 // cost one allocation per idsPerBlock decisions rather than one each. A
-// block stays in memory while any of its ids does (about 10 bytes each).
+// block stays in memory while any of its ids does, so the store keeps a
+// copy of an id it holds long (a lease's, a settlement's).
 type idBlock struct {
 	s     string
 	start int   // where the next id starts in s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
@@ -74,7 +75,7 @@ func (s *Store) Settle(ctx context.Context, r *quota.Reservation, costs []int) e
 		}
 	}
 	if st.expire > now {
-		s.settled[r.ID] = st
+		s.settled[strings.Clone(r.ID)] = st // not its idBlock's whole string (nextID)
 	} else {
 		delete(s.settled, r.ID)
 	}
