@@ -125,6 +125,16 @@ func BenchmarkParse(b *testing.B) {
 			"Strict-Transport-Security": {"max-age=31536000"},
 			"Vary":                      {"Accept-Encoding"},
 		}},
+		{"github-full", func() http.Header {
+			h := github.Clone()
+			for _, k := range []string{"Server", "Content-Type", "Cache-Control", "Vary", "Etag", "Last-Modified", "X-Oauth-Scopes",
+				"X-Accepted-Oauth-Scopes", "X-Github-Media-Type", "X-Github-Api-Version-Selected", "Access-Control-Expose-Headers",
+				"Access-Control-Allow-Origin", "Strict-Transport-Security", "X-Frame-Options", "X-Content-Type-Options",
+				"X-Xss-Protection", "Referrer-Policy", "Content-Security-Policy", "X-Github-Request-Id"} {
+				h.Set(k, "v")
+			}
+			return h
+		}()},
 		{"ietf-at-cap", big(quotaheader.MaxHeaderBytes)},
 		{"ietf-4MiB", big(4 << 20)},
 	} {

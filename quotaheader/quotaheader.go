@@ -297,27 +297,33 @@ const (
 	anthropicFamily                      // Anthropic-RateLimit-*
 )
 
-// familyPrefixes are the prefixes that place a header name in a family,
-// compared without regard to case.
-var familyPrefixes = [...]struct {
-	prefix string
-	family families
-}{
-	{"Retry-After", retryFamily},
-	{"Ratelimit", ietfFamily},
-	{"X-Ratelimit", xFamily},
-	{"X-Rate-Limit", xDashFamily},
-	{"Anthropic-Ratelimit", anthropicFamily},
-}
-
 // present returns the families h holds a header of, in one pass over
-// its names.
+// its names. Parse looks headers up by their canonical names (values), so
+// only those count here: a name is matched by its canonical prefix.
 func present(h http.Header) families {
 	var fs families
 	for k := range h {
-		for _, f := range familyPrefixes {
-			if len(k) >= len(f.prefix) && strings.EqualFold(k[:len(f.prefix)], f.prefix) {
-				fs |= f.family
+		if len(k) < 9 {
+			continue // shorter than every family's names
+		}
+		switch k[0] {
+		case 'R':
+			switch {
+			case strings.HasPrefix(k, "Retry-After"):
+				fs |= retryFamily
+			case strings.HasPrefix(k, "Ratelimit"):
+				fs |= ietfFamily
+			}
+		case 'X':
+			switch {
+			case strings.HasPrefix(k, "X-Ratelimit"):
+				fs |= xFamily
+			case strings.HasPrefix(k, "X-Rate-Limit"):
+				fs |= xDashFamily
+			}
+		case 'A':
+			if strings.HasPrefix(k, "Anthropic-Ratelimit") {
+				fs |= anthropicFamily
 			}
 		}
 	}
