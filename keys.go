@@ -17,7 +17,8 @@ import (
 
 // A KeyFunc derives the key of a limit's counter from a request (a copy
 // carrying the rule's path wildcards; it may replace the Body but must
-// leave it readable). An error means the request has no key: it is not
+// leave it readable, and must change nothing else: the copy shares the
+// caller's URL and headers). An error means the request has no key: it is not
 // sent. Keys are escaped, and long ones hashed, before they reach a store.
 //
 // Validation ([Policy.Validate], [NewTransport], [NewLimiter]) calls each

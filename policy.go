@@ -474,9 +474,20 @@ func (cp *compiledPolicy) match(req *http.Request) (*rule, *http.Request) {
 				continue
 			}
 		}
-		out := req.Clone(req.Context())
-		for j, n := range names {
-			out.SetPathValue(n, values[j])
+		// The request the rule's functions see and the base transport
+		// sends: a copy, so that a key function may replace its Body
+		// (KeyFromBody) and not the caller's. A shallow one, sharing the
+		// URL and headers, which no function may change (KeyFunc,
+		// Rule.Match), unless the path's wildcards are set on it:
+		// SetPathValue writes into the request's own matches.
+		var out *http.Request
+		if len(names) == 0 {
+			out = req.WithContext(req.Context())
+		} else {
+			out = req.Clone(req.Context())
+			for j, n := range names {
+				out.SetPathValue(n, values[j])
+			}
 		}
 		if r.Match != nil && !r.Match(out) {
 			continue

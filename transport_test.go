@@ -278,37 +278,52 @@ func TestTransportClosesBodyOnEveryPath(t *testing.T) {
 }
 
 func TestTransportDoesNotModifyRequest(t *testing.T) {
-	v := newVendor(t)
-	p := throttle.Policy{Rules: []throttle.Rule{{
-		Name: "post", Host: "127.0.0.1", Path: "/api/{method}",
-		Limits: []throttle.Limit{
+	// With path wildcards the rule's functions see a deep copy (Clone);
+	// without, a shallow one (WithContext): the caller's request is
+	// untouched either way, its Body field too, though KeyFromBody reads
+	// the body and puts it back on the copy.
+	for _, tc := range []struct {
+		name string
+		path string
+		keys []throttle.Limit
+	}{
+		{"path wildcards", "/api/{method}", []throttle.Limit{
 			{Name: "method", Rate: 10, Per: time.Minute, Key: throttle.KeyFromPath("method")},
 			{Name: "channel", Rate: 10, Per: time.Minute, Key: throttle.KeyFromBody("channel")},
-		},
-	}}}
-	tr, err := throttle.NewTransport(nil, p)
-	require.NoError(t, err)
-	const payload = "channel=C123&text=hello+world"
-	body := newBody(payload)
-	req, err := http.NewRequest(http.MethodPost, v.URL+"/api/chat.postMessage", body)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	before := req.Header.Clone()
-	ctx := req.Context()
+		}},
+		{"no wildcards", "", []throttle.Limit{
+			{Name: "channel", Rate: 10, Per: time.Minute, Key: throttle.KeyFromBody("channel")},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVendor(t)
+			p := throttle.Policy{Rules: []throttle.Rule{{Name: "post", Host: "127.0.0.1", Path: tc.path, Limits: tc.keys}}}
+			tr, err := throttle.NewTransport(nil, p)
+			require.NoError(t, err)
+			const payload = "channel=C123&text=hello+world"
+			body := newBody(payload)
+			req, err := http.NewRequest(http.MethodPost, v.URL+"/api/chat.postMessage", body)
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			before, url := req.Header.Clone(), *req.URL
+			ctx := req.Context()
 
-	resp, err := tr.RoundTrip(req)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	require.NoError(t, resp.Body.Close())
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			require.NoError(t, resp.Body.Close())
 
-	assert.Same(t, body, req.Body, "the caller's Body field is untouched")
-	assert.Equal(t, before, req.Header)
-	assert.Equal(t, ctx, req.Context())
-	assert.Empty(t, req.PathValue("method"), "wildcards are set on a copy only")
-	v.mu.Lock()
-	assert.Equal(t, []string{payload}, v.bodies, "the body read for the key is sent whole")
-	v.mu.Unlock()
-	tr.CloseIdleConnections()
+			assert.Same(t, body, req.Body, "the caller's Body field is untouched")
+			assert.Equal(t, before, req.Header)
+			assert.Equal(t, url, *req.URL)
+			assert.Equal(t, ctx, req.Context())
+			assert.Empty(t, req.PathValue("method"), "wildcards are set on a copy only")
+			v.mu.Lock()
+			assert.Equal(t, []string{payload}, v.bodies, "the body read for the key is sent whole")
+			v.mu.Unlock()
+			tr.CloseIdleConnections()
+		})
+	}
 }
 
 func TestTransportReturnsVendorResponsesUnchanged(t *testing.T) {
