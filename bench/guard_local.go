@@ -136,13 +136,12 @@ func measureLocal(r localRow, d time.Duration) (localCell, error) {
 
 // localResult is what the guard measured of one in-process row.
 type localResult struct {
-	row      localRow
-	ratios   []float64 // Allow's time per call over the row's, per round, sorted
-	ratio    float64   // their median
-	allocs   float64   // heap objects per call over all rounds
-	nsPerOp  float64   // the row's median time per call
-	allowNs  float64   // Allow's median time per call
-	recorded string    // what guard.txt holds, for the table
+	row     localRow
+	ratios  []float64 // Allow's time per call over the row's, per round, sorted
+	ratio   float64   // their median
+	allocs  float64   // heap objects per call over all rounds
+	nsPerOp float64   // the row's median time per call
+	allowNs float64   // Allow's median time per call
 }
 
 // guardLocalRows measures the in-process rows in rounds interleaved with
