@@ -41,6 +41,7 @@ func TestGrafanaDashboardQueriesRealSeries(t *testing.T) {
 	h.OnDecision(throttle.DecisionEvent{Rule: "api", Outcome: throttle.Waited, Wait: time.Second, StoreTime: time.Millisecond, Tenant: "acme", Class: "bulk"})
 	h.OnDecision(throttle.DecisionEvent{Rule: "api", Outcome: throttle.Refused, Limit: "per-second", StoreTime: time.Millisecond})
 	h.OnDecision(throttle.DecisionEvent{Rule: "api", Outcome: throttle.Allowed, Fallback: throttle.FailLocal, StoreErr: storeErr})
+	h.OnDecision(throttle.DecisionEvent{Rule: "api", Outcome: throttle.Allowed, Uncovered: true})
 	h.OnPause(throttle.PauseEvent{Rule: "api", Status: http.StatusTooManyRequests, Pause: time.Minute})
 	h.OnSettle(throttle.SettleEvent{Rule: "api", Charged: 10, Cost: 4})
 	h.OnStoreState(throttle.StoreEvent{State: throttle.StoreFailing, Err: storeErr})
@@ -117,7 +118,7 @@ func TestGrafanaDashboardQueriesRealSeries(t *testing.T) {
 	}
 	for _, m := range []string{"throttle_decisions_total", "throttle_wait_duration_seconds_bucket", "throttle_store_status", "throttle_pauses_active",
 		"throttle_fallbacks_total", "throttle_store_errors_total", "throttle_tenant_decisions_total", "throttle_settlements_total", "throttle_vendor_limited_total",
-		"throttle_requests_pending", "throttle_requests_in_flight"} {
+		"throttle_requests_pending", "throttle_requests_in_flight", "throttle_anchor_uncovered_total"} {
 		assert.True(t, used[m], "the dashboard shows %s", m)
 	}
 }
