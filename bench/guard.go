@@ -354,8 +354,10 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	var failed []string
 	measured := map[string]float64{}
 	var logSum [3]float64
-	check := func(m int, row string, v float64, tol float64) (rec string, ok bool) {
-		key := guardRatioKey(guardMeasures[m], row)
+	// check records v, measure's ratio of row, and checks it against the
+	// recorded one: rec is what the table shows of that.
+	check := func(measure, row string, v float64, tol float64) (rec string, ok bool) {
+		key := guardRatioKey(measure, row)
 		measured[key] = v
 		r, have := recorded.ratios[key]
 		if !have {
@@ -363,10 +365,26 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 		}
 		bound := r * (1 - tol)
 		if v < bound {
-			failed = append(failed, fmt.Sprintf("%s: %s %.3f, below %.3f (recorded %.3f, tolerance %.2f)", row, guardMeasures[m], v, bound, r, tol))
+			failed = append(failed, fmt.Sprintf("%s: %s %.3f, below %.3f (recorded %.3f, tolerance %.2f)", row, measure, v, bound, r, tol))
 			return fmt.Sprintf("%.3f (fails below %.3f)", r, bound), false
 		}
 		return fmt.Sprintf("%.3f (fails below %.3f)", r, bound), true
+	}
+	// checkCount records got, count k (guardCounts) per decision of row,
+	// and checks it against the recorded one.
+	checkCount := func(k int, row string, got float64) (rec string, ok bool) {
+		key := guardRatioKey(guardCounts[k], row)
+		measured[key] = got
+		v, have := recorded.counts[key]
+		if !have {
+			return "–", true
+		}
+		rec = fmt.Sprintf("%.2f (fails above %.2f)", v, v+recorded.count[k])
+		if got > v+recorded.count[k] {
+			failed = append(failed, fmt.Sprintf("%s: %s %.2f per decision, above %.2f (recorded %.2f, tolerance %.2f)", row, guardCounts[k], got, v+recorded.count[k], v, recorded.count[k]))
+			return rec, false
+		}
+		return rec, true
 	}
 	for _, r := range guardRows {
 		var xs [3][]float64
@@ -382,7 +400,7 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 			slices.Sort(xs[m])
 			v := median(xs[m])
 			logSum[m] += math.Log(v)
-			rec, ok := check(m, guardRowName(r), v, recorded.row[m])
+			rec, ok := check(guardMeasures[m], guardRowName(r), v, recorded.row[m])
 			if !ok {
 				verdict = "**FAIL**"
 			}
@@ -394,7 +412,7 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	verdict := "ok"
 	for m := range guardMeasures {
 		v := math.Exp(logSum[m] / float64(len(guardRows)))
-		rec, ok := check(m, guardAll, v, recorded.all[m])
+		rec, ok := check(guardMeasures[m], guardAll, v, recorded.all[m])
 		if !ok {
 			verdict = "**FAIL**"
 		}
@@ -421,16 +439,10 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 		got := [2]float64{float64(total.did.srv.cmds) / n, float64(total.did.allocs) / n}
 		out := []string{guardRowName(r)}
 		verdict := "ok"
-		for k, name := range guardCounts {
-			key := guardRatioKey(name, guardRowName(r))
-			measured[key] = got[k]
-			rec := "–"
-			if v, have := recorded.counts[key]; have {
-				rec = fmt.Sprintf("%.2f (fails above %.2f)", v, v+recorded.count[k])
-				if got[k] > v+recorded.count[k] {
-					verdict = "**FAIL**"
-					failed = append(failed, fmt.Sprintf("%s: %s %.2f per decision, above %.2f (recorded %.2f, tolerance %.2f)", guardRowName(r), name, got[k], v+recorded.count[k], v, recorded.count[k]))
-				}
+		for k := range guardCounts {
+			rec, ok := checkCount(k, guardRowName(r), got[k])
+			if !ok {
+				verdict = "**FAIL**"
 			}
 			out = append(out, rec, fmt.Sprintf("%.2f", got[k]))
 		}
@@ -438,38 +450,22 @@ func guard(ctx context.Context, e *env, cfg guardConfig) error {
 	}
 	ct.write(os.Stdout)
 
-	local, err := guardLocalRows(cfg.rounds, cfg.slice/2)
+	allowNs, local, err := guardLocalRows(cfg.rounds, cfg.slice/2)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nIn process, no Redis: the embedded store's decision and a Transport's request on it, one goroutine, against x/time/rate's Allow in the same %d rounds of %v. A row's ratio is the median over rounds of Allow's time per call over its own (larger is faster); it fails below (1 - %.2f) x its recorded value. Allocations per call are counted over all rounds and fail above the recorded value plus %.2f.\n\n", cfg.rounds, cfg.slice/2, recorded.local, recorded.count[1])
-	lt := table{head: []string{"row", "ns per call (median)", "Allow's ns", "ratio recorded", "ratio measured (rounds' min–max)", "allocs recorded", "allocs measured", ""}}
+	fmt.Printf("\nIn process, no Redis: the embedded store's decision and a Transport's request on it, one goroutine, against x/time/rate's Allow (%.0f ns a call, the median) in the same %d rounds of %v. A row's ratio (local) is the median over rounds of Allow's time per call over its own (larger is faster); it fails below (1 - %.2f) x its recorded value. Allocations per call are counted over all rounds and fail above the recorded value plus %.2f.\n\n", allowNs, cfg.rounds, cfg.slice/2, recorded.local, recorded.count[1])
+	lt := table{head: []string{"row", "ns per call (median)", "ratio recorded", "ratio measured (rounds' min–max)", "allocs recorded", "allocs measured", ""}}
 	for _, r := range local {
-		name := localRowName(r.row)
-		verdict := "ok"
-		key := guardRatioKey(guardLocal, name)
-		measured[key] = r.ratio
-		rec := "–"
-		if want, have := recorded.ratios[key]; have {
-			bound := want * (1 - recorded.local)
-			rec = fmt.Sprintf("%.3f (fails below %.3f)", want, bound)
-			if r.ratio < bound {
-				verdict = "**FAIL**"
-				failed = append(failed, fmt.Sprintf("%s: %.3f x Allow's speed, below %.3f (recorded %.3f, tolerance %.2f)", name, r.ratio, bound, want, recorded.local))
-			}
+		name, verdict := localRowName(r.row), "ok"
+		v := median(r.ratios)
+		rec, ok := check(guardLocal, name, v, recorded.local)
+		arec, aok := checkCount(1, name, r.allocs)
+		if !ok || !aok {
+			verdict = "**FAIL**"
 		}
-		akey := guardRatioKey(guardCounts[1], name)
-		measured[akey] = r.allocs
-		arec := "–"
-		if want, have := recorded.counts[akey]; have {
-			arec = fmt.Sprintf("%.2f (fails above %.2f)", want, want+recorded.count[1])
-			if r.allocs > want+recorded.count[1] {
-				verdict = "**FAIL**"
-				failed = append(failed, fmt.Sprintf("%s: allocs %.2f per call, above %.2f (recorded %.2f, tolerance %.2f)", name, r.allocs, want+recorded.count[1], want, recorded.count[1]))
-			}
-		}
-		lt.row(name, fmt.Sprintf("%.0f", r.nsPerOp), fmt.Sprintf("%.0f", r.allowNs), rec,
-			fmt.Sprintf("%.3f (%.2f–%.2f)", r.ratio, r.ratios[0], r.ratios[len(r.ratios)-1]), arec, fmt.Sprintf("%.2f", r.allocs), verdict)
+		lt.row(name, fmt.Sprintf("%.0f", r.nsPerOp), rec,
+			fmt.Sprintf("%.3f (%.2f–%.2f)", v, r.ratios[0], r.ratios[len(r.ratios)-1]), arec, fmt.Sprintf("%.2f", r.allocs), verdict)
 	}
 	lt.write(os.Stdout)
 

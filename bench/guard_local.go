@@ -138,23 +138,22 @@ func measureLocal(r localRow, d time.Duration) (localCell, error) {
 type localResult struct {
 	row     localRow
 	ratios  []float64 // Allow's time per call over the row's, per round, sorted
-	ratio   float64   // their median
 	allocs  float64   // heap objects per call over all rounds
 	nsPerOp float64   // the row's median time per call
-	allowNs float64   // Allow's median time per call
 }
 
 // guardLocalRows measures the in-process rows in rounds interleaved with
-// the yardstick (in reverse order every other round, as the Redis rows).
-func guardLocalRows(rounds int, slice time.Duration) ([]localResult, error) {
+// the yardstick (in reverse order every other round, as the Redis rows),
+// and returns the yardstick's median time per call too.
+func guardLocalRows(rounds int, slice time.Duration) (allowNs float64, res []localResult, err error) {
 	yard, rows, err := localRows()
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	all := append([]localRow{yard}, rows...)
 	for _, r := range all { // warm up
 		if _, err := measureLocal(r, time.Millisecond); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 	}
 	cells := make([][]localCell, len(all))
@@ -169,17 +168,17 @@ func guardLocalRows(rounds int, slice time.Duration) ([]localResult, error) {
 		for _, i := range order {
 			c, err := measureLocal(all[i], slice)
 			if err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			cells[i] = append(cells[i], c)
 		}
 	}
-	res := make([]localResult, len(rows))
-	var allowNs []float64
+	res = make([]localResult, len(rows))
+	var allow []float64
 	for _, c := range cells[0] {
-		allowNs = append(allowNs, c.nsPerCall())
+		allow = append(allow, c.nsPerCall())
 	}
-	slices.Sort(allowNs)
+	slices.Sort(allow)
 	for k, r := range rows {
 		var calls, allocs int64
 		var ns []float64
@@ -192,10 +191,8 @@ func guardLocalRows(rounds int, slice time.Duration) ([]localResult, error) {
 		slices.Sort(res[k].ratios)
 		slices.Sort(ns)
 		res[k].row = r
-		res[k].ratio = median(res[k].ratios)
 		res[k].allocs = float64(allocs) / float64(max(calls, 1))
 		res[k].nsPerOp = median(ns)
-		res[k].allowNs = median(allowNs)
 	}
-	return res, nil
+	return median(allow), res, nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/quotakit/throttle"
@@ -20,9 +19,7 @@ import (
 // request waiting for a slot; then the waiter granted a released slot;
 // then everything done. Unregistering ends the observations.
 func TestGauges(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	policy := throttle.Policy{Rules: []throttle.Rule{
 		{Name: "upload", Limits: []throttle.Limit{{Name: "slots", Rate: 2, Per: time.Minute, Algorithm: throttle.Concurrency}}},
 		{Name: "api", Limits: []throttle.Limit{{Name: "rate", Rate: 100, Per: time.Second}}},
@@ -92,9 +89,7 @@ func assertUpDown(t *testing.T, data metricdata.Aggregation) {
 // TestGaugesUnitsAndDescriptions: the gauges carry UCUM units and
 // descriptions, and a meter version, like the other instruments.
 func TestGaugesUnitsAndDescriptions(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	lim, err := throttle.NewLimiter(throttle.Policy{Rules: []throttle.Rule{
 		{Name: "upload", Limits: []throttle.Limit{{Name: "slots", Rate: 2, Per: time.Minute, Algorithm: throttle.Concurrency}}},
 	}})

@@ -25,6 +25,16 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// meter returns a meter provider and the reader of its metrics, shut down
+// when t ends.
+func meter(t *testing.T) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { require.NoError(t, mp.Shutdown(context.Background())) })
+	return reader, mp
+}
+
 // downStore is a shared store that cannot be reached.
 type downStore struct{}
 
@@ -95,9 +105,7 @@ func TestMetricsOfAScriptedSequence(t *testing.T) {
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
 
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	var theirs atomic.Int64
 	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{OnDecision: func(throttle.DecisionEvent) { theirs.Add(1) }})
 	require.NoError(t, err)
@@ -172,9 +180,7 @@ func TestMetricsOfAScriptedSequence(t *testing.T) {
 }
 
 func TestMetricsOfAStoreOutage(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{})
 	require.NoError(t, err)
 	vendor := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -203,9 +209,7 @@ func TestMetricsOfAStoreOutage(t *testing.T) {
 }
 
 func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	h, err := otelthrottle.Hooks(mp, throttle.Hooks{})
 	require.NoError(t, err)
 	// One event of each kind, so that every instrument has a point.
@@ -246,9 +250,7 @@ func TestInstrumentsCarryUnitsAndDescriptions(t *testing.T) {
 }
 
 func TestMetricsOfSettlements(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	var theirs atomic.Int64
 	h, err := otelthrottle.Hooks(mp, throttle.Hooks{OnSettle: func(throttle.SettleEvent) { theirs.Add(1) }})
 	require.NoError(t, err)
@@ -279,9 +281,7 @@ func TestMetricsOfSettlements(t *testing.T) {
 // TestMetricsOfUncoveredSends: a request an Anchor rule sent uncovered
 // (DecisionEvent.Uncovered) is counted by rule; others are not.
 func TestMetricsOfUncoveredSends(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	h, err := otelthrottle.Hooks(mp, throttle.Hooks{})
 	require.NoError(t, err)
 	for _, ev := range []throttle.DecisionEvent{
@@ -301,9 +301,7 @@ func TestMetricsOfUncoveredSends(t *testing.T) {
 // Limiter whose bulk class stops at its headroom (2 of 10) and whose
 // limit is shared among tenants.
 func TestMetricsByClassAndTenant(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	reader, mp := meter(t)
 	hooks, err := otelthrottle.Hooks(mp, throttle.Hooks{})
 	require.NoError(t, err)
 	lim, err := throttle.NewLimiter(throttle.Policy{
