@@ -410,15 +410,11 @@ func (lim *Limiter) anchor(ctx context.Context, r *rule, d *demand, fb quotahead
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	callSent := lim.now()
-	var (
-		ends  time.Duration
-		moved bool
-	)
-	err := lim.guard(sctx, func(ctx context.Context) error {
-		var err error
-		ends, moved, err = s.Anchor(ctx, r.scope, b, within, tol)
-		return err
+	got, err := guardValue(sctx, lim, func(ctx context.Context) (anchorAnswer, error) {
+		ends, moved, err := s.Anchor(ctx, r.scope, b, within, tol)
+		return anchorAnswer{ends, moved}, err
 	})
+	ends, moved := got.ends, got.moved
 	callRecv := lim.now()
 	if lim.hooks.OnAnchor != nil {
 		lim.hooks.OnAnchor(AnchorEvent{Rule: r.id, Limit: l.Name, Reset: within, Moved: moved, Err: err})
@@ -651,6 +647,14 @@ func (lim *Limiter) anchorHold(ctx context.Context, d *demand, cs []anchorCharge
 	return until, hold, uncovered && !hold
 }
 
+// anchorAnswer is what [quota.Anchorer.Anchor] returns: when the log's
+// windows end, and whether it moved them (or, asked with no reset,
+// whether they were learned from one).
+type anchorAnswer struct {
+	ends  time.Duration
+	moved bool
+}
+
 // askStore learns where the store's windows for id, of bucket b, end.
 func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, id windowID, now time.Time) {
 	s, ok := lim.store.(quota.Anchorer)
@@ -660,15 +664,11 @@ func (lim *Limiter) askStore(ctx context.Context, scope string, b quota.Bucket, 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 	defer cancel()
 	callSent := lim.now()
-	var (
-		ends    time.Duration
-		learned bool
-	)
-	err := lim.guard(sctx, func(ctx context.Context) error {
-		var err error
-		ends, learned, err = s.Anchor(ctx, scope, b, 0, 0)
-		return err
+	got, err := guardValue(sctx, lim, func(ctx context.Context) (anchorAnswer, error) {
+		ends, learned, err := s.Anchor(ctx, scope, b, 0, 0)
+		return anchorAnswer{ends, learned}, err
 	})
+	ends, learned := got.ends, got.moved
 	if err != nil || ends <= 0 {
 		lim.learned.forgetStore(id)
 		return

@@ -328,7 +328,9 @@ func TestAnchorCoarseClock(t *testing.T) {
 // TestAnchorCoarseClockRedis is TestAnchorCoarseClock on redisstore, on
 // real time (so shorter): every instance has its own client. The 60 s
 // window's run starts 1.5 s before one of the vendor's windows ends. The
-// vendor rejects nothing, before the first move as after it.
+// vendor rejects nothing, before the first move as after it, but requests
+// sent uncovered (DecisionEvent.Uncovered; docs/learning.md, "What
+// anchoring cannot promise").
 func TestAnchorCoarseClockRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs fleets against real-time windows for about 5 s")
@@ -361,7 +363,7 @@ func TestAnchorCoarseClockRedis(t *testing.T) {
 					mu    sync.Mutex
 					moves int
 				)
-				var fellBack atomic.Int64
+				var fellBack, uncovered atomic.Int64
 				hooks := throttle.Hooks{OnAnchor: func(ev throttle.AnchorEvent) {
 					mu.Lock()
 					defer mu.Unlock()
@@ -372,14 +374,24 @@ func TestAnchorCoarseClockRedis(t *testing.T) {
 					if ev.Fallback != throttle.FailDefault {
 						fellBack.Add(1)
 					}
+					if ev.Uncovered && ev.Err == nil {
+						uncovered.Add(1)
+					}
 				}}
 				failed := searchFleet(t, run, run/2, v, 8, 16, true, newStore, hooks)
 				accepted, rejected, used := v.totals()
 				mu.Lock()
-				t.Logf("phase %v: accepted %d in %d windows (%.0f%% of their quota), rejected %d; %d moves; %d decisions on the store's fallback",
-					phase, accepted, used, 100*float64(accepted)/float64(max(used, 1)*v.rate), rejected, moves, fellBack.Load())
+				t.Logf("phase %v: accepted %d in %d windows (%.0f%% of their quota), rejected %d; %d sent uncovered; %d moves; %d decisions on the store's fallback",
+					phase, accepted, used, 100*float64(accepted)/float64(max(used, 1)*v.rate), rejected, uncovered.Load(), moves, fellBack.Load())
 				mu.Unlock()
-				assert.Zero(t, rejected, "the vendor rejected requests of the anchored fleet")
+				// As in TestAnchoredSearchFleet: only a request sent
+				// uncovered (later after its charge than the log's reach,
+				// while the vendor's windows are not known) may be one too
+				// many. On a loaded machine Redis's answers come late
+				// enough for that: 2 rejected with 7 sent uncovered in 1
+				// of 30 fleets beside two CPU burners under -race, where
+				// fleets sent 1-19 uncovered; 1 rejected in a CI run.
+				assert.LessOrEqual(t, int64(rejected), uncovered.Load(), "the vendor rejected requests that no uncovered send explains")
 				assert.Zero(t, failed, "requests failed")
 			}
 		})

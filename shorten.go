@@ -171,11 +171,8 @@ func (lim *Limiter) sendShortens(batch []*shortening) {
 		ss[k] = p.sh
 		ss[k].Within = p.end.Sub(now)
 	}
-	var res []*quota.Reservation
-	_ = lim.guard(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = s.Shorten(ctx, ss...)
-		return err
+	res, _ := guardValue(ctx, lim, func(ctx context.Context) ([]*quota.Reservation, error) {
+		return s.Shorten(ctx, ss...)
 	})
 	for k, p := range batch {
 		if k < len(res) {

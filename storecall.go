@@ -243,6 +243,38 @@ func (lim *Limiter) guard(ctx context.Context, call func(context.Context) error)
 	return lim.failover().breaker.call(ctx, jobFunc(call))
 }
 
+// guardValue is guard for a call that returns a value. The value is
+// returned only when the caller waited for the call: a call the breaker
+// abandons runs on, on its own goroutine, and what it returns then is
+// dropped (a closure writing the caller's variables would race with the
+// caller reading them).
+func guardValue[T any](ctx context.Context, lim *Limiter, call func(context.Context) (T, error)) (T, error) {
+	if lim.inProcess() {
+		return call(ctx)
+	}
+	j := &valueJob[T]{call: call}
+	if err := lim.failover().breaker.call(ctx, j); err != nil {
+		var zero T
+		return zero, err
+	}
+	return j.v, nil // written before the call's goroutine handed its error over
+}
+
+// valueJob is a storeJob that keeps its call's value, with nothing to take
+// back.
+type valueJob[T any] struct {
+	call func(context.Context) (T, error)
+	v    T
+}
+
+func (j *valueJob[T]) do(ctx context.Context) error {
+	v, err := j.call(ctx)
+	j.v = v
+	return err
+}
+
+func (*valueJob[T]) undo() {}
+
 // localReservation returns, for a reservation of the local fallback
 // store (see [FailLocal]), a copy carrying the local store's own id.
 func localReservation(r *quota.Reservation) (*quota.Reservation, bool) {

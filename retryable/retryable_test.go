@@ -174,7 +174,12 @@ func TestRefusalIsRetriedAfterItsRetryAfter(t *testing.T) {
 	}
 	at, _ := v.received()
 	require.Len(t, at, 2)
-	assert.GreaterOrEqual(t, at[1].Sub(at[0]), 299*time.Millisecond, "sent within the limit")
+	// The vendor sees arrivals: the first request dials the connection
+	// the second reuses, so it lands later after its admission, by 1.3 ms
+	// in a CI run under -race. The transport promises arrivals within a
+	// twentieth of the window of the limit (late.go's lateTolerance), as
+	// vendors' counters forgive.
+	assert.GreaterOrEqual(t, at[1].Sub(at[0]), 300*time.Millisecond-300*time.Millisecond/20, "sent within the limit")
 	// Admitted, refused, admitted: the refusal was retried once, after its
 	// RetryAfter, not hammered every millisecond of backoff.
 	assert.Equal(t, int64(3), decisions.Load())
