@@ -11,9 +11,9 @@ import (
 	"github.com/quotakit/throttle/quota"
 )
 
-// answerLate is a store whose calls through guardValue block until let
-// go.
-type answerLate struct {
+// sharedStore stands for a store other than memstore, so that calls go
+// through the breaker; the calls themselves are the test's.
+type sharedStore struct {
 	quota.Store
 }
 
@@ -24,7 +24,7 @@ type answerLate struct {
 // data race when the fleet's Redis was slow).
 func TestGuardValueAbandoned(t *testing.T) {
 	lim, err := NewLimiter(Policy{Rules: []Rule{{Name: "r", Limits: []Limit{{Name: "l", Rate: 1, Per: time.Second}}}}},
-		WithStore(answerLate{}), WithBreaker(Breaker{CallTimeout: 20 * time.Millisecond, Failures: 100}))
+		WithStore(sharedStore{}), WithBreaker(Breaker{CallTimeout: 20 * time.Millisecond, Failures: 100}))
 	require.NoError(t, err)
 
 	release, returned := make(chan struct{}), make(chan struct{})
