@@ -389,7 +389,7 @@ func TestAnchorCoarseClockRedis(t *testing.T) {
 				// while the vendor's windows are not known) may be one too
 				// many. On a loaded machine Redis's answers come late
 				// enough for that: 2 rejected with 7 sent uncovered in 1
-				// of 30 fleets beside two CPU burners under -race, where
+				// of 30 fleets beside CPU burners under -race, where
 				// fleets sent 1-19 uncovered; 1 rejected in a CI run.
 				assert.LessOrEqual(t, int64(rejected), uncovered.Load(), "the vendor rejected requests that no uncovered send explains")
 				assert.Zero(t, failed, "requests failed")
