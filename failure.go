@@ -3,6 +3,9 @@ package throttle
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/quotakit/throttle/quota"
 )
 
 // ErrStoreUnavailable is matched by the error a request fails with when
@@ -26,9 +29,11 @@ const (
 	FailDefault FailureMode = iota
 
 	// FailLocal decides with an in-process store that gives this instance
-	// its share of every limit, [LocalShare]. While instances decide
-	// locally the fleet admits at most Rate + Instances*max(1,
-	// Rate/Instances) per window, about twice the quota. The default.
+	// its share of every limit, [LocalShare]: the instances' shares
+	// together keep the quota's pace, so a window that holds the store's
+	// last grants and the shares' first admits about twice the quota at
+	// most (the store's Rate, and Rate more with each share's burst of at
+	// least 1). The default.
 	FailLocal
 
 	// FailOpen sends without a decision (reported in
@@ -71,18 +76,53 @@ func ParseFailureMode(s string) (FailureMode, error) {
 func (m FailureMode) valid() bool { return m >= FailDefault && m <= FailClosed }
 
 // LocalShare returns the part of l one of instances may use when it
-// decides alone ([FailLocal]): Rate and Burst divided by instances,
-// rounded down (so the fleet stays within the quota) but at least 1.
+// decides alone ([FailLocal]): its share of the quota, so that the
+// fleet's local shares together admit the quota's pace and not more.
+//
+//   - [GCRA]: Rate per instances times Per, the pace of Rate/instances per
+//     Per exactly, however small Rate is against instances (a rounded
+//     Rate/instances would give a 1-a-second limit on 8 instances 8 a
+//     second, and 100 on 8 instances 96), and Burst divided by instances,
+//     rounded down but at least 1.
+//   - [FixedWindow], [SlidingWindow], [SlidingLog]: Rate divided by
+//     instances, rounded down, per window; where Rate is less than
+//     instances, 1 per ceil(instances/Rate) windows, so that the fleet
+//     admits Rate per window on average and never more than instances.
+//   - [Concurrency]: Rate (slots) divided by instances, rounded down but
+//     at least 1.
+//
+// Where a share's longer window would pass [quota.MaxPer] (or leave the
+// limit's bounds), it is Rate/instances per Per, at least 1, instead.
+// With instances below 2, LocalShare returns l.
 func LocalShare(l Limit, instances int) Limit {
 	if instances < 2 {
 		return l
 	}
-	s := l
+	s := l // the rounded share: Rate/instances per Per, at least 1
 	s.Rate = max(l.Rate/instances, 1)
+	s.Burst = 0
 	if l.Algorithm == GCRA {
 		s.Burst = max(l.Quota().BurstOrRate()/instances, 1)
-	} else {
-		s.Burst = 0
 	}
-	return s
+	stretch := 1 // how many of l's windows the share's window is
+	switch l.Algorithm {
+	case GCRA:
+		stretch = instances
+	case FixedWindow, SlidingWindow, SlidingLog:
+		if l.Rate < instances {
+			stretch = (instances + l.Rate - 1) / l.Rate
+		}
+	}
+	if stretch == 1 || l.Per > quota.MaxPer/time.Duration(stretch) {
+		return s
+	}
+	exact := s
+	exact.Per = l.Per * time.Duration(stretch)
+	if l.Algorithm == GCRA {
+		exact.Rate = l.Rate
+	}
+	if exact.Quota().Validate() != nil {
+		return s
+	}
+	return exact
 }

@@ -368,8 +368,6 @@ func TestPolicyFailureModes(t *testing.T) {
 	assert.Equal(t, throttle.FailClosed, m)
 	_, err = throttle.ParseFailureMode("sideways")
 	assert.True(t, errors.Is(err, throttle.ErrInvalidPolicy))
-	assert.Equal(t, throttle.Limit{Name: "l", Rate: 3, Per: time.Minute, Burst: 3},
-		throttle.LocalShare(throttle.Limit{Name: "l", Rate: 10, Per: time.Minute}, 3))
 }
 
 // A refusal by this instance's local share, while the store is down, says

@@ -373,11 +373,18 @@ type bound struct {
 // windows (FixedWindow, SlidingWindow: m aligned windows; SlidingLog: m
 // spans shorter than Per; Concurrency: m = 1, at one instant).
 func (b bound) units(m int) int {
-	n := b.l.Rate
+	n := m * b.l.Rate
 	if b.down {
-		n += fleetSize * throttle.LocalShare(b.l, fleetSize).Rate
+		// A share's window may be k of the limit's (LocalShare): m of
+		// ours meet at most ceil(m/k)+1 of its.
+		s := throttle.LocalShare(b.l, fleetSize)
+		windows := m
+		if k := int(s.Per / b.l.Per); k > 1 {
+			windows = min(m, (m+k-1)/k+1)
+		}
+		n += fleetSize * windows * s.Rate
 	}
-	return m * n
+	return n
 }
 
 // gcra returns how many units a set of sends may hold that lies in a span

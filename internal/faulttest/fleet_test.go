@@ -53,8 +53,9 @@ func at(started time.Time, offset time.Duration) {
 // (a)-(c) the store keeps answering, late: a slow store is not a down
 // store, and every limit must hold exactly. In (d) the bound is the
 // documented one for a store that is down: in any span of one window,
-// what the store granted (Rate) plus every instance's local share
-// (Instances*max(1, Rate/Instances)).
+// what the store granted (Rate) plus what every instance's local share
+// admits ([throttle.LocalShare]: the quota's pace over the fleet, each
+// share with its burst).
 //
 // # Counting soundly
 //
