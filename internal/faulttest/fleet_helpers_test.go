@@ -8,9 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -500,36 +497,6 @@ func clock(ns int64) string {
 	return time.Unix(0, ns).Format("05.000s")
 }
 
-// burnersPerCore is how many spinning processes burnCPU starts per core.
-const burnersPerCore = 1
-
-// burnCPU starts burnersPerCore processes per core that spins until it is killed (in
-// t.Cleanup, or by kill), so the fleet runs on a saturated machine. A
-// burner is this test binary again (see init), which also ends by itself
-// once this process is gone or after two minutes, so a test killed before
-// its cleanup leaves nothing spinning.
-func burnCPU(t *testing.T) (kill func()) {
-	t.Helper()
-	var cmds []*exec.Cmd
-	for range burnersPerCore * runtime.NumCPU() {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), burnEnv+"="+strconv.Itoa(os.Getpid()), "GOMAXPROCS=1")
-		require.NoError(t, cmd.Start())
-		cmds = append(cmds, cmd)
-	}
-	var once sync.Once
-	kill = func() {
-		once.Do(func() {
-			for _, cmd := range cmds {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-		})
-	}
-	t.Cleanup(kill)
-	return kill
-}
-
 // niceServer lowers the CPU priority of srv's process (nice 10, about a
 // tenth of the weight of a normal process): on a saturated machine the
 // host's other work mostly wins, and Redis answers, but late (at equal
@@ -549,23 +516,4 @@ func niceServer(t *testing.T, srv *redistest.Server) {
 	}
 	require.Positive(t, pid, "INFO server names the process")
 	require.NoError(t, syscall.Setpriority(syscall.PRIO_PROCESS, pid, 10))
-}
-
-// burnEnv, set to the parent's pid, makes this test binary a CPU burner.
-const burnEnv = "THROTTLE_FAULTTEST_BURN"
-
-var burnSink int
-
-func init() {
-	parent := os.Getenv(burnEnv)
-	if parent == "" {
-		return
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for strconv.Itoa(os.Getppid()) == parent && time.Now().Before(deadline) {
-		for i := range 1 << 22 {
-			burnSink += i
-		}
-	}
-	os.Exit(0)
 }

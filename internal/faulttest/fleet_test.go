@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotakit/throttle/internal/cpuburn"
 	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/quota"
@@ -148,7 +149,7 @@ func runFleet(t *testing.T, fault fleetFault) {
 	stopBurners := func() {}
 	if fault.cpu {
 		niceServer(t, srv)
-		stopBurners = burnCPU(t)
+		stopBurners = cpuburn.Start(t, 1) // one spinning process per core
 	}
 
 	started := time.Now()

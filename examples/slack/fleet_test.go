@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	slackgo "github.com/slack-go/slack"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/cpuburn"
+	"github.com/quotakit/throttle/internal/faultproxy"
+	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/presets/slackquota"
+	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
+	"github.com/quotakit/throttle/redisstore"
+)
+
+// weather is what Redis does while the fleet of TestSlackGoFleet posts.
+type weather struct {
+	name string
+	// start runs before the traffic: a slow link, a busy CPU.
+	start func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy)
+	// during runs once the traffic has run for a while, in the test's
+	// goroutine, and returns before the run ends.
+	during func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy)
+	// down: Redis is gone for part of the run, so the instances decide
+	// alone (their local shares) and the fake Slack refuses some.
+	down bool
+}
+
+const (
+	fleetInstances  = 8
+	fleetGoroutines = 16
+	fleetChannels   = 4
+	fleetRun        = 5 * time.Second
+	fleetFaultAt    = 2 * time.Second // into the run: when during's fault comes
+)
+
+var weathers = []weather{
+	{name: "prompt"},
+	{
+		// A tenth of Redis's replies 150-350 ms late: slow, not down.
+		name: "slow",
+		start: func(t *testing.T, _ *redistest.Server, px *faultproxy.Proxy) {
+			px.SetJitter(faultproxy.ToClient, 0.1, 150*time.Millisecond, 350*time.Millisecond)
+		},
+	},
+	{
+		// Redis stopped (SIGSTOP) for a second: slow, not down.
+		name: "stopped",
+		during: func(t *testing.T, srv *redistest.Server, _ *faultproxy.Proxy) {
+			require.NoError(t, srv.Pause())
+			time.Sleep(time.Second) // the fault's length, not a wait for a result
+			require.NoError(t, srv.Resume())
+		},
+	},
+	{
+		// One spinning process per core beside the fleet and Redis.
+		name: "busy CPU",
+		start: func(t *testing.T, _ *redistest.Server, _ *faultproxy.Proxy) {
+			cpuburn.Start(t, 1)
+		},
+	},
+	{
+		// Redis killed (SIGKILL) for the rest of the run.
+		name: "killed",
+		during: func(t *testing.T, srv *redistest.Server, _ *faultproxy.Proxy) {
+			require.NoError(t, srv.Kill())
+		},
+		down: true,
+	},
+}
+
+// TestSlackGoFleet: 8 instances of 16 goroutines, each instance with its
+// own go-redis client (through a loopback proxy), redisstore, the Slack
+// preset's Transport as the README sets it up (Policy.Instances 8,
+// calls wait for their slot) and slack-go client, post to 4 channels and
+// read their history, as fast as the limits let them, against a fake
+// Slack that enforces Slack's published limits and answers 429 over them.
+// Each weather of Redis runs a new fleet for 5 s.
+//
+// While Redis answers, however late, the fake Slack refuses nothing and
+// the fleet posts nearly every message the posting limit allows (1 a
+// second per channel after a burst of 2). When Redis is killed, each
+// instance posts on its local share (throttle.LocalShare: 1 message per
+// channel every 8 s), so the fake Slack refuses at most the first of
+// each instance's shares per channel, the ones that meet Redis's last
+// grants.
+func TestSlackGoFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleets of 128 goroutines on a real Redis")
+	}
+	for _, w := range weathers {
+		t.Run(w.name, func(t *testing.T) {
+			r := runFleet(t, w)
+			// The burst, then one a second: 2 at 0 s, one at 1 s to 4 s.
+			quota := fleetChannels * (slackquota.PostBurst + int(fleetRun/time.Second) - 1)
+			share := float64(r.messages) / float64(quota)
+			t.Logf("%s: %d messages posted of the %d the posting limit allows in %v (%.1f%%); the fake Slack refused %d; %d sent by local shares; history read %d times",
+				w.name, r.messages, quota, fleetRun, 100*share, r.limited, r.local, r.history)
+			assert.Zero(t, r.failed, "calls that failed other than by a limit")
+			if w.down {
+				// Redis's grants keep the limit: every 429 answers a
+				// message a local share sent, and those are within the
+				// shares: each instance's burst and pace per channel
+				// for the rest of the run.
+				post := throttle.Limit{Name: slackquota.ChannelLimit, Rate: slackquota.PostRate, Per: time.Second, Burst: slackquota.PostBurst}
+				share := throttle.LocalShare(post, fleetInstances)
+				down := fleetRun - fleetFaultAt
+				perChannel := share.Burst + int(int64(down)*int64(share.Rate)/int64(share.Per)) + 1
+				assert.LessOrEqual(t, int64(r.limited), r.local, "429s, against the messages local shares sent")
+				assert.LessOrEqual(t, r.local, int64(fleetInstances*fleetChannels*perChannel), "messages local shares sent")
+				return
+			}
+			assert.Zero(t, r.limited, "429s from the fake Slack")
+			assert.Zero(t, r.local, "messages sent on a local share: a slow store is not a down one")
+			assert.GreaterOrEqual(t, share, 0.75, "share of the posting limit used")
+		})
+	}
+}
+
+// fleetResult is what one fleet of TestSlackGoFleet did.
+type fleetResult struct {
+	messages, limited int // the fake Slack's counts
+	history, failed   int64
+	local             int64 // messages a local share sent
+}
+
+func runFleet(t *testing.T, w weather) fleetResult {
+	srv := redistest.Start(t)
+	px := faultproxy.New(t, srv.Addr())
+	prefix := redistest.Prefix(t)
+	fake := fakeslack.NewServer(fakeslack.Options{})
+	t.Cleanup(fake.Close)
+	policy, err := slackquota.Policy(slackquota.Options{APIURL: fake.APIURL()})
+	require.NoError(t, err)
+	policy.Instances = fleetInstances
+
+	var local, history, failed atomic.Int64
+	hooks := throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
+		if ev.Rule == slackquota.PostRule && ev.Fallback == throttle.FailLocal && (ev.Outcome == throttle.Allowed || ev.Outcome == throttle.Waited) {
+			local.Add(1)
+		}
+	}}
+	if w.start != nil {
+		w.start(t, srv, px)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), fleetRun)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range fleetInstances {
+		rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), PoolSize: fleetGoroutines})
+		t.Cleanup(func() { _ = rdb.Close() })
+		store, err := redisstore.New(rdb, redisstore.WithPrefix(prefix))
+		require.NoError(t, err)
+		base := &http.Transport{MaxIdleConnsPerHost: fleetGoroutines}
+		t.Cleanup(base.CloseIdleConnections)
+		tr, err := throttle.NewTransport(base, policy, throttle.WithStore(store), throttle.WithHooks(hooks))
+		require.NoError(t, err)
+		api := slackgo.New("xoxb-fleet-token", slackgo.OptionHTTPClient(&http.Client{Transport: tr}),
+			slackgo.OptionAPIURL(fake.APIURL()))
+		for g := range fleetGoroutines {
+			channel := fmt.Sprintf("C%07d", (i+g)%fleetChannels+1)
+			wg.Go(func() {
+				for n := g; ctx.Err() == nil; n++ {
+					var err error
+					if n%4 == 3 {
+						_, err = api.GetConversationHistoryContext(ctx, &slackgo.GetConversationHistoryParameters{ChannelID: channel, Limit: 15})
+						if err == nil {
+							history.Add(1)
+						}
+					} else {
+						_, _, err = api.PostMessageContext(ctx, channel, slackgo.MsgOptionText(fmt.Sprintf("from %d/%d", i, g), false))
+					}
+					var rl *slackgo.RateLimitedError
+					var le *throttle.LimitError
+					switch {
+					case err == nil, ctx.Err() != nil:
+					case errors.As(err, &rl):
+						// Counted by the fake; the transport learned its pause.
+					case errors.As(err, &le):
+						// The local share refused it: wait its retry time.
+						sleep(ctx, le.RetryAfter)
+					default:
+						failed.Add(1)
+						t.Errorf("instance %d: %v", i, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	if w.during != nil {
+		time.Sleep(time.Until(start.Add(fleetFaultAt))) // the fault's schedule, not an assertion
+		w.during(t, srv, px)
+	}
+	wg.Wait()
+	st := fake.Stats()
+	return fleetResult{
+		messages: st.Messages, limited: st.Limited,
+		history: history.Load(), local: local.Load(), failed: failed.Load(),
+	}
+}
