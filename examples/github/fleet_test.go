@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
+	"github.com/quotakit/throttle/internal/cpuburn"
+	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
 	"github.com/quotakit/throttle/presets/githubquota"
 	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
@@ -69,20 +71,61 @@ var (
 // refusal, each binding limit is used to the unit; a machine too loaded
 // to make the ~1,500 calls before the run's end uses less, logged, with
 // a lenient floor.
+//
+// It runs once in each weather of Redis: prompt; a tenth of its replies
+// 150-350 ms late; stopped (SIGSTOP) for a second from 0.5 s into the
+// traffic; one spinning process per core beside the fleet. Each is slow,
+// not down: Redis decides every call, and the same holds.
 func TestGoGitHubFleet(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a fleet of 128 goroutines on a real Redis")
+		t.Skip("fleets of 128 goroutines on a real Redis")
 	}
+	for _, w := range []struct {
+		name   string
+		start  func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy) // before the traffic
+		during func(t *testing.T, srv *redistest.Server)                       // 0.5 s into it
+	}{
+		{name: "prompt"},
+		{name: "slow", start: func(_ *testing.T, _ *redistest.Server, px *faultproxy.Proxy) {
+			px.SetJitter(faultproxy.ToClient, 0.1, 150*time.Millisecond, 350*time.Millisecond)
+		}},
+		{name: "stopped", during: func(t *testing.T, srv *redistest.Server) {
+			require.NoError(t, srv.Pause())
+			time.Sleep(time.Second) // the fault's length, not a wait for a result
+			require.NoError(t, srv.Resume())
+		}},
+		{name: "busy CPU", start: func(t *testing.T, _ *redistest.Server, _ *faultproxy.Proxy) {
+			cpuburn.Start(t, 1)
+		}},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			px := faultproxy.New(t, srv.Addr())
+			if w.start != nil {
+				w.start(t, srv, px)
+			}
+			var during func()
+			if w.during != nil {
+				during = func() { w.during(t, srv) }
+			}
+			goGitHubFleet(t, px.Addr(), during)
+		})
+	}
+}
+
+// goGitHubFleet runs TestGoGitHubFleet's fleet on the Redis at addr,
+// calling during (if not nil) 0.5 s into the traffic, and checks it.
+func goGitHubFleet(t *testing.T, addr string, during func()) {
 	const (
 		instances, goroutines = 8, 16
 		run                   = 30 * time.Second
 	)
-	rdb := redistest.Start(t)
 	prefix := redistest.Prefix(t)
 	fake := fakegithub.NewServer(fakegithub.Options{Enterprise: true})
 	defer fake.Close()
 	policy, err := githubquota.Policy(githubquota.Options{BaseURL: fake.BaseURL()})
 	require.NoError(t, err)
+	policy.Instances = instances
 
 	tokens := []struct {
 		name  string
@@ -98,9 +141,10 @@ func TestGoGitHubFleet(t *testing.T) {
 	ok := map[string]map[string]int{} // token -> kind -> calls answered 2xx
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
+	start := time.Now()
 	var wg sync.WaitGroup
 	for range instances {
-		c := redis.NewClient(&redis.Options{Addr: rdb.Addr(), PoolSize: goroutines})
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: goroutines})
 		defer c.Close()
 		store, err := redisstore.New(c, redisstore.WithPrefix(prefix))
 		require.NoError(t, err)
@@ -154,10 +198,15 @@ func TestGoGitHubFleet(t *testing.T) {
 			})
 		}
 	}
+	if during != nil {
+		time.Sleep(500 * time.Millisecond) // the fault's schedule, not an assertion
+		during()
+	}
 	wg.Wait()
 	finished := ctx.Err() == nil
 	st := fake.Stats()
-	t.Logf("finished before the run's end: %v; GitHub received %d, refused %d", finished, st.Requests, st.Limited)
+	t.Logf("finished before the run's end: %v, after %v; GitHub received %d, refused %d",
+		finished, time.Since(start).Round(time.Millisecond), st.Requests, st.Limited)
 	assert.Zero(t, st.Limited, "GitHub refused requests")
 
 	type use struct {
