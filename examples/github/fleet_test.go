@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,9 +74,11 @@ var (
 // a lenient floor.
 //
 // It runs once in each weather of Redis: prompt; a tenth of its replies
-// 150-350 ms late; stopped (SIGSTOP) for a second from 0.5 s into the
+// 150-350 ms late; stopped (SIGSTOP) for a second from 0.25 s into the
 // traffic; one spinning process per core beside the fleet. Each is slow,
-// not down: Redis decides every call, and the same holds.
+// not down: Redis decides every call, and the same holds. Then killed
+// (SIGKILL) 0.25 s in: the instances decide alone on their local shares
+// (throttle.LocalShare), and GitHub refuses at most what those sent.
 func TestGoGitHubFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleets of 128 goroutines on a real Redis")
@@ -83,7 +86,8 @@ func TestGoGitHubFleet(t *testing.T) {
 	for _, w := range []struct {
 		name   string
 		start  func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy) // before the traffic
-		during func(t *testing.T, srv *redistest.Server)                       // 0.5 s into it
+		during func(t *testing.T, srv *redistest.Server)                       // 0.25 s into it
+		down   bool                                                            // Redis is gone from during on
 	}{
 		{name: "prompt"},
 		{name: "slow", start: func(_ *testing.T, _ *redistest.Server, px *faultproxy.Proxy) {
@@ -97,6 +101,9 @@ func TestGoGitHubFleet(t *testing.T) {
 		{name: "busy CPU", start: func(t *testing.T, _ *redistest.Server, _ *faultproxy.Proxy) {
 			cpuburn.Start(t, 1)
 		}},
+		{name: "killed", down: true, during: func(t *testing.T, srv *redistest.Server) {
+			require.NoError(t, srv.Kill())
+		}},
 	} {
 		t.Run(w.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -108,14 +115,15 @@ func TestGoGitHubFleet(t *testing.T) {
 			if w.during != nil {
 				during = func() { w.during(t, srv) }
 			}
-			goGitHubFleet(t, px.Addr(), during)
+			goGitHubFleet(t, px.Addr(), during, w.down)
 		})
 	}
 }
 
 // goGitHubFleet runs TestGoGitHubFleet's fleet on the Redis at addr,
-// calling during (if not nil) 0.5 s into the traffic, and checks it.
-func goGitHubFleet(t *testing.T, addr string, during func()) {
+// calling during (if not nil) 0.25 s into the traffic, and checks it;
+// down: Redis is gone from then on.
+func goGitHubFleet(t *testing.T, addr string, during func(), down bool) {
 	const (
 		instances, goroutines = 8, 16
 		run                   = 30 * time.Second
@@ -138,7 +146,8 @@ func goGitHubFleet(t *testing.T, addr string, during func()) {
 		{"mixed", []call{callGet, callComment, callList, callSearch, callGet, callCode, callList, callEdit}},
 	}
 	var mu sync.Mutex
-	ok := map[string]map[string]int{} // token -> kind -> calls answered 2xx
+	ok := map[string]map[string]int{}       // token -> kind -> calls answered 2xx
+	var local, refusedByGitHub atomic.Int64 // requests sent on a local share; GitHub's refusals go-github reported
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
 	start := time.Now()
@@ -150,7 +159,13 @@ func goGitHubFleet(t *testing.T, addr string, during func()) {
 		require.NoError(t, err)
 		base := &http.Transport{MaxIdleConnsPerHost: goroutines}
 		defer base.CloseIdleConnections()
-		tr, err := throttle.NewTransport(base, policy, throttle.WithStore(store))
+		tr, err := throttle.NewTransport(base, policy, throttle.WithStore(store), throttle.WithHooks(throttle.Hooks{
+			OnDecision: func(ev throttle.DecisionEvent) {
+				if ev.Fallback == throttle.FailLocal && (ev.Outcome == throttle.Allowed || ev.Outcome == throttle.Waited) {
+					local.Add(1)
+				}
+			},
+		}))
 		require.NoError(t, err)
 		clients := map[string]*gogithub.Client{} // go-github takes one token per client
 		for _, tok := range tokens {
@@ -179,9 +194,15 @@ func goGitHubFleet(t *testing.T, addr string, during func()) {
 					}
 					err := c.do(ctx, gh)
 					var le *throttle.LimitError
+					var rl *gogithub.RateLimitError
+					var al *gogithub.AbuseRateLimitError
 					switch {
 					case errors.As(err, &le):
 						spent[c.kind] = true // its slot is after the run's end
+					case down && (errors.As(err, &rl) || errors.As(err, &al)):
+						// GitHub refused a request that a local share
+						// sent; the transport learned its pause.
+						refusedByGitHub.Add(1)
 					case err != nil:
 						if ctx.Err() == nil {
 							t.Errorf("token %s, %s: %v", tok.name, c.kind, err)
@@ -199,7 +220,7 @@ func goGitHubFleet(t *testing.T, addr string, during func()) {
 		}
 	}
 	if during != nil {
-		time.Sleep(500 * time.Millisecond) // the fault's schedule, not an assertion
+		time.Sleep(250 * time.Millisecond) // the fault's schedule, not an assertion
 		during()
 	}
 	wg.Wait()
@@ -207,7 +228,18 @@ func goGitHubFleet(t *testing.T, addr string, during func()) {
 	st := fake.Stats()
 	t.Logf("finished before the run's end: %v, after %v; GitHub received %d, refused %d",
 		finished, time.Since(start).Round(time.Millisecond), st.Requests, st.Limited)
+	if down {
+		// The instances decided alone from the kill on: GitHub refuses
+		// only what their local shares sent beyond what Redis had
+		// granted, and the transports learned each refusal's pause.
+		t.Logf("Redis killed: %d requests sent on local shares; GitHub refused %d (go-github reported %d)",
+			local.Load(), st.Limited, refusedByGitHub.Load())
+		assert.Positive(t, local.Load(), "no request was decided by a local share: the kill did not bite")
+		assert.LessOrEqual(t, int64(st.Limited), local.Load(), "GitHub's refusals, against the requests local shares sent")
+		return
+	}
 	assert.Zero(t, st.Limited, "GitHub refused requests")
+	assert.Zero(t, local.Load(), "requests sent on a local share: a slow store is not a down one")
 
 	type use struct {
 		limit     string
