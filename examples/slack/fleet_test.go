@@ -92,9 +92,9 @@ var weathers = []weather{
 // the fleet posts nearly every message the posting limit allows (1 a
 // second per channel after a burst of 2). When Redis is killed, each
 // instance posts on its local share (throttle.LocalShare: 1 message per
-// channel every 8 s), so the fake Slack refuses at most the first of
-// each instance's shares per channel, the ones that meet Redis's last
-// grants.
+// channel every 8 s, its burst the first), the shares send no more than
+// that, and the fake Slack refuses no more than they sent: Redis's grants
+// alone keep the limit.
 func TestSlackGoFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleets of 128 goroutines on a real Redis")
@@ -114,9 +114,9 @@ func TestSlackGoFleet(t *testing.T) {
 				// shares: each instance's burst and pace per channel
 				// for the rest of the run.
 				post := throttle.Limit{Name: slackquota.ChannelLimit, Rate: slackquota.PostRate, Per: time.Second, Burst: slackquota.PostBurst}
-				share := throttle.LocalShare(post, fleetInstances)
+				ls := throttle.LocalShare(post, fleetInstances)
 				down := fleetRun - fleetFaultAt
-				perChannel := share.Burst + int(int64(down)*int64(share.Rate)/int64(share.Per)) + 1
+				perChannel := ls.Burst + int(int64(down)*int64(ls.Rate)/int64(ls.Per)) + 1
 				assert.LessOrEqual(t, int64(r.limited), r.local, "429s, against the messages local shares sent")
 				assert.LessOrEqual(t, r.local, int64(fleetInstances*fleetChannels*perChannel), "messages local shares sent")
 				return
@@ -135,6 +135,7 @@ type fleetResult struct {
 	local             int64 // messages a local share sent
 }
 
+// runFleet runs one fleet of TestSlackGoFleet in weather w.
 func runFleet(t *testing.T, w weather) fleetResult {
 	srv := redistest.Start(t)
 	px := faultproxy.New(t, srv.Addr())
