@@ -80,10 +80,10 @@ func (m FailureMode) valid() bool { return m >= FailDefault && m <= FailClosed }
 // fleet's local shares together admit the quota's pace and not more.
 //
 //   - [GCRA]: Rate per instances times Per, the pace of Rate/instances per
-//     Per exactly, however small Rate is against instances (a rounded
-//     Rate/instances would give a 1-a-second limit on 8 instances 8 a
-//     second, and 100 on 8 instances 96), and Burst divided by instances,
-//     rounded down but at least 1.
+//     Per exactly, however small Rate is against instances (shares of
+//     Rate/instances rounded, at least 1, let 8 instances send 8 a second
+//     on a limit of 1 a second, and use 96 of 100), and Burst divided by
+//     instances, rounded down but at least 1.
 //   - [FixedWindow], [SlidingWindow], [SlidingLog]: Rate divided by
 //     instances, rounded down, per window; where Rate is less than
 //     instances, 1 per ceil(instances/Rate) windows, so that the fleet
