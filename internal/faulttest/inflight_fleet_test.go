@@ -136,12 +136,29 @@ func (v *ghVendor) serve(w http.ResponseWriter, r *http.Request) {
 
 // claimCounter counts the claims of a store, the refused ones and their
 // cost: the points reserved for requests that then were not sent on them.
+// It also counts the claims made early: before the reservation's rate
+// quota came due, Take's call start plus its Delay (the charge is at that
+// start or later, so a claim before it holds a slot while its request
+// still waits for its points).
 type claimCounter struct {
 	*redisstore.Store
-	claims, refused, refusedCost *atomic.Int64
+	claims, refused, refusedCost, early *atomic.Int64
+	due                                 *sync.Map // reservation id -> time.Time, the earliest it is due
+}
+
+func (c claimCounter) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
+	start := time.Now()
+	dec, err := c.Store.Take(ctx, d)
+	if err == nil && dec.OK && dec.Reservation != nil && dec.Reservation.Unclaimed {
+		c.due.Store(dec.Reservation.ID, start.Add(dec.Delay))
+	}
+	return dec, err
 }
 
 func (c claimCounter) Claim(ctx context.Context, r *quota.Reservation) (quota.Decision, error) {
+	if due, ok := c.due.LoadAndDelete(r.ID); ok && time.Now().Before(due.(time.Time)) {
+		c.early.Add(1)
+	}
 	dec, err := c.Store.Claim(ctx, r)
 	c.claims.Add(1)
 	if err == nil && !dec.OK {
@@ -180,17 +197,26 @@ func ghPolicy() throttle.Policy {
 // own Redis client and store, ghGoroutines goroutines each, sends a mix
 // of GETs and POSTs as fast as the limits allow to a vendor with
 // GitHub-like secondary limits (in flight, writes, points). A request
-// waiting for its points holds no in-flight slot, so the slots are held
-// only by requests at the vendor: the vendor rejects nothing, and the
-// fleet uses nearly all of the points quota (measured and logged, see
-// below).
+// waiting for its points holds no in-flight slot (no claim comes before
+// its points are due), so the slots are held only by requests on their
+// way to the vendor, at it and back: the vendor rejects nothing, and on a
+// machine that keeps up the fleet uses nearly all of the points quota
+// (measured and logged, see below).
 func TestInFlightQuotaShare(t *testing.T) {
-	share, violations := runQuotaShare(t, false)
-	assert.Empty(t, violations, "requests the vendor rejected")
-	// The floor is far below the share measured (see the log), and well
-	// above what holding slots while waiting used (43-45%): a loaded
-	// 2-core machine running -race slows the clients, not the limits.
-	assert.GreaterOrEqual(t, share, 0.6, "share of the points quota used")
+	r := runQuotaShare(t, false)
+	assert.Empty(t, r.violations, "requests the vendor rejected")
+	// What the design promises, on any machine: no slot is claimed
+	// before its request's points come due.
+	assert.Zero(t, r.early, "claims made before their points came due: slots held while waiting")
+	// The share it buys depends on the machine. Quiet, or beside two CPU
+	// burners, the fleet used 97-99% of the points quota (holding slots
+	// while waiting, 43-45%). On a loaded machine a slot is held in the
+	// store for the claim's and the release's round trips as well as the
+	// vendor's 20 ms, and the slots bind before the points do: 70-86%
+	// beside four burners, 39-43% beside six, 45-51% in the whole suite
+	// beside two or three (2026-11-28, -race). The floor only catches a
+	// gross regression.
+	assert.GreaterOrEqual(t, r.share, 0.3, "share of the points quota used")
 }
 
 // TestInFlightQuotaShareHoldingSlots measures, for comparison, the same
@@ -202,8 +228,9 @@ func TestInFlightQuotaShareHoldingSlots(t *testing.T) {
 	if os.Getenv("THROTTLE_INFLIGHT_COMPARE") == "" {
 		t.Skip("a measurement for comparison; set THROTTLE_INFLIGHT_COMPARE=1 to run it")
 	}
-	_, violations := runQuotaShare(t, true)
-	assert.Empty(t, violations, "requests the vendor rejected")
+	r := runQuotaShare(t, true)
+	assert.Empty(t, r.violations, "requests the vendor rejected")
+	assert.Positive(t, r.early, "claims made before their points came due: the emulation holds slots while waiting")
 }
 
 // claimAtOnce makes a store hold a reservation's slots while it waits:
@@ -212,11 +239,11 @@ func TestInFlightQuotaShareHoldingSlots(t *testing.T) {
 type claimAtOnce struct{ claimCounter }
 
 func (c claimAtOnce) Take(ctx context.Context, d *quota.Demand) (quota.Decision, error) {
-	dec, err := c.Store.Take(ctx, d)
+	dec, err := c.claimCounter.Take(ctx, d)
 	if err != nil || !dec.OK || !dec.Reservation.Unclaimed {
 		return dec, err
 	}
-	cdec, err := c.Store.Claim(ctx, dec.Reservation)
+	cdec, err := c.claimCounter.Claim(ctx, dec.Reservation)
 	if err == nil && cdec.OK {
 		cdec.Delay = dec.Delay
 		return cdec, nil
@@ -228,14 +255,21 @@ func (c claimAtOnce) Take(ctx context.Context, d *quota.Demand) (quota.Decision,
 	return cdec, nil
 }
 
-// runQuotaShare runs the fleet and returns the share of the points quota
-// it used and the vendor's violations.
-func runQuotaShare(t *testing.T, holdWhileWaiting bool) (float64, map[string]int) {
+// quotaShareRun is what one fleet of TestInFlightQuotaShare got.
+type quotaShareRun struct {
+	share      float64        // of the points quota, from ghWarmUp to ghRun
+	violations map[string]int // the vendor's, by limit
+	early      int64          // claims made before their points came due
+}
+
+// runQuotaShare runs the fleet and returns what it got.
+func runQuotaShare(t *testing.T, holdWhileWaiting bool) quotaShareRun {
 	noLeaks(t)
 	srv := redistest.Start(t)
 	v := newGHVendor(t)
 	prefix := redistest.Prefix(t)
-	var claims, refused, refusedCost, failed atomic.Int64
+	var claims, refused, refusedCost, failed, early atomic.Int64
+	var due sync.Map
 	runCtx, stopRun := context.WithTimeout(context.Background(), ghRun)
 	defer stopRun()
 
@@ -246,7 +280,7 @@ func runQuotaShare(t *testing.T, holdWhileWaiting bool) (float64, map[string]int
 		require.NoError(t, err)
 		base := &http.Transport{MaxIdleConnsPerHost: ghGoroutines}
 		t.Cleanup(base.CloseIdleConnections)
-		var store quota.Store = claimCounter{Store: s, claims: &claims, refused: &refused, refusedCost: &refusedCost}
+		var store quota.Store = claimCounter{Store: s, claims: &claims, refused: &refused, refusedCost: &refusedCost, early: &early, due: &due}
 		if holdWhileWaiting {
 			store = claimAtOnce{store.(claimCounter)}
 		}
@@ -312,5 +346,6 @@ func runQuotaShare(t *testing.T, holdWhileWaiting bool) (float64, map[string]int
 
 	assert.Zero(t, failed.Load(), "requests that failed")
 	assert.LessOrEqual(t, v.peak, ghInFlight, "peak in flight at the vendor")
-	return share, maps.Clone(v.violations)
+	t.Logf("claims made before their points came due: %d", early.Load())
+	return quotaShareRun{share: share, violations: maps.Clone(v.violations), early: early.Load()}
 }
