@@ -310,7 +310,7 @@ func assertWithinLog(t *testing.T, name string, grants []charge, unit func(charg
 // writes reserved on the points they share, and writes are not starved:
 // the store decides the points limit full (at least 95% of it over whole
 // windows), writes take at least 90% of their content limit and reads at
-// least 90% of the points writes leave (88% and 80% under -race), with no window of either limit
+// least 90% of the points writes leave (88%, 80% and 80% under -race), with no window of either limit
 // holding more than its rate, every request sent exactly as the store
 // charged it, and no answer from the vendor a refusal.
 func TestStackedFleet(t *testing.T) {
@@ -327,13 +327,15 @@ func TestStackedFleet(t *testing.T) {
 	assert.Zero(t, r.refused, "the vendor refused requests")
 	// Under -race beside other packages (load average 14), a run charged
 	// 89.5% of the points and reads 80.9% of what writes leave: clients
-	// slowed several times leave freed units unused until they wake.
-	pointsFloor, readsFloor := 0.95, 0.90
+	// slowed several times leave freed units unused until they wake. In
+	// the whole suite under -race beside three CPU burners (2026-11-28),
+	// writes took 88.9% of the content limit (100 writes).
+	pointsFloor, writesFloor, readsFloor := 0.95, 0.90, 0.90
 	if raceEnabled {
-		pointsFloor, readsFloor = 0.88, 0.80
+		pointsFloor, writesFloor, readsFloor = 0.88, 0.80, 0.80
 	}
 	assert.GreaterOrEqual(t, r.pointsUsed, pointsFloor, "share of the points limit")
-	assert.GreaterOrEqual(t, r.writesUsed, 0.90, "writes' share of the content limit")
+	assert.GreaterOrEqual(t, r.writesUsed, writesFloor, "writes' share of the content limit")
 	assert.GreaterOrEqual(t, r.readsUsed, readsFloor, "reads' share of the points writes leave")
 
 	// THROTTLE_FLEET_GCRA=1 runs the same fleet with GCRA points, for the
