@@ -56,11 +56,11 @@ type slowVendor struct {
 }
 
 // sentRequest is one request the slow vendor received: its category,
-// when the transport handed it to its base RoundTripper (handedHeader),
-// and when it arrived.
+// and when the transport handed it to its base RoundTripper
+// (handedHeader).
 type sentRequest struct {
-	cat             string
-	handed, arrived time.Time
+	cat    string
+	handed time.Time
 }
 
 // handedHeader carries, from the fleet's base RoundTripper (handTime) to
@@ -111,7 +111,7 @@ func newSlowVendor(t *testing.T) *slowVendor {
 		handed, _ := strconv.ParseInt(r.Header.Get(handedHeader), 10, 64)
 		v.mu.Lock()
 		now := time.Now()
-		v.sent = append(v.sent, sentRequest{cat: cat, handed: time.Unix(0, handed), arrived: now})
+		v.sent = append(v.sent, sentRequest{cat: cat, handed: time.Unix(0, handed)})
 		ok := v.count("", now) < slowGlobal && v.count(cat, now) < slowPerCat
 		if ok {
 			for _, k := range []string{"", cat} {

@@ -15,9 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/internal/cpuburn"
-	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/internal/redisweather"
 	"github.com/quotakit/throttle/presets/githubquota"
 	"github.com/quotakit/throttle/presets/githubquota/fakegithub"
 	"github.com/quotakit/throttle/redisstore"
@@ -73,9 +72,10 @@ var (
 // to make the ~1,500 calls before the run's end uses less, logged, with
 // a lenient floor.
 //
-// It runs once in each weather of Redis: prompt; a tenth of its replies
-// 150-350 ms late; stopped (SIGSTOP) for a second from 0.25 s into the
-// traffic; one spinning process per core beside the fleet. Each is slow,
+// It runs once in each weather of Redis (internal/redisweather): prompt;
+// a tenth of its replies 150-350 ms late; stopped (SIGSTOP) for a second
+// from 0.25 s into the traffic; one spinning process per core beside the
+// fleet. Each is slow,
 // not down: Redis decides every call, and the same holds. Then killed
 // (SIGKILL) 0.25 s in: the instances decide alone on their local shares
 // (throttle.LocalShare), and GitHub refuses at most what those sent.
@@ -83,47 +83,18 @@ func TestGoGitHubFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleets of 128 goroutines on a real Redis")
 	}
-	for _, w := range []struct {
-		name   string
-		start  func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy) // before the traffic
-		during func(t *testing.T, srv *redistest.Server)                       // 0.25 s into it
-		down   bool                                                            // Redis is gone from during on
-	}{
-		{name: "prompt"},
-		{name: "slow", start: func(_ *testing.T, _ *redistest.Server, px *faultproxy.Proxy) {
-			px.SetJitter(faultproxy.ToClient, 0.1, 150*time.Millisecond, 350*time.Millisecond)
-		}},
-		{name: "stopped", during: func(t *testing.T, srv *redistest.Server) {
-			require.NoError(t, srv.Pause())
-			time.Sleep(time.Second) // the fault's length, not a wait for a result
-			require.NoError(t, srv.Resume())
-		}},
-		{name: "busy CPU", start: func(t *testing.T, _ *redistest.Server, _ *faultproxy.Proxy) {
-			cpuburn.Start(t, 1)
-		}},
-		{name: "killed", down: true, during: func(t *testing.T, srv *redistest.Server) {
-			require.NoError(t, srv.Kill())
-		}},
-	} {
-		t.Run(w.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			px := faultproxy.New(t, srv.Addr())
-			if w.start != nil {
-				w.start(t, srv, px)
-			}
-			var during func()
-			if w.during != nil {
-				during = func() { w.during(t, srv) }
-			}
-			goGitHubFleet(t, px.Addr(), during, w.down)
+	for _, w := range redisweather.All() {
+		t.Run(w.Name, func(t *testing.T) {
+			srv, px := w.Begin(t)
+			goGitHubFleet(t, px.Addr(), func() { w.Fault(t, srv) }, w.Down)
 		})
 	}
 }
 
 // goGitHubFleet runs TestGoGitHubFleet's fleet on the Redis at addr,
-// calling during (if not nil) 0.25 s into the traffic, and checks it;
-// down: Redis is gone from then on.
-func goGitHubFleet(t *testing.T, addr string, during func(), down bool) {
+// calling fault 0.25 s into the traffic, and checks it; down: Redis is
+// gone from then on.
+func goGitHubFleet(t *testing.T, addr string, fault func(), down bool) {
 	const (
 		instances, goroutines = 8, 16
 		run                   = 30 * time.Second
@@ -219,10 +190,8 @@ func goGitHubFleet(t *testing.T, addr string, during func(), down bool) {
 			})
 		}
 	}
-	if during != nil {
-		time.Sleep(250 * time.Millisecond) // the fault's schedule, not an assertion
-		during()
-	}
+	time.Sleep(250 * time.Millisecond) // the fault's schedule, not an assertion
+	fault()
 	wg.Wait()
 	finished := ctx.Err() == nil
 	st := fake.Stats()

@@ -16,69 +16,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quotakit/throttle"
-	"github.com/quotakit/throttle/internal/cpuburn"
-	"github.com/quotakit/throttle/internal/faultproxy"
 	"github.com/quotakit/throttle/internal/redistest"
+	"github.com/quotakit/throttle/internal/redisweather"
 	"github.com/quotakit/throttle/presets/slackquota"
 	"github.com/quotakit/throttle/presets/slackquota/fakeslack"
 	"github.com/quotakit/throttle/redisstore"
 )
-
-// weather is what Redis does while the fleet of TestSlackGoFleet posts.
-type weather struct {
-	name string
-	// start runs before the traffic: a slow link, a busy CPU.
-	start func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy)
-	// during runs once the traffic has run for a while, in the test's
-	// goroutine, and returns before the run ends.
-	during func(t *testing.T, srv *redistest.Server, px *faultproxy.Proxy)
-	// down: Redis is gone for part of the run, so the instances decide
-	// alone (their local shares) and the fake Slack refuses some.
-	down bool
-}
 
 const (
 	fleetInstances  = 8
 	fleetGoroutines = 16
 	fleetChannels   = 4
 	fleetRun        = 5 * time.Second
-	fleetFaultAt    = 2 * time.Second // into the run: when during's fault comes
+	fleetFaultAt    = 2 * time.Second // into the run: when the weather's fault comes
 )
-
-var weathers = []weather{
-	{name: "prompt"},
-	{
-		// A tenth of Redis's replies 150-350 ms late: slow, not down.
-		name: "slow",
-		start: func(t *testing.T, _ *redistest.Server, px *faultproxy.Proxy) {
-			px.SetJitter(faultproxy.ToClient, 0.1, 150*time.Millisecond, 350*time.Millisecond)
-		},
-	},
-	{
-		// Redis stopped (SIGSTOP) for a second: slow, not down.
-		name: "stopped",
-		during: func(t *testing.T, srv *redistest.Server, _ *faultproxy.Proxy) {
-			require.NoError(t, srv.Pause())
-			time.Sleep(time.Second) // the fault's length, not a wait for a result
-			require.NoError(t, srv.Resume())
-		},
-	},
-	{
-		// One spinning process per core beside the fleet and Redis.
-		name: "busy CPU",
-		start: func(t *testing.T, _ *redistest.Server, _ *faultproxy.Proxy) {
-			cpuburn.Start(t, 1)
-		},
-	},
-	{
-		// Redis killed (SIGKILL) for the rest of the run.
-		name: "killed",
-		during: func(t *testing.T, srv *redistest.Server, _ *faultproxy.Proxy) {
-			require.NoError(t, srv.Kill())
-		},
-		down: true,
-	},
-}
 
 // TestSlackGoFleet: 8 instances of 16 goroutines, each instance with its
 // own go-redis client (through a loopback proxy), redisstore, the Slack
@@ -99,16 +50,16 @@ func TestSlackGoFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleets of 128 goroutines on a real Redis")
 	}
-	for _, w := range weathers {
-		t.Run(w.name, func(t *testing.T) {
+	for _, w := range redisweather.All() {
+		t.Run(w.Name, func(t *testing.T) {
 			r := runFleet(t, w)
 			// The burst, then one a second: 2 at 0 s, one at 1 s to 4 s.
 			quota := fleetChannels * (slackquota.PostBurst + int(fleetRun/time.Second) - 1)
 			share := float64(r.messages) / float64(quota)
 			t.Logf("%s: %d messages posted of the %d the posting limit allows in %v (%.1f%%); the fake Slack refused %d; %d sent by local shares; history read %d times",
-				w.name, r.messages, quota, fleetRun, 100*share, r.limited, r.local, r.history)
+				w.Name, r.messages, quota, fleetRun, 100*share, r.limited, r.local, r.history)
 			assert.Zero(t, r.failed, "calls that failed other than by a limit")
-			if w.down {
+			if w.Down {
 				// Redis's grants keep the limit: every 429 answers a
 				// message a local share sent, and those are within the
 				// shares: each instance's burst and pace per channel
@@ -136,9 +87,8 @@ type fleetResult struct {
 }
 
 // runFleet runs one fleet of TestSlackGoFleet in weather w.
-func runFleet(t *testing.T, w weather) fleetResult {
-	srv := redistest.Start(t)
-	px := faultproxy.New(t, srv.Addr())
+func runFleet(t *testing.T, w redisweather.Weather) fleetResult {
+	srv, px := w.Begin(t)
 	prefix := redistest.Prefix(t)
 	fake := fakeslack.NewServer(fakeslack.Options{})
 	t.Cleanup(fake.Close)
@@ -152,9 +102,6 @@ func runFleet(t *testing.T, w weather) fleetResult {
 			local.Add(1)
 		}
 	}}
-	if w.start != nil {
-		w.start(t, srv, px)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), fleetRun)
 	defer cancel()
 	start := time.Now()
@@ -201,10 +148,8 @@ func runFleet(t *testing.T, w weather) fleetResult {
 			})
 		}
 	}
-	if w.during != nil {
-		time.Sleep(time.Until(start.Add(fleetFaultAt))) // the fault's schedule, not an assertion
-		w.during(t, srv, px)
-	}
+	time.Sleep(time.Until(start.Add(fleetFaultAt))) // the fault's schedule, not an assertion
+	w.Fault(t, srv)
 	wg.Wait()
 	st := fake.Stats()
 	return fleetResult{
