@@ -118,7 +118,8 @@ func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
 // most one window's worth (see the end). A fifth runs on a slow store:
 // each instance's Redis client goes through a proxy that delays a tenth
 // of the replies 150-350 ms; it too must lose at most one window's worth,
-// and no fleet a rejection. What it took: the limit's
+// as must any fleet whose start a loaded machine delays as late, and no
+// fleet a rejection. What it took: the limit's
 // log (anchor.go) holds every vendor window whatever its phase, so the
 // store's windows, which start at a first charge, are never synced as if
 // they were the vendor's (a reset that seems to fall in our next window
@@ -379,8 +380,17 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 	// beside two CPU burners under -race, 68-100% of the quota (a mean of
 	// 90% over 20 fleets). Every fleet but the slow store's: no
 	// rejection; that one's, none but of uncovered sends (above).
+	//
+	// A fleet meant to start 250 ms into a window is a late one when the
+	// machine delays its start that much. Under -race beside four CPU
+	// burners, the first request of 8 of 12 such fleets reached the
+	// vendor 709-904 ms into its window; four of them used [18 23 26 30],
+	// [30 13 17 30], [20 23 19 30] and [30 13 27 22] of the quota, the
+	// other four 97-100%, as did every fleet whose first request came
+	// 536-641 ms in. Its floor is then the late fleet's.
+	startedLate := accepted[0] == 0 || firstAt[0] >= 700*time.Millisecond
 	quota := windows * rate
-	if late || slow {
+	if late || slow || startedLate {
 		assert.GreaterOrEqual(t, total, quota-rate, "the fleet used %d of %d", total, quota)
 	} else {
 		assert.GreaterOrEqual(t, 10*total, 9*quota, "the fleet used %d of %d", total, quota)
