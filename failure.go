@@ -33,7 +33,11 @@ const (
 	// together keep the quota's pace, so a window that holds the store's
 	// last grants and the shares' first admits about twice the quota at
 	// most (the store's Rate, and Rate more with each share's burst of at
-	// least 1). The default.
+	// least 1). Each share starts from what the store last told this
+	// instance remained of its limit (its part of it: a share is charged
+	// the rest at the outage's first local decision), so where the
+	// instance knows, the fleet admits about what was left, not the quota
+	// again. The default.
 	FailLocal
 
 	// FailOpen sends without a decision (reported in

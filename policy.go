@@ -182,11 +182,12 @@ type rule struct {
 	// the scope's pause key and the PauseBy limit's (pauselead.go).
 	leadScope, leadBy time.Duration
 
-	failMode FailureMode   // resolved: never FailDefault
-	class    *class        // Class, or nil
-	limits   []quota.Limit // each of Limits as the store sees it
-	local    []quota.Limit // LocalShare of each of Limits
-	queue    *waitQueue    // nil when MaxQueue is 0
+	failMode  FailureMode   // resolved: never FailDefault
+	instances int           // Policy.Instances
+	class     *class        // Class, or nil
+	limits    []quota.Limit // each of Limits as the store sees it
+	local     []quota.Limit // LocalShare of each of Limits
+	queue     *waitQueue    // nil when MaxQueue is 0
 }
 
 // inFlight returns the index of r's first Concurrency limit, or -1.
@@ -391,6 +392,7 @@ func (p Policy) compile() (*compiledPolicy, error) {
 		} else {
 			cr.pauseIdx = i
 		}
+		cr.instances = p.Instances
 		for _, l := range cr.Limits {
 			cr.limits = append(cr.limits, l.Quota())
 			cr.local = append(cr.local, LocalShare(l, p.Instances).Quota())

@@ -32,6 +32,7 @@ type failover struct {
 	breaker  *breaker
 	local    *memstore.Store
 	clock    storeClock // what the store's answers say of its clock (late.go)
+	seeds    seeds      // what they say of its counters, for local shares (localseed.go)
 }
 
 // failover returns the transport's failover state, set up on first use.
@@ -93,6 +94,9 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	if err == nil {
 		dec := job.dec
 		noteGrant(f, d, dec, asked, lim.now())
+		if r.failMode == FailLocal {
+			f.seeds.note(&d.Demand, dec, lim.now())
+		}
 		return dec, nil
 	}
 	ev.StoreErr = err
@@ -113,6 +117,7 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 		ld.Limits[i] = d.class.bucket(l)
 		ld.Limits[i].Key, ld.Limits[i].Cost, ld.Limits[i].Tenant = b.Key, b.Cost, b.Tenant
 	}
+	f.seeds.seed(ctx, f.local, &ld, r.instances, lim.now())
 	// Not dec: an abandoned store call may still write it.
 	ldec, lerr := f.local.Take(ctx, &ld)
 	if lerr != nil {
