@@ -24,15 +24,16 @@ var modes = []throttle.FailureMode{throttle.FailLocal, throttle.FailOpen, thrott
 
 // checkMode asserts what the caller sees in mode while the store cannot
 // answer, for n requests of which none could be decided by the store, on
-// a rule of quota: FailLocal sends this instance's share and refuses the
-// rest with a *LimitError; FailOpen sends all, counted; FailClosed sends
-// none and fails with ErrStoreUnavailable.
-func checkMode(t *testing.T, mode throttle.FailureMode, rec *recorder, rs results, quota int) {
+// a rule of quota of which the store had granted used, as its last answer
+// told: FailLocal sends this instance's share, its part of what was left
+// (localseed.go), and refuses the rest with a *LimitError; FailOpen sends
+// all, counted; FailClosed sends none and fails with ErrStoreUnavailable.
+func checkMode(t *testing.T, mode throttle.FailureMode, rec *recorder, rs results, quota, used int) {
 	t.Helper()
 	n := len(rs)
 	switch mode {
 	case throttle.FailLocal:
-		share := quota / instances
+		share := min(quota, quota-used) / instances
 		assert.Equal(t, min(share, n), rs.sent(), "local fallback sends exactly this instance's share")
 		assert.Equal(t, n-min(share, n), rs.count(throttle.ErrLimited), "the rest is refused by the share")
 		assert.Equal(t, n-min(share, n), rs.count(throttle.ErrStoreUnavailable), "and says the store did not decide")
@@ -67,7 +68,7 @@ func TestFaultUnreachableAtConstruction(t *testing.T) {
 			rec := &recorder{}
 			tr := newTransport(t, newStore(t, newClient(t, freeAddr(t))), policy(quota, mode), rec)
 			rs := fire(t, tr, v, "/", 2*quota, 4)
-			checkMode(t, mode, rec, rs, quota)
+			checkMode(t, mode, rec, rs, quota, 0)
 			assertLatency(t, "unreachable/"+mode.String(), rs)
 			assertOnce(t, rec, false)
 			assert.Equal(t, int64(rs.sent()), v.got.Load())
@@ -198,7 +199,7 @@ func outage(t *testing.T, name string, start, end func(*redistest.Server, *fault
 			srv, px, v, rec, tr := proxied(t, quota, mode, opts...)
 			start(srv, px)
 			rs := fire(t, tr, v, "/", 30, 3)
-			checkMode(t, mode, rec, rs, quota)
+			checkMode(t, mode, rec, rs, quota, 1) // the warm-up's grant
 			assertLatency(t, name+"/"+mode.String(), rs)
 
 			end(srv, px)
