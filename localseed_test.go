@@ -17,6 +17,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// stepClock is a clock that tests move by hand, safe for concurrent use.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// newStepClock returns a stepClock at a window's start.
+func newStepClock() *stepClock {
+	return &stepClock{now: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
 // switchedStore is a shared store that fails while down is set, as Redis
 // does when it is killed.
 type switchedStore struct {
@@ -61,20 +84,10 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 		{throttle.Limit{Name: "unused", Rate: 80, Per: time.Minute, Algorithm: throttle.FixedWindow}, 0, 80, 80, 80},
 	} {
 		t.Run(fmt.Sprintf("%s, %s %d per %v", tc.l.Name, tc.l.Algorithm, tc.l.Rate, tc.l.Per), func(t *testing.T) {
-			var mu sync.Mutex
 			// A window's start, so that the fixed windows do not end
 			// between the store's grants and the kill.
-			now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-			clock := func() time.Time {
-				mu.Lock()
-				defer mu.Unlock()
-				return now
-			}
-			advance := func(d time.Duration) {
-				mu.Lock()
-				now = now.Add(d)
-				mu.Unlock()
-			}
+			c := newStepClock()
+			clock, advance := c.Now, c.Advance
 			store := &switchedStore{Store: memstore.New(memstore.WithClock(clock))}
 			p := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{Name: "r", Limits: []throttle.Limit{tc.l}}}}
 			var local atomic.Int64 // grants decided by a local share
@@ -137,13 +150,8 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 // TestLocalSharesSeedEachOutage: a second outage starts each share from
 // the store's answers between the two.
 func TestLocalSharesSeedEachOutage(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
+	c := newStepClock()
+	clock := c.Now
 	store := &switchedStore{Store: memstore.New(memstore.WithClock(clock))}
 	p := throttle.Policy{Instances: 2, Rules: []throttle.Rule{{Name: "r",
 		Limits: []throttle.Limit{{Name: "window", Rate: 10, Per: time.Minute, Algorithm: throttle.FixedWindow}}}}}
@@ -161,9 +169,7 @@ func TestLocalSharesSeedEachOutage(t *testing.T) {
 	require.ErrorIs(t, take(), throttle.ErrStoreUnavailable)
 
 	// The next window: the store answers again, and its window fills to 8.
-	mu.Lock()
-	now = now.Add(time.Minute)
-	mu.Unlock()
+	c.Advance(time.Minute)
 	store.down.Store(false)
 	for range 8 {
 		require.NoError(t, take())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -84,13 +83,8 @@ func TestLocalSharesKeepThePace(t *testing.T) {
 		{throttle.Limit{Name: "window", Rate: 3, Per: time.Second, Algorithm: throttle.FixedWindow}, 8 * 13, 8 * 14},
 	} {
 		t.Run(fmt.Sprintf("%s %d per %v", tc.l.Algorithm, tc.l.Rate, tc.l.Per), func(t *testing.T) {
-			var mu sync.Mutex
-			now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-			clock := func() time.Time {
-				mu.Lock()
-				defer mu.Unlock()
-				return now
-			}
+			c := newStepClock()
+			clock := c.Now
 			p := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{Name: "r", Limits: []throttle.Limit{tc.l}}}}
 			local := 0 // grants decided by a local share
 			hooks := throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
@@ -107,7 +101,7 @@ func TestLocalSharesKeepThePace(t *testing.T) {
 			}
 			ctx := context.Background()
 			admitted := 0
-			for end := now.Add(span); clock().Before(end); {
+			for end := clock().Add(span); clock().Before(end); {
 				for _, lim := range fleet {
 					for {
 						if _, err := lim.Allow(ctx, "r"); err != nil {
@@ -117,9 +111,7 @@ func TestLocalSharesKeepThePace(t *testing.T) {
 						admitted++
 					}
 				}
-				mu.Lock()
-				now = now.Add(step)
-				mu.Unlock()
+				c.Advance(step)
 			}
 			assert.Equal(t, admitted, local, "every grant is a local share's")
 			assert.GreaterOrEqual(t, admitted, tc.lo)
