@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,32 +12,10 @@ import (
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/memstore"
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/storetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// stepClock is a clock that tests move by hand, safe for concurrent use.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// newStepClock returns a stepClock at a window's start.
-func newStepClock() *stepClock {
-	return &stepClock{now: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // switchedStore is a shared store that fails while down is set, as Redis
 // does when it is killed.
@@ -86,7 +63,7 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 		t.Run(fmt.Sprintf("%s, %s %d per %v", tc.l.Name, tc.l.Algorithm, tc.l.Rate, tc.l.Per), func(t *testing.T) {
 			// A window's start, so that the fixed windows do not end
 			// between the store's grants and the kill.
-			c := newStepClock()
+			c := storetest.NewClock(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 			clock, advance := c.Now, c.Advance
 			store := &switchedStore{Store: memstore.New(memstore.WithClock(clock))}
 			p := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{Name: "r", Limits: []throttle.Limit{tc.l}}}}
@@ -150,7 +127,7 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 // TestLocalSharesSeedEachOutage: a second outage starts each share from
 // the store's answers between the two.
 func TestLocalSharesSeedEachOutage(t *testing.T) {
-	c := newStepClock()
+	c := storetest.NewClock(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 	clock := c.Now
 	store := &switchedStore{Store: memstore.New(memstore.WithClock(clock))}
 	p := throttle.Policy{Instances: 2, Rules: []throttle.Rule{{Name: "r",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotakit/throttle"
 	"github.com/quotakit/throttle/quota"
+	"github.com/quotakit/throttle/storetest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -83,7 +84,7 @@ func TestLocalSharesKeepThePace(t *testing.T) {
 		{throttle.Limit{Name: "window", Rate: 3, Per: time.Second, Algorithm: throttle.FixedWindow}, 8 * 13, 8 * 14},
 	} {
 		t.Run(fmt.Sprintf("%s %d per %v", tc.l.Algorithm, tc.l.Rate, tc.l.Per), func(t *testing.T) {
-			c := newStepClock()
+			c := storetest.NewClock(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 			clock := c.Now
 			p := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{Name: "r", Limits: []throttle.Limit{tc.l}}}}
 			local := 0 // grants decided by a local share
