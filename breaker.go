@@ -80,6 +80,9 @@ type StoreEvent struct {
 // reportStore hands a change of the store's state to the hook and the
 // logger (slog.Default when the transport has none).
 func (lim *Limiter) reportStore(ev StoreEvent) {
+	if ev.State == StoreUp {
+		lim.failure.seeds.recovered() // localseed.go
+	}
 	if lim.hooks.OnStoreState != nil {
 		lim.hooks.OnStoreState(ev)
 	}

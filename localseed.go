@@ -47,7 +47,7 @@ type seeds struct {
 	mu     sync.Mutex
 	seen   map[seedKey]seedEvidence
 	notes  int              // since the last sweep of seen
-	down   bool             // the store failed since it last answered
+	down   bool             // an outage began, and its recovery was not reported yet
 	seeded map[seedKey]bool // counters seeded in this outage
 }
 
@@ -61,12 +61,21 @@ func seedable(b *quota.Bucket) bool {
 	return b.Tenant == "" && l.Algorithm != Concurrency && !l.Anchored
 }
 
-// note records what dec, the store's answer at now to d, says of d's
-// counters, and that the store answers.
-func (s *seeds) note(d *quota.Demand, dec quota.Decision, now time.Time) {
+// recovered ends the outage: the breaker reported the store up (Redis
+// answered for Breaker.OpenFor after its last failure), so a flapping
+// store's outage is one, its shares seeded once, not charged again at
+// every failure after an answer.
+func (s *seeds) recovered() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down = false
+}
+
+// note records what dec, the store's answer at now to d, says of d's
+// counters.
+func (s *seeds) note(d *quota.Demand, dec quota.Decision, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.seen == nil {
 		s.seen = map[seedKey]seedEvidence{}
 	}

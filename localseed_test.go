@@ -156,3 +156,34 @@ func TestLocalSharesSeedEachOutage(t *testing.T) {
 	require.NoError(t, take())
 	require.ErrorIs(t, take(), throttle.ErrStoreUnavailable)
 }
+
+// TestLocalSharesSeedOncePerOutage: a store that answers once between two
+// failures, before the breaker reports it up, is in one outage: its
+// shares are not charged again.
+func TestLocalSharesSeedOncePerOutage(t *testing.T) {
+	c := storetest.NewClock(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
+	store := &switchedStore{Store: memstore.New(memstore.WithClock(c.Now))}
+	p := throttle.Policy{Instances: 2, Rules: []throttle.Rule{{Name: "r",
+		Limits: []throttle.Limit{{Name: "window", Rate: 10, Per: time.Minute, Algorithm: throttle.FixedWindow}}}}}
+	var states []throttle.StoreState
+	lim, err := throttle.NewLimiter(p, throttle.WithStore(store), throttle.WithClock(c.Now),
+		throttle.WithBreaker(throttle.Breaker{OpenFor: 10 * time.Second}), throttle.WithLogger(slog.New(slog.DiscardHandler)),
+		throttle.WithHooks(throttle.Hooks{OnStoreState: func(ev throttle.StoreEvent) { states = append(states, ev.State) }}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	take := func() error { _, err := lim.Allow(ctx, "r"); return err }
+
+	require.NoError(t, take()) // by the store: 9 left, a share of 4 of the local 5
+	store.down.Store(true)
+	require.NoError(t, take()) // local: 3 left of the share
+	store.down.Store(false)
+	require.NoError(t, take()) // by the store, within OpenFor of the failure: 8 left
+	store.down.Store(true)
+	// Seeded again from the 8, the share would have 1 left of its 3 (a
+	// charge of 5 - 8/2); seeded once, it has its 3.
+	for range 3 {
+		require.NoError(t, take())
+	}
+	require.ErrorIs(t, take(), throttle.ErrStoreUnavailable)
+	assert.NotContains(t, states, throttle.StoreUp, "the store was not reported up between the failures")
+}
