@@ -72,20 +72,17 @@ func (s *seeds) recovered() {
 }
 
 // note records what dec, the store's answer at now to d, says of d's
-// counters.
-func (s *seeds) note(d *quota.Demand, dec quota.Decision, now time.Time) {
+// counters. An answer that says nothing takes no lock: a grant of a
+// demand with a Concurrency limit (its Remaining counts the free slots
+// too, so it says nothing of the rate limits), or a refusal for a pause.
+func (s *seeds) note(d *demand, dec quota.Decision, now time.Time) {
+	if dec.OK && dec.Delay == 0 && hasLeases(d) || !dec.OK && dec.Limit < 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen == nil {
 		s.seen = map[seedKey]seedEvidence{}
-	}
-	// Remaining counts a Concurrency limit's free slots too: with one in
-	// the demand, it says nothing of the rate limits.
-	remaining := true
-	for i := range d.Limits {
-		if d.Limits[i].Limit.Algorithm == Concurrency {
-			remaining = false
-		}
 	}
 	for i := range d.Limits {
 		b := &d.Limits[i]
@@ -95,9 +92,6 @@ func (s *seeds) note(d *quota.Demand, dec quota.Decision, now time.Time) {
 		var e seedEvidence
 		switch {
 		case dec.OK && dec.Delay == 0:
-			if !remaining {
-				continue
-			}
 			e = seedEvidence{free: dec.Remaining, at: now, until: now.Add(dec.ResetAfter)}
 		case dec.OK:
 			// A reservation: the counter is booked until its instant.
@@ -106,7 +100,7 @@ func (s *seeds) note(d *quota.Demand, dec quota.Decision, now time.Time) {
 			// Refused for this limit: nothing free until the demand could go.
 			e = seedEvidence{at: now.Add(dec.Delay), until: now.Add(dec.Delay)}
 		default:
-			continue // refused for another limit, or a pause: nothing said of this one
+			continue // refused for another limit: nothing said of this one
 		}
 		if l := &b.Limit; l.Algorithm == GCRA {
 			// A bucket refills: whole once its missing units have come back.

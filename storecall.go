@@ -92,10 +92,10 @@ func (lim *Limiter) takeStore(ctx context.Context, r *rule, d *demand, ev *Decis
 	asked := lim.now()
 	err := f.breaker.call(ctx, job)
 	if err == nil {
-		dec := job.dec
-		noteGrant(f, d, dec, asked, lim.now())
+		dec, answered := job.dec, lim.now()
+		noteGrant(f, d, dec, asked, answered)
 		if r.failMode == FailLocal {
-			f.seeds.note(&d.Demand, dec, lim.now())
+			f.seeds.note(d, dec, answered)
 		}
 		return dec, nil
 	}
