@@ -17,7 +17,8 @@ import (
 
 // TestGCRAKeyExpiry checks the expiry rule of GCRA keys on Redis's clock,
 // after every script that writes one (both takes, with and without a
-// pause key, one to three limits; cancel; sync): a key whose arrival time
+// pause key, one to three limits, a bucket busy across seconds; cancel;
+// sync): a key whose arrival time
 // lies in second n expires exactly at the end of second n+1. That is what
 // lets the takes skip rewriting the expiry (INCRBY keeps it) while the
 // value stays within its second, and it keeps every key alive past its
@@ -43,9 +44,10 @@ func TestGCRAKeyExpiry(t *testing.T) {
 			c := newClient(t, own.Addr())
 			prefix := redistest.Prefix(t)
 			s := newStoreOn(t, newClient(t, own.Addr(), tc.client...), prefix, tc.opts...)
-			fast := quota.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}  // stays within a second
-			slow := quota.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}  // moves 0.67 s a take, with a fraction
-			third := quota.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100} // 3 limits: the general path
+			fast := quota.Limit{Name: "fast", Rate: 2000, Per: time.Second, Burst: 50}     // stays within a second
+			slow := quota.Limit{Name: "slow", Rate: 3, Per: 2 * time.Second, Burst: 2}     // moves 0.67 s a take, with a fraction
+			third := quota.Limit{Name: "third", Rate: 10, Per: time.Second, Burst: 100}    // 3 limits: the general path
+			quarter := quota.Limit{Name: "quarter", Rate: 4, Per: time.Second, Burst: 100} // busy, its TAT into a new second every 4 takes
 			keys := map[string]bool{}
 			check := func(where string) {
 				t.Helper()
@@ -82,12 +84,25 @@ func TestGCRAKeyExpiry(t *testing.T) {
 				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []quota.Bucket{{Limit: fast, Key: "b"}}},
 				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []quota.Bucket{{Limit: fast, Key: "c"}, {Limit: slow, Key: "c"}}, MaxWait: time.Minute},
 				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "d"}, {Limit: slow, Key: "d"}, {Limit: third, Key: "d"}}, MaxWait: time.Minute},
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quarter, Key: "f"}}, MaxWait: time.Minute}, // charged first
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quarter, Key: "g"}}},                       // read first
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "h"}}, MaxWait: time.Minute},    // charged first, mostly idle
 			}
 			var reserved []*quota.Reservation
 			for round := range 40 {
 				for i, d := range demands {
 					dec, err := s.Take(ctx(t), d)
 					require.NoError(t, err)
+					if dec.OK && len(d.Limits) == 1 {
+						// The value written is the TAT the grant names.
+						b := d.Limits[0]
+						raw, err := c.Get(ctx(t), prefix+"v1:{s}:"+gcraTag(b.Limit)+b.Limit.Name+":"+b.Key).Result()
+						require.NoError(t, err)
+						v, frac, err := redisstore.ParseArrival(raw)
+						require.NoError(t, err)
+						require.Zero(t, frac, "whole µs")
+						assert.Equal(t, dec.Reservation.Marks[0], v*1000, "round %d, demand %d: the key's arrival time (the mark in ns)", round, i)
+					}
 					if dec.OK && dec.Delay > 0 && round%3 == 0 {
 						reserved = append(reserved, dec.Reservation)
 					}
@@ -108,7 +123,7 @@ func TestGCRAKeyExpiry(t *testing.T) {
 					n++
 				}
 			}
-			assert.Equal(t, 8, n, "GCRA keys seen: %v", keys)
+			assert.Equal(t, 11, n, "GCRA keys seen: %v", keys)
 		})
 	}
 }

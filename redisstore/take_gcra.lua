@@ -6,7 +6,9 @@
 -- short: Redis runs scripts on its only thread, and every redis.call, every
 -- number parsed or formatted and every table (a table reply costs Redis
 -- more than its SET) shows in throughput. A decision is TIME, one read of
--- every key, and one SET per limit when granted.
+-- every key, and one write per limit when granted; a demand of one limit
+-- in whole microseconds that may wait charges its key first (below), so
+-- that its grant on a busy bucket is TIME and one INCRBY.
 --
 -- Units as in prologue.lua. Each argument costs Redis about as much as a
 -- few lines of Lua, so the layout below sends as few as it can.
@@ -87,6 +89,69 @@ if replyTTL > 0 then
     if tonumber(granted) > now then delay = granted - now end
     return fmt('1 %d -1 -1 %d 0', delay, now) .. marks
   end
+end
+
+if exact and limits == 1 and pauses <= 1 and replyTTL == 0 then
+  -- One limit in whole microseconds, at most one pause key, no reply to
+  -- remember: a Transport's demand, in straight lines. A demand that may
+  -- wait (MaxWait > 0) charges its key first, on the guess that the
+  -- bucket is busy (its TAT at or after the instant, as while the limit
+  -- binds): INCRBY's reply less the charge is the TAT before it, so the
+  -- grant is one command where a GET and a write were two. A wrong guess
+  -- is undone: an idle bucket's TAT is then set to instant + charge by a
+  -- second write (two commands, as before), and a refusal takes the
+  -- charge back (DECRBY keeps the TTL; a key the INCRBY made is deleted).
+  -- A demand that may not wait reads first: refused, as such a demand
+  -- often is on a busy bucket, it writes nothing. Redis runs the script
+  -- alone, so no other call sees a guess: the decision, the value and
+  -- its expiry are those of the paths below (BENCHMARKS.md, "A waiting
+  -- demand's grant in one command").
+  local instant, pause, key = now, -1, KEYS[1]
+  if pauses == 1 then
+    local pauseEnd = redis.call('GET', KEYS[1])
+    if pauseEnd and pauseEnd + 0 > instant then instant, pause = pauseEnd + 0, 0 end
+    key = KEYS[2]
+  end
+  -- The charge as sent and as a number (Lua's coercion, once); have: the
+  -- key's value once charged.
+  local charge, have, old = ARGV[4], nil, nil
+  local c = charge + 0
+  if ARGV[3] == '0' then
+    old = (redis.call('GET', key) or 0) + 0
+  else
+    have = redis.call('INCRBY', key, charge)
+    old = have - c
+  end
+  local binding = -1
+  if old > instant then
+    local earliest = old - ARGV[5]
+    if earliest > instant then instant, binding = earliest, 0 end
+  end
+  if instant > now and instant - now > ARGV[3] + 0 then
+    if have then
+      if old > 0 then
+        redis.call('DECRBY', key, charge)
+      else
+        redis.call('DEL', key)
+      end
+    end
+    return fmt('0 %d %d %d', instant - now, binding, pause)
+  end
+  -- TAT' = max(TAT, instant) + charge, written by the expiry rule above.
+  local set = old + c
+  if old < instant then set = instant + c end
+  have = have or old
+  if slack > 0 then
+    redis.call('SET', key, fmt('%d', set), 'PX', math.ceil((set - now) / 1000) + slack)
+  elseif old > 0 and old - old % GRID == set - set % GRID then
+    if set ~= have then redis.call('INCRBY', key, fmt('%d', set - have)) end
+  elseif set == have then
+    redis.call('PEXPIREAT', key, fmt('%d', (set - set % GRID) / 1000 + 2000))
+  else
+    redis.call('SET', key, fmt('%d', set), 'PXAT', fmt('%d', (set - set % GRID) / 1000 + 2000))
+  end
+  if instant == now and old <= now then return set end -- idle: TAT = now + charge
+  return fmt('1 %d -1 -1 %d -1 %d', instant - now, now, set)
 end
 
 if exact and limits <= 2 and pauses <= 1 then

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,18 +21,27 @@ import (
 // take_gcra.lua and through take.lua, each on its own prefix, on one
 // clock, and asserts the same decisions and the same keys afterwards:
 // values equal, TTLs equal up to the real time between the two calls.
+//
+// The "whole" runs draw one limit of whole microseconds (at most one
+// pause key), the demand take_gcra.lua decides by charging first
+// (busy bucket guessed, undone when wrong): every outcome occurs there
+// too, a refusal's undo included.
 func TestTakeGCRAMatchesTake(t *testing.T) {
 	for _, replay := range []bool{false, true} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("replay=%v/seed=%d", replay, seed), func(t *testing.T) {
 				t.Parallel()
-				compareTakes(t, replay, seed)
+				compareTakes(t, replay, seed, randomGCRADemand)
+			})
+			t.Run(fmt.Sprintf("whole/replay=%v/seed=%d", replay, seed), func(t *testing.T) {
+				t.Parallel()
+				compareTakes(t, replay, seed, randomWholeDemand)
 			})
 		}
 	}
 }
 
-func compareTakes(t *testing.T, replay bool, seed uint64) {
+func compareTakes(t *testing.T, replay bool, seed uint64, random func(*rand.Rand) *quota.Demand) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	clock := storetest.NewClock(storetest.Start)
 	var copts []func(*redis.Options)
@@ -53,7 +63,7 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 			require.NoError(t, fast.Pause(ctx(t), "s", key, d))
 			require.NoError(t, slow.Pause(ctx(t), "s", key, d))
 		}
-		d := randomGCRADemand(rng)
+		d := random(rng)
 		stepStart := time.Now()
 		want, err := slow.Take(ctx(t), d)
 		require.NoError(t, err)
@@ -78,6 +88,34 @@ func compareTakes(t *testing.T, replay bool, seed uint64) {
 	}
 	t.Logf("outcomes: %v", seen)
 	assert.Len(t, seen, 8, "every kind of outcome occurs with one limit and with several: %v", seen)
+}
+
+// wholeLimits are what randomWholeDemand draws from: emission intervals
+// of whole microseconds.
+var wholeLimits = []quota.Limit{
+	{Name: "w", Rate: 5, Per: 7 * time.Millisecond, Burst: 2}, // T = 1400 µs
+	{Name: "v", Rate: 4, Per: 10 * time.Millisecond},          // T = 2500 µs
+	{Name: "u", Rate: 1000, Per: time.Second, Burst: 3},       // T = 1000 µs
+}
+
+// randomWholeDemand returns a demand of scope "s" with, three times in
+// four, one of wholeLimits and at most one of gcraPauses (else two limits
+// and any pauses, randomDemandOf's), cost 1 or 2 and a MaxWait below 4 ms,
+// zero one time in three.
+func randomWholeDemand(rng *rand.Rand) *quota.Demand {
+	d := randomDemandOf(rng, wholeLimits)
+	if rng.IntN(3) == 0 {
+		d.MaxWait = 0 // read first (take_gcra.lua)
+	}
+	if rng.IntN(4) > 0 {
+		d.Limits = d.Limits[:1]
+		if len(d.Pauses) > 1 {
+			d.Pauses = d.Pauses[:1]
+		}
+	} else if len(d.Limits) == 1 {
+		d.Limits = append(d.Limits, quota.Bucket{Limit: wholeLimits[(slices.Index(wholeLimits, d.Limits[0].Limit)+1)%len(wholeLimits)], Key: "x"})
+	}
+	return d
 }
 
 // gcraLimits and gcraPauses are what randomGCRADemand draws from, on
@@ -206,6 +244,66 @@ func gcraTag(l quota.Limit) string {
 		return "G:"
 	}
 	return "g:"
+}
+
+// TestTakeGCRARefusalWritesNothing checks, on Redis's clock, that a
+// refusal of a one-limit demand leaves its key as it was, though
+// take_gcra.lua charges the key of a demand that may wait before it
+// decides (the busy bucket's guess), and reads it first for one that may
+// not: either way a busy key keeps its value and expiry, refused by the
+// limit or by a pause, and a key that did not exist is not left behind.
+func TestTakeGCRARefusalWritesNothing(t *testing.T) {
+	for _, wait := range []time.Duration{0, time.Millisecond} { // read first, charged first
+		t.Run(fmt.Sprintf("MaxWait=%v", wait), func(t *testing.T) { refusalWritesNothing(t, wait) })
+	}
+}
+
+func refusalWritesNothing(t *testing.T, wait time.Duration) {
+	c := newClient(t, srv.Addr())
+	prefix := redistest.Prefix(t)
+	s := newStoreOn(t, c, prefix)
+	lim := quota.Limit{Name: "slow", Rate: 1, Per: time.Minute, Burst: 1}
+	key := func(k string) string { return prefix + "v1:{s}:" + gcraTag(lim) + lim.Name + ":" + k }
+	state := func(k string) (string, time.Duration) {
+		t.Helper()
+		v, err := c.Get(ctx(t), k).Result()
+		require.NoError(t, err, k)
+		exp, err := c.PExpireTime(ctx(t), k).Result()
+		require.NoError(t, err, k)
+		return v, exp
+	}
+	demand := func(k string, pauses ...string) *quota.Demand {
+		return &quota.Demand{Scope: "s", Cost: 1, Pauses: pauses, Limits: []quota.Bucket{{Limit: lim, Key: k}}, MaxWait: wait}
+	}
+
+	dec, err := s.Take(ctx(t), demand("busy"))
+	require.NoError(t, err)
+	require.True(t, dec.OK)
+	v, exp := state(key("busy"))
+	dec, err = s.Take(ctx(t), demand("busy"))
+	require.NoError(t, err)
+	require.False(t, dec.OK)
+	assert.Equal(t, 0, dec.Limit, "refused by the limit")
+	v2, exp2 := state(key("busy"))
+	assert.Equal(t, v, v2, "the value of a key refused by its limit")
+	assert.Equal(t, exp, exp2, "the expiry of a key refused by its limit")
+
+	require.NoError(t, s.Pause(ctx(t), "s", "", 2*time.Minute))
+	dec, err = s.Take(ctx(t), demand("busy", ""))
+	require.NoError(t, err)
+	require.False(t, dec.OK)
+	assert.Equal(t, -1, dec.Limit, "refused by the pause, which ends after the limit would let it go")
+	v2, exp2 = state(key("busy"))
+	assert.Equal(t, v, v2, "the value of a key refused by a pause")
+	assert.Equal(t, exp, exp2, "the expiry of a key refused by a pause")
+
+	dec, err = s.Take(ctx(t), demand("fresh", ""))
+	require.NoError(t, err)
+	require.False(t, dec.OK)
+	assert.Equal(t, -1, dec.Limit, "refused by the pause alone")
+	n, err := c.Exists(ctx(t), key("fresh")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a refusal left a key that did not exist")
 }
 
 // TestArrivalTimesExact charges GCRA limits whose T is not a whole
