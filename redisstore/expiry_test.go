@@ -84,13 +84,16 @@ func TestGCRAKeyExpiry(t *testing.T) {
 				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []quota.Bucket{{Limit: fast, Key: "b"}}},
 				{Scope: "s", Cost: 1, Pauses: []string{""}, Limits: []quota.Bucket{{Limit: fast, Key: "c"}, {Limit: slow, Key: "c"}}, MaxWait: time.Minute},
 				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "d"}, {Limit: slow, Key: "d"}, {Limit: third, Key: "d"}}, MaxWait: time.Minute},
-				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quarter, Key: "f"}}, MaxWait: time.Minute}, // charged first
-				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quarter, Key: "g"}}},                       // read first
-				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "h"}}, MaxWait: time.Minute},    // charged first, mostly idle
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quarter, Key: "f"}}, MaxWait: time.Minute}, // charged first (orders)
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: quarter, Key: "g"}}},                       // read first (orders)
+				{Scope: "s", Cost: 1, Limits: []quota.Bucket{{Limit: fast, Key: "h"}}, MaxWait: time.Minute},    // charged first, mostly idle (orders)
 			}
+			// take_gcra.lua's order per demand: as hinted, or forced.
+			orders := []int{0, 0, 0, 0, 1, -1, 1}
 			var reserved []*quota.Reservation
 			for round := range 40 {
 				for i, d := range demands {
+					redisstore.SetChargeOrder(s, orders[i])
 					dec, err := s.Take(ctx(t), d)
 					require.NoError(t, err)
 					if dec.OK && len(d.Limits) == 1 {

@@ -191,3 +191,8 @@ func queueWaiting(s *Store, ds []*quota.Demand, deadlines []time.Duration) (*bat
 
 // InFlight reports whether a take of scope is in flight in s, or waits.
 func InFlight(s *Store, scope string) bool { return s.inFlight(scope) }
+
+// SetChargeOrder makes take_gcra.lua's one-limit path charge first
+// (order 1) or read first (-1) on every call of s, or as its hints say
+// (0), for tests of both orders.
+func SetChargeOrder(s *Store, order int) { s.chargeOrder = order }

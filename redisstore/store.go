@@ -46,6 +46,8 @@ type Store struct {
 	batch         batcher       // batch.go
 	deadlines     callDeadlines
 	lastKeys      atomic.Pointer[scopeKeys] // keysOf: the keys of the scope decided last
+	hints         *busyHints                // busyhint.go: take_gcra.lua's order
+	chargeOrder   int                       // tests only: 1 charge first, -1 read first, 0 as hinted
 }
 
 // scopeKeys are the keys of one scope, kept by Store.keysOf.
@@ -82,7 +84,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, slotInFlight: slotBatchInFlight, linger: releaseLinger}
+	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, batchMax: DefaultBatchMax, batchInFlight: BatchInFlight, slotInFlight: slotBatchInFlight, linger: releaseLinger, hints: newBusyHints()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -247,6 +249,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	share := !s.generic && s.replayMS == 0 && !gcraOnly && shareFast(d) // share.go
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
+	var hint hinted            // a demand whose order take_gcra.lua takes from busyHints (key set)
 	switch {
 	case window:
 		script = takeWindowScript
@@ -259,9 +262,17 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	case gcraOnly:
 		script = takeGCRAScript
 		args, mark = s.markedArgs(len(keys), 2+2*len(d.Limits), id)
+		exact := gcraExact(d)
 		args = appendGCRAPairs(append(args, maxWait), d)
-		if mode := gcraMode(s.replayMS, gcraExact(d)); mode != "" {
+		if mode := gcraMode(s.replayMS, exact); mode != "" {
 			args = append(args, mode)
+		} else if exact && len(d.Limits) == 1 && len(d.Pauses) <= 1 {
+			// take_gcra.lua's order (busyhint.go): MaxWait sent as
+			// -(MaxWait+1) charges the key first.
+			hint = hinted{key: keys[len(d.Pauses)], allowance: time.Duration(args[len(args)-1].(int64)) * time.Microsecond}
+			if s.chargeFirst(&hint, maxWait) {
+				args[len(args)-3] = -maxWait - 1
+			}
 		}
 	case share:
 		script = takeShareScript
@@ -303,7 +314,11 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			s.reload.note(err)
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		}
-		return s.identify(parseTakeFast(res, d, id))
+		dec, err := s.identify(parseTakeFast(res, d, id))
+		if hint.key != "" && err == nil {
+			s.hints.note(hint.key, time.Now(), dec, hint.allowance)
+		}
+		return dec, err
 	}
 	res, err := cmd.Slice()
 	if err != nil {

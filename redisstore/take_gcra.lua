@@ -7,8 +7,8 @@
 -- number parsed or formatted and every table (a table reply costs Redis
 -- more than its SET) shows in throughput. A decision is TIME, one read of
 -- every key, and one write per limit when granted; a demand of one limit
--- in whole microseconds that may wait charges its key first (below), so
--- that its grant on a busy bucket is TIME and one INCRBY.
+-- in whole microseconds told its bucket is busy charges its key first
+-- (below), so that its grant is TIME and one INCRBY.
 --
 -- Units as in prologue.lua. Each argument costs Redis about as much as a
 -- few lines of Lua, so the layout below sends as few as it can.
@@ -19,7 +19,8 @@
 --
 -- ARGV[1], ARGV[2]  the clock and the decision id, "" unless replies are
 --          remembered (prologue.lua)
--- ARGV[3]  MaxWait
+-- ARGV[3]  MaxWait; -(MaxWait + 1) asks the one-limit path below to charge
+--          the key first (busyhint.go)
 -- then 2 per limit: charge = cost*T, allowance = Burst*T - cost*T
 --          (T = Per/Rate), limit i's at ARGV[2 + 2*i], ARGV[3 + 2*i]
 -- then, only when replies are remembered or a limit's emission interval
@@ -93,19 +94,19 @@ end
 
 if exact and limits == 1 and pauses <= 1 and replyTTL == 0 then
   -- One limit in whole microseconds, at most one pause key, no reply to
-  -- remember: a Transport's demand, in straight lines. A demand that may
-  -- wait (MaxWait > 0) charges its key first, on the guess that the
-  -- bucket is busy (its TAT at or after the instant, as while the limit
-  -- binds): INCRBY's reply less the charge is the TAT before it, so the
-  -- grant is one command where a GET and a write were two. A wrong guess
-  -- is undone: an idle bucket's TAT is then set to instant + charge by a
-  -- second write (two commands, as before), and a refusal takes the
-  -- charge back (DECRBY keeps the TTL; a key the INCRBY made is deleted).
-  -- A demand that may not wait reads first: refused, as such a demand
-  -- often is on a busy bucket, it writes nothing. Redis runs the script
+  -- remember: a Transport's demand, in straight lines, in one of two
+  -- orders that decide alike. Told its bucket is busy (its TAT at or
+  -- after the instant, as while the limit binds) and the demand will be
+  -- granted (MaxWait sent as -(MaxWait + 1); busyhint.go), it charges
+  -- the key first: INCRBY's reply less the charge is the TAT before it,
+  -- so the grant is one command where a GET and a write were two, and a
+  -- wrong guess is undone: an idle bucket's TAT is then set to instant +
+  -- charge by a second write, and a refusal takes the charge back
+  -- (DECRBY keeps the TTL; a key the INCRBY made is deleted). Otherwise
+  -- it reads first, and writes only a grant. Redis runs the script
   -- alone, so no other call sees a guess: the decision, the value and
-  -- its expiry are those of the paths below (BENCHMARKS.md, "A waiting
-  -- demand's grant in one command").
+  -- its expiry are those of the paths below (BENCHMARKS.md, "A busy
+  -- bucket's grant in one command").
   local instant, pause, key = now, -1, KEYS[1]
   if pauses == 1 then
     local pauseEnd = redis.call('GET', KEYS[1])
@@ -115,19 +116,24 @@ if exact and limits == 1 and pauses <= 1 and replyTTL == 0 then
   -- The charge as sent and as a number (Lua's coercion, once); have: the
   -- key's value once charged.
   local charge, have, old = ARGV[4], nil, nil
-  local c = charge + 0
-  if ARGV[3] == '0' then
-    old = (redis.call('GET', key) or 0) + 0
-  else
+  local c, first = charge + 0, ARGV[3] < '0'
+  if first then
     have = redis.call('INCRBY', key, charge)
     old = have - c
+  else
+    old = (redis.call('GET', key) or 0) + 0
   end
   local binding = -1
   if old > instant then
     local earliest = old - ARGV[5]
     if earliest > instant then instant, binding = earliest, 0 end
   end
-  if instant > now and instant - now > ARGV[3] + 0 then
+  local wait = 0
+  if instant > now then
+    wait = ARGV[3] + 0
+    if first then wait = -wait - 1 end
+  end
+  if instant - now > wait then
     if have then
       if old > 0 then
         redis.call('DECRBY', key, charge)

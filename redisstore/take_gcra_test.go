@@ -57,7 +57,9 @@ func compareTakes(t *testing.T, replay bool, seed uint64, random func(*rand.Rand
 
 	seen := map[string]int{}
 	spans := writeSpans{}
+	orders := rand.New(rand.NewPCG(seed, 11)) // take_gcra.lua's order, as hinted or either one
 	for step := range 300 {
+		redisstore.SetChargeOrder(fast, orders.IntN(3)-1)
 		if rng.IntN(8) == 0 {
 			key, d := randomPause(rng)
 			require.NoError(t, fast.Pause(ctx(t), "s", key, d))
@@ -248,20 +250,23 @@ func gcraTag(l quota.Limit) string {
 
 // TestTakeGCRARefusalWritesNothing checks, on Redis's clock, that a
 // refusal of a one-limit demand leaves its key as it was, though
-// take_gcra.lua charges the key of a demand that may wait before it
-// decides (the busy bucket's guess), and reads it first for one that may
-// not: either way a busy key keeps its value and expiry, refused by the
-// limit or by a pause, and a key that did not exist is not left behind.
+// take_gcra.lua charges the key first when told the bucket is busy
+// (busyhint.go), and reads it first otherwise: in either order a busy key
+// keeps its value and expiry, refused by the limit or by a pause, and a
+// key that did not exist is not left behind.
 func TestTakeGCRARefusalWritesNothing(t *testing.T) {
-	for _, wait := range []time.Duration{0, time.Millisecond} { // read first, charged first
-		t.Run(fmt.Sprintf("MaxWait=%v", wait), func(t *testing.T) { refusalWritesNothing(t, wait) })
+	for _, order := range []int{-1, 1} { // read first, charged first
+		for _, wait := range []time.Duration{0, time.Millisecond} {
+			t.Run(fmt.Sprintf("order=%d/MaxWait=%v", order, wait), func(t *testing.T) { refusalWritesNothing(t, order, wait) })
+		}
 	}
 }
 
-func refusalWritesNothing(t *testing.T, wait time.Duration) {
+func refusalWritesNothing(t *testing.T, order int, wait time.Duration) {
 	c := newClient(t, srv.Addr())
 	prefix := redistest.Prefix(t)
 	s := newStoreOn(t, c, prefix)
+	redisstore.SetChargeOrder(s, order)
 	lim := quota.Limit{Name: "slow", Rate: 1, Per: time.Minute, Burst: 1}
 	key := func(k string) string { return prefix + "v1:{s}:" + gcraTag(lim) + lim.Name + ":" + k }
 	state := func(k string) (string, time.Duration) {
@@ -304,6 +309,35 @@ func refusalWritesNothing(t *testing.T, wait time.Duration) {
 	n, err := c.Exists(ctx(t), key("fresh")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a refusal left a key that did not exist")
+}
+
+// TestTakeGCRAMaxWaitEdge checks take_gcra.lua's one-limit path at the
+// edge of MaxWait, in both orders (its MaxWait is sent as -(MaxWait+1)
+// when it charges first): a wait of exactly MaxWait is granted, one
+// microsecond more is refused.
+func TestTakeGCRAMaxWaitEdge(t *testing.T) {
+	for _, order := range []int{-1, 1} {
+		t.Run(fmt.Sprintf("order=%d", order), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Start)
+			s := newStoreOn(t, newClient(t, srv.Addr()), redistest.Prefix(t), redisstore.WithNow(clock.Now))
+			redisstore.SetChargeOrder(s, order)
+			lim := quota.Limit{Name: "edge", Rate: 1, Per: time.Millisecond} // T = 1000 µs, burst 1
+			d := func(wait time.Duration) *quota.Demand {
+				return &quota.Demand{Scope: "s", Cost: 1, MaxWait: wait, Limits: []quota.Bucket{{Limit: lim, Key: "k"}}}
+			}
+			dec, err := s.Take(ctx(t), d(0))
+			require.NoError(t, err)
+			require.True(t, dec.OK)
+			dec, err = s.Take(ctx(t), d(999*time.Microsecond))
+			require.NoError(t, err)
+			assert.False(t, dec.OK, "a wait of 1000 µs over a MaxWait of 999")
+			assert.Equal(t, time.Millisecond, dec.Delay)
+			dec, err = s.Take(ctx(t), d(time.Millisecond))
+			require.NoError(t, err)
+			assert.True(t, dec.OK, "a wait of 1000 µs within a MaxWait of 1000")
+			assert.Equal(t, time.Millisecond, dec.Delay)
+		})
+	}
 }
 
 // TestArrivalTimesExact charges GCRA limits whose T is not a whole
