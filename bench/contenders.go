@@ -201,6 +201,16 @@ func shared(bs func(key string, rate int) []quota.Bucket, tenant string, headroo
 	}
 }
 
+// busyBucket returns a GCRA limit that stays busy whatever the rate: 1000
+// a second and a burst of 2^30, so that decisions made faster than one a
+// millisecond move its arrival time ahead of the clock and are granted at
+// once.
+func busyBucket(key string, _ int) []quota.Bucket {
+	b := bucket("busy", quota.GCRA, 1000, key)
+	b.Limit.Burst = 1 << 30
+	return []quota.Bucket{b}
+}
+
 // withSlots returns the buckets of a GCRA limit and a Concurrency limit of
 // rate slots.
 func withSlots(key string, rate int) []quota.Bucket {

@@ -51,6 +51,7 @@ const (
 	gOursTenant
 	gOursWindowClass
 	gOursSlots
+	gOursBusy
 )
 
 // guardRows are the rows tracked: one limit and the same with the pause
@@ -80,9 +81,17 @@ var guardRows = []guardRow{
 // yardstick here: its count per decision came out at 71.5-72.4k in some
 // runs of the guard and 74.3-74.8k in others, for the same code, while
 // the class's and the GCRA decision's stayed within 1%.)
+//
+// gcra-busy is the plain decision on a bucket that stays busy (its arrival
+// time ahead of Redis's clock, as while a limit binds), against the
+// floor: the store's hints (redisstore's busyhint.go) have the script
+// charge its key first, one INCRBY, and the row fails if they stop doing
+// so (read first, the grant costs a GET more: 1.31x the floor against
+// 1.15x).
 var guardInstrRows = []guardRow{
 	{"gcra-tenant", 1, gOursTenant, gOurs1},
 	{"sliding-window-class", 1, gOursWindowClass, gOurs1},
+	{"gcra-busy", 1, gOursBusy, gFloor1},
 }
 
 // guardContenders returns the contenders of the guard on client c, in the
@@ -101,6 +110,7 @@ func guardContenders(c *redis.Client) ([]contender, error) {
 		ours(oursConfig{name: "ours: GCRA, 1 limit, a tenant", buckets: shared(one(quota.GCRA), "acme", 0)}),
 		ours(oursConfig{name: "ours: sliding window, 1 limit, a class with a headroom", buckets: shared(one(quota.SlidingWindow), "", 200)}),
 		ours(oursConfig{name: "ours: GCRA + concurrency limit (Take, Release)", buckets: withSlots, release: true}),
+		ours(oursConfig{name: "ours: GCRA, 1 limit, a busy bucket", buckets: busyBucket}),
 	} {
 		d, err := l.new(c, "guard", big)
 		if err != nil {

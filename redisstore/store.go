@@ -266,10 +266,10 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		args = appendGCRAPairs(append(args, maxWait), d)
 		if mode := gcraMode(s.replayMS, exact); mode != "" {
 			args = append(args, mode)
-		} else if exact && len(d.Limits) == 1 && len(d.Pauses) <= 1 {
+		} else if room, ok := args[len(args)-1].(int64); ok && exact && len(d.Limits) == 1 && len(d.Pauses) <= 1 {
 			// take_gcra.lua's order (busyhint.go): MaxWait sent as
 			// -(MaxWait+1) charges the key first.
-			hint = hinted{key: keys[len(d.Pauses)], allowance: time.Duration(args[len(args)-1].(int64)) * time.Microsecond}
+			hint = hinted{key: keys[len(d.Pauses)], allowance: time.Duration(room) * time.Microsecond}
 			if s.chargeFirst(&hint, maxWait) {
 				args[len(args)-3] = -maxWait - 1
 			}
