@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotakit/throttle/internal/quotamath"
 	"github.com/quotakit/throttle/quota"
 )
 
@@ -104,8 +105,8 @@ func (s *seeds) note(d *demand, dec quota.Decision, now time.Time) {
 		}
 		if l := &b.Limit; l.Algorithm == GCRA {
 			// A bucket refills: whole once its missing units have come back.
-			missing := max(int64(l.BurstOrRate())-e.free, 0)
-			e.until = e.at.Add(time.Duration(float64(missing) * float64(l.Per) / float64(l.Rate)))
+			ql := quotamath.Of(*l)
+			e.until = e.at.Add(quotamath.Micros(ql.Emissions(max(int64(l.BurstOrRate())-e.free, 0)).Ceil()))
 		}
 		s.seen[seedKey{d.Scope, b.Limit.Name, b.Key}] = e
 	}

@@ -91,23 +91,9 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 					require.ErrorIs(t, err, throttle.ErrLimited, "ask %d, of the store", i)
 				}
 			}
-			drain := func() int {
-				n := 0
-				for _, lim := range fleet {
-					for {
-						if _, err := lim.Allow(ctx, "r"); err != nil {
-							require.ErrorIs(t, err, throttle.ErrStoreUnavailable, "refused by the local share")
-							break
-						}
-						n++
-					}
-				}
-				return n
-			}
-
 			store.down.Store(true)
 			advance(time.Millisecond)
-			got := drain()
+			got := drainShares(t, ctx, fleet)
 			t.Logf("after %d granted by the store: the local shares admitted %d at once (unseeded: %d)", granted, got, tc.unseeded)
 			assert.GreaterOrEqual(t, got, tc.lo)
 			assert.LessOrEqual(t, got, tc.hi)
@@ -118,7 +104,7 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 			// bucket refilled; for the stretched shares, their own
 			// window), the shares admit their whole capacity again.
 			advance(time.Duration(instances) * tc.l.Per)
-			again := drain()
+			again := drainShares(t, ctx, fleet)
 			assert.Equal(t, tc.unseeded, again, "the shares' capacity once the store's charges have reset")
 		})
 	}

@@ -103,15 +103,7 @@ func TestLocalSharesKeepThePace(t *testing.T) {
 			ctx := context.Background()
 			admitted := 0
 			for end := clock().Add(span); clock().Before(end); {
-				for _, lim := range fleet {
-					for {
-						if _, err := lim.Allow(ctx, "r"); err != nil {
-							require.ErrorIs(t, err, throttle.ErrStoreUnavailable, "refused by the local share")
-							break
-						}
-						admitted++
-					}
-				}
+				admitted += drainShares(t, ctx, fleet)
 				c.Advance(step)
 			}
 			assert.Equal(t, admitted, local, "every grant is a local share's")
@@ -120,4 +112,21 @@ func TestLocalSharesKeepThePace(t *testing.T) {
 			t.Logf("admitted %d in %v (the quota's pace: %d)", admitted, span, int(int64(span)*int64(tc.l.Rate)/int64(tc.l.Per)))
 		})
 	}
+}
+
+// drainShares asks each limiter of fleet, whose store is down, for rule
+// "r" until its local share refuses, and returns how many were admitted.
+func drainShares(t *testing.T, ctx context.Context, fleet []*throttle.Limiter) int {
+	t.Helper()
+	n := 0
+	for _, lim := range fleet {
+		for {
+			if _, err := lim.Allow(ctx, "r"); err != nil {
+				require.ErrorIs(t, err, throttle.ErrStoreUnavailable, "refused by the local share")
+				break
+			}
+			n++
+		}
+	}
+	return n
 }

@@ -43,12 +43,14 @@ const busySlots = 1024
 
 func newBusyHints() *busyHints { return &busyHints{seed: maphash.MakeSeed()} }
 
-// chargeFirst reports whether take_gcra.lua should charge key first for
-// a demand with the given allowance (Burst·T less its charge) and
-// MaxWait, decided now: its bucket was busy until after now, and not so
-// far after that the demand would wait longer than maxWait.
-func (h *busyHints) chargeFirst(key string, now time.Time, allowance, maxWait time.Duration) bool {
-	hash := maphash.String(h.seed, key)
+// hash is key's hash, which names its entry.
+func (h *busyHints) hash(key string) uint64 { return maphash.String(h.seed, key) }
+
+// chargeFirst reports whether take_gcra.lua should charge the key of hash
+// first for a demand with the given allowance (Burst·T less its charge)
+// and MaxWait, decided now: its bucket was busy until after now, and not
+// so far after that the demand would wait longer than maxWait.
+func (h *busyHints) chargeFirst(hash uint64, now time.Time, allowance, maxWait time.Duration) bool {
 	s := &h.slots[hash%busySlots]
 	if s.key.Load() != hash {
 		return false
@@ -57,10 +59,11 @@ func (h *busyHints) chargeFirst(key string, now time.Time, allowance, maxWait ti
 	return busy > at && busy-int64(allowance) <= at+int64(maxWait)
 }
 
-// note records what dec, a decision on key (the demand's only limit),
-// made at the local instant now, says of the bucket: a grant's TAT, or a
-// refusal by the limit, whose delay ends allowance before the TAT.
-func (h *busyHints) note(key string, now time.Time, dec quota.Decision, allowance time.Duration) {
+// note records what dec, a decision on the key of hash (the demand's
+// only limit), made at the local instant now, says of the bucket: a
+// grant's TAT, or a refusal by the limit, whose delay ends allowance
+// before the TAT.
+func (h *busyHints) note(hash uint64, now time.Time, dec quota.Decision, allowance time.Duration) {
 	var ahead time.Duration // the TAT less Redis's clock
 	switch {
 	case dec.OK && dec.Reservation != nil && len(dec.Reservation.Marks) == 1 && !dec.At.IsZero():
@@ -70,16 +73,16 @@ func (h *busyHints) note(key string, now time.Time, dec quota.Decision, allowanc
 	default:
 		return
 	}
-	hash := maphash.String(h.seed, key)
 	s := &h.slots[hash%busySlots]
 	s.key.Store(hash)
 	s.busy.Store(now.UnixNano() + int64(ahead))
 }
 
 // hinted is a demand whose order take_gcra.lua takes from the hints: its
-// limit's key, and its allowance (Burst·T less its charge).
+// limit key's hash (busyHints.hash, taken once for the order and the
+// note), and its allowance (Burst·T less its charge).
 type hinted struct {
-	key       string
+	hash      uint64
 	allowance time.Duration
 }
 
@@ -89,5 +92,5 @@ func (s *Store) chargeFirst(h *hinted, maxWait int64) bool {
 	if s.chargeOrder != 0 {
 		return s.chargeOrder > 0
 	}
-	return s.hints.chargeFirst(h.key, time.Now(), h.allowance, time.Duration(maxWait)*time.Microsecond)
+	return s.hints.chargeFirst(h.hash, time.Now(), h.allowance, time.Duration(maxWait)*time.Microsecond)
 }

@@ -99,7 +99,7 @@ func TestGCRAKeyExpiry(t *testing.T) {
 					if dec.OK && len(d.Limits) == 1 {
 						// The value written is the TAT the grant names.
 						b := d.Limits[0]
-						raw, err := c.Get(ctx(t), prefix+"v1:{s}:"+gcraTag(b.Limit)+b.Limit.Name+":"+b.Key).Result()
+						raw, err := c.Get(ctx(t), prefix+gcraKey(b)).Result()
 						require.NoError(t, err)
 						v, frac, err := redisstore.ParseArrival(raw)
 						require.NoError(t, err)

@@ -249,7 +249,7 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 	share := !s.generic && s.replayMS == 0 && !gcraOnly && shareFast(d) // share.go
 	var mark *resendMark
 	var carried []leaseRelease // releases.go: take.lua carries them
-	var hint hinted            // a demand whose order take_gcra.lua takes from busyHints (key set)
+	var hint *hinted           // a demand whose order take_gcra.lua takes from busyHints
 	switch {
 	case window:
 		script = takeWindowScript
@@ -269,8 +269,8 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 		} else if room, ok := args[len(args)-1].(int64); ok && exact && len(d.Limits) == 1 && len(d.Pauses) <= 1 {
 			// take_gcra.lua's order (busyhint.go): MaxWait sent as
 			// -(MaxWait+1) charges the key first.
-			hint = hinted{key: keys[len(d.Pauses)], allowance: time.Duration(room) * time.Microsecond}
-			if s.chargeFirst(&hint, maxWait) {
+			hint = &hinted{hash: s.hints.hash(keys[len(d.Pauses)]), allowance: time.Duration(room) * time.Microsecond}
+			if s.chargeFirst(hint, maxWait) {
 				args[len(args)-3] = -maxWait - 1
 			}
 		}
@@ -315,8 +315,8 @@ func (s *Store) take(ctx context.Context, d *quota.Demand, gcraOnly, needID bool
 			return quota.Decision{}, fmt.Errorf("redisstore: take: %w", s.configErr(resent(err)))
 		}
 		dec, err := s.identify(parseTakeFast(res, d, id))
-		if hint.key != "" && err == nil {
-			s.hints.note(hint.key, time.Now(), dec, hint.allowance)
+		if hint != nil && err == nil {
+			s.hints.note(hint.hash, time.Now(), dec, hint.allowance)
 		}
 		return dec, err
 	}

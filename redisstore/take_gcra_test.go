@@ -195,7 +195,7 @@ func sameDecision(t *testing.T, want, got quota.Decision, where string) bool {
 // step took (see writeSpans).
 func sameGCRAKey(t *testing.T, c *redis.Client, want, got string, b quota.Bucket, written time.Duration, where string) {
 	t.Helper()
-	k := "v1:{s}:" + gcraTag(b.Limit) + b.Limit.Name + ":" + b.Key
+	k := gcraKey(b)
 	start := time.Now()
 	wv, wt := keyState(t, c, want+k)
 	gv, gt := keyState(t, c, got+k)
@@ -239,6 +239,10 @@ func keyState(t *testing.T, c *redis.Client, key string) (string, int64) {
 	return v, ttl.Milliseconds()
 }
 
+// gcraKey is the key of b, a GCRA limit's bucket of scope "s", after the
+// store's prefix (keys.go).
+func gcraKey(b quota.Bucket) string { return "v1:{s}:" + gcraTag(b.Limit) + b.Limit.Name + ":" + b.Key }
+
 // gcraTag is the algorithm part of a GCRA limit's key (keys.go): g: when
 // Rate divides Per, else G:.
 func gcraTag(l quota.Limit) string {
@@ -268,7 +272,7 @@ func refusalWritesNothing(t *testing.T, order int, wait time.Duration) {
 	s := newStoreOn(t, c, prefix)
 	redisstore.SetChargeOrder(s, order)
 	lim := quota.Limit{Name: "slow", Rate: 1, Per: time.Minute, Burst: 1}
-	key := func(k string) string { return prefix + "v1:{s}:" + gcraTag(lim) + lim.Name + ":" + k }
+	key := func(k string) string { return prefix + gcraKey(quota.Bucket{Limit: lim, Key: k}) }
 	state := func(k string) (string, time.Duration) {
 		t.Helper()
 		v, err := c.Get(ctx(t), k).Result()

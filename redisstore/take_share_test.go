@@ -75,7 +75,7 @@ func compareShareTakes(t *testing.T, seed uint64) {
 			return
 		}
 		for _, b := range d.Limits {
-			k := "v1:{s}:" + gcraTag(b.Limit) + b.Limit.Name + ":x"
+			k := gcraKey(quota.Bucket{Limit: b.Limit, Key: "x"})
 			wv, _ := keyState(t, c, slowPrefix+k)
 			gv, _ := keyState(t, c, fastPrefix+k)
 			assert.Equal(t, wv, gv, "%s: value of %s", where, k)
