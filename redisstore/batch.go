@@ -65,7 +65,7 @@ const DefaultBatchMax = 64
 // quiet machine, three 0.77-0.95 (mean 0.87 over 10), eight (no batch at
 // 8 callers) 0.91-0.95 (mean 0.93 over 5); beside two CPU burners four
 // and three alike (0.93-1.12, 1.07), no batch 0.84-0.85. See
-// docs/benchmarks.md.
+// BENCHMARKS.md ("Plain batches in straight lines").
 const BatchInFlight = 4
 
 // slotBatchInFlight is [BatchInFlight] for demands with Concurrency
