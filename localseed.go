@@ -24,12 +24,11 @@ import (
 //
 // What remained is this instance's evidence, as of its last answer: other
 // instances may have taken more since, and Remaining is the least over
-// the demand's limits (less a class's headroom), so a limit's own can be
-// larger. A grant of a demand with a Concurrency limit says nothing of
-// the others (its Remaining may be the free slots); its refusals and
-// reservations do. Limits shared among tenants and Concurrency limits are
-// not seeded (their shares are fair shares and slots), nor anchored ones
-// (their windows are the vendor's, learned anew by the local share).
+// the demand's limits other than Concurrency (less a class's headroom),
+// so a limit's own can be larger. Limits shared among tenants and
+// Concurrency limits are not seeded (their shares are fair shares and
+// slots), nor anchored ones (their windows are the vendor's, learned anew
+// by the local share).
 
 // seedKey names one counter of the store: a scope's limit and key.
 type seedKey struct{ scope, limit, key string }
@@ -73,11 +72,10 @@ func (s *seeds) recovered() {
 }
 
 // note records what dec, the store's answer at now to d, says of d's
-// counters. An answer that says nothing takes no lock: a grant of a
-// demand with a Concurrency limit (its Remaining counts the free slots
-// too, so it says nothing of the rate limits), or a refusal for a pause.
+// counters. An answer that says nothing takes no lock: a refusal for a
+// pause, or any answer to a demand of Concurrency limits alone.
 func (s *seeds) note(d *demand, dec quota.Decision, now time.Time) {
-	if dec.OK && dec.Delay == 0 && hasLeases(d) || !dec.OK && dec.Limit < 0 {
+	if !dec.OK && dec.Limit < 0 || d.SlotsOnly() {
 		return
 	}
 	s.mu.Lock()

@@ -43,6 +43,7 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 	const instances = 8
 	for _, tc := range []struct {
 		l      throttle.Limit
+		slots  int // with a Concurrency limit of this many slots beside l (0: none)
 		before int // the fleet's asks of the store, in turns, before the kill
 		// The fleet's grants by its local shares just after the kill, both
 		// bounds included; unseeded, its shares' whole capacity.
@@ -50,23 +51,31 @@ func TestLocalSharesStartFromTheStore(t *testing.T) {
 	}{
 		// 80 a minute, 60 granted: 20 left; each instance's last answer
 		// said 20-27 remained, its part 2-3.
-		{throttle.Limit{Name: "window", Rate: 80, Per: time.Minute, Algorithm: throttle.FixedWindow}, 60, 16, 24, 80},
-		{throttle.Limit{Name: "log", Rate: 80, Per: time.Minute, Algorithm: throttle.SlidingLog}, 60, 16, 24, 80},
+		{throttle.Limit{Name: "window", Rate: 80, Per: time.Minute, Algorithm: throttle.FixedWindow}, 0, 60, 16, 24, 80},
+		{throttle.Limit{Name: "log", Rate: 80, Per: time.Minute, Algorithm: throttle.SlidingLog}, 0, 60, 16, 24, 80},
+		// The same beside 100 slots in flight (GitHub's preset): the
+		// grants' Remaining counts the log's room, not the free slots,
+		// so they are evidence as well.
+		{throttle.Limit{Name: "log", Rate: 80, Per: time.Minute, Algorithm: throttle.SlidingLog}, 100, 60, 16, 24, 80},
 		// A bucket of 20 at 100 a second, emptied: nothing left.
-		{throttle.Limit{Name: "bucket", Rate: 100, Per: time.Second, Burst: 20}, 20, 0, 0, 16},
+		{throttle.Limit{Name: "bucket", Rate: 100, Per: time.Second, Burst: 20}, 0, 20, 0, 0, 16},
 		// Slack's posting, 1 a second, used: nothing left (1 granted, 7
 		// refused).
-		{throttle.Limit{Name: "post", Rate: 1, Per: time.Second}, 8, 0, 0, 8},
+		{throttle.Limit{Name: "post", Rate: 1, Per: time.Second}, 0, 8, 0, 0, 8},
 		// Nothing granted before: no evidence, whole shares.
-		{throttle.Limit{Name: "unused", Rate: 80, Per: time.Minute, Algorithm: throttle.FixedWindow}, 0, 80, 80, 80},
+		{throttle.Limit{Name: "unused", Rate: 80, Per: time.Minute, Algorithm: throttle.FixedWindow}, 0, 0, 80, 80, 80},
 	} {
-		t.Run(fmt.Sprintf("%s, %s %d per %v", tc.l.Name, tc.l.Algorithm, tc.l.Rate, tc.l.Per), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s, %s %d per %v, %d slots", tc.l.Name, tc.l.Algorithm, tc.l.Rate, tc.l.Per, tc.slots), func(t *testing.T) {
 			// A window's start, so that the fixed windows do not end
 			// between the store's grants and the kill.
 			c := storetest.NewClock(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 			clock, advance := c.Now, c.Advance
 			store := &switchedStore{Store: memstore.New(memstore.WithClock(clock))}
-			p := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{Name: "r", Limits: []throttle.Limit{tc.l}}}}
+			limits := []throttle.Limit{tc.l}
+			if tc.slots > 0 {
+				limits = append(limits, throttle.Limit{Name: "in-flight", Rate: tc.slots, Per: time.Minute, Algorithm: throttle.Concurrency})
+			}
+			p := throttle.Policy{Instances: instances, Rules: []throttle.Rule{{Name: "r", Limits: limits}}}
 			var local atomic.Int64 // grants decided by a local share
 			hooks := throttle.Hooks{OnDecision: func(ev throttle.DecisionEvent) {
 				if ev.Fallback == throttle.FailLocal && ev.Outcome == throttle.Allowed {

@@ -305,7 +305,11 @@ func left(dec *quota.Decision, d *quota.Demand, ps []params, bs []*memBucket, no
 		return
 	}
 	dec.Remaining = math.MaxInt64
+	slotsOnly := d.SlotsOnly()
 	for i, b := range bs {
+		if ps[i].Limit.Algorithm == quota.Concurrency && !slotsOnly {
+			continue // free slots say nothing of the quota (quota.Decision)
+		}
 		rem := ps[i].State(b.counter(), now).Remaining
 		if h := int64(d.Limits[i].Headroom); h > 0 && ps[i].Limit.Algorithm != quota.GCRA && ps[i].Rate == int64(d.Limits[i].Limit.Rate) {
 			rem = max(rem-h, 0) // a lent headroom still counts as the demand's to leave

@@ -258,6 +258,18 @@ func (d *Demand) CostOf(i int) int {
 	return d.Cost
 }
 
+// SlotsOnly reports whether every limit of the demand, and at least one,
+// is a [Concurrency] limit: only then does [Decision.Remaining] count
+// free slots.
+func (d *Demand) SlotsOnly() bool {
+	for i := range d.Limits {
+		if d.Limits[i].Limit.Algorithm != Concurrency {
+			return false
+		}
+	}
+	return len(d.Limits) > 0
+}
+
 // A Bucket is one limit resolved for one request: the limit's parameters
 // and the key of the counter it is charged to. Buckets with the same scope,
 // limit name and key share one counter.
@@ -336,10 +348,13 @@ type Decision struct {
 
 	// Remaining is, when the demand is granted at once (OK, Delay 0), how
 	// much its limits still admit now, after its charge: the least, over
-	// its limits, of [LimitState.Remaining] (free slots for a Concurrency
-	// limit) less the limit's [Bucket.Headroom], not below 0, which is
-	// what a demand like it may still take. It is 0 for a reservation
-	// (Delay > 0), for a refusal, and for a demand without limits.
+	// its limits other than Concurrency, of [LimitState.Remaining] less
+	// the limit's [Bucket.Headroom], not below 0, which is what a demand
+	// like it may still take of its quota. A Concurrency limit's free
+	// slots count only in a demand of Concurrency limits alone (a slot
+	// frees when it is released, not with time: as for ResetAfter, they
+	// say nothing of the quota). It is 0 for a reservation (Delay > 0),
+	// for a refusal, and for a demand without limits.
 	Remaining int64
 
 	// ResetAfter is, when the demand is granted, how long until what it

@@ -748,7 +748,9 @@ func parseBatchEntry(res []any, k int, now int64, c *batchCall, id string) (quot
 		if left, ok = res[k+n-1].(int64); !ok {
 			return quota.Decision{}, k + n, fmt.Errorf("redisstore: take: malformed reply %v", res[k+n-1])
 		}
-		reply[5] = left
+		if gcra == 0 {
+			reply[5] = left // free slots count in Remaining only without other limits (quota.Decision)
+		}
 	}
 	for i := range d.Limits {
 		mark := tat
@@ -781,6 +783,9 @@ func parseBatchString(v string, c *batchCall, id string) (quota.Decision, error)
 		} else if n[0] == 0 && n[2] >= 0 && n[2] < int64(len(c.order)) {
 			n[2] = int64(c.order[n[2]])
 		}
+	}
+	if n[0] == 1 && len(n) > 5 && !c.d.SlotsOnly() {
+		n[5] = -1 // the slots left: they count in Remaining only without other limits (quota.Decision)
 	}
 	return decide(n, fr, c.d, id, v)
 }

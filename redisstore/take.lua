@@ -313,10 +313,17 @@ end
 -- When granted at once, remaining is the least, over the limits other
 -- than GCRA, of what each admits now after the charge (quotamath's State):
 -- windows Rate less the (weighted) count, the log Rate less the cost
--- after now-Per, Concurrency its free slots. Go adds GCRA's, from the
--- arrival times, with the 128-bit arithmetic it needs.
+-- after now-Per, Concurrency its free slots (in a demand of Concurrency
+-- limits alone). Go adds GCRA's, from the arrival times, with the 128-bit
+-- arithmetic it needs.
 local reply = {1, instant - now, -1, -1, now, 0}
 local remaining = nil
+-- Free slots count in remaining only in a demand of Concurrency limits
+-- alone (quota.Decision.Remaining): they free on release, not with time.
+local slotsOnly = true
+for i = 1, limits do
+  if ARGV[3 + 5 * i] ~= CONCURRENCY then slotsOnly = false break end
+end
 local function leaves(left)
   if left < 0 then left = 0 end -- a log holding reservations for later
   if instant == now and (not remaining or left < remaining) then remaining = left end
@@ -374,7 +381,9 @@ for i = 1, limits do
         redis.call('PEXPIRE', key, ttl, 'GT')
       end
       reply[6 + i] = expiry
-      leaves(tonumber(ARGV[arg + 2]) - redis.call('ZCOUNT', key, fmt('(%d', now), '+inf'))
+      if slotsOnly then
+        leaves(tonumber(ARGV[arg + 2]) - redis.call('ZCOUNT', key, fmt('(%d', now), '+inf'))
+      end
     end
   elseif algo == SLIDING_LOG then
     -- The entry's score is the running total with its cost: it goes last
@@ -500,7 +509,7 @@ end
 if remaining then
   reply[6] = remaining
 elseif instant == now then
-  reply[6] = -1 -- every limit is GCRA
+  reply[6] = -1 -- no limit but GCRA has a say
 end
 if shares > 0 then sharesCharged(shared, instant) end
 

@@ -39,10 +39,12 @@ func limitCostCases() []stepCase {
 			{costs: []int{10, 4}, ok: true, left: &left{0, sec}},
 		},
 	}, {
+		// Remaining counts the window's room, not the free slots, which
+		// count only in a demand of slots alone (leftCases).
 		name:    "a Concurrency limit takes one slot whatever its cost",
 		buckets: on(conc("c", 2, sec), fixed("f", 100, sec)),
 		steps: []step{
-			{costs: []int{50, 50}, ok: true, left: &left{1, sec}},
+			{costs: []int{50, 50}, ok: true, left: &left{50, sec}},
 			{costs: []int{50, 50}, ok: true, left: &left{0, sec}},
 			{costs: []int{1, 1}, limit: 1, delay: sec},
 		},
@@ -92,6 +94,24 @@ func leftCases() []stepCase {
 		steps: []step{
 			{ok: true, left: &left{2, 0}},
 			{ok: true, left: &left{1, 0}},
+		},
+	}, {
+		// Slots free on release, not with time: beside a rate limit they
+		// say nothing of the quota, so only the rate limits count, the
+		// GCRA one (batched by redisstore) and the window (take.lua) alike.
+		name:    "Concurrency beside rate limits: the rate limits' remaining only",
+		buckets: on(conc("c", 2, sec), gcra("g", 10, sec, 0)),
+		steps: []step{
+			{ok: true, left: &left{9, 100 * ms}},
+			{ok: true, left: &left{8, 200 * ms}},
+			{limit: 0, delay: sec},
+		},
+	}, {
+		name:    "Concurrency beside a window: the window's room only",
+		buckets: on(fixed("f", 10, sec), conc("a", 3, sec), conc("b", 1, sec)),
+		steps: []step{
+			{cost: 4, ok: true, left: &left{6, sec}},
+			{limit: 2, delay: sec},
 		},
 	}, {
 		name:    "several limits: the least remaining and the longest reset",
