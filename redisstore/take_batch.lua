@@ -72,8 +72,8 @@
 -- TAT "us" or "us:frac", lease expiry, 0 for a slot left unclaimed;
 -- remaining, the slots left when granted at the clock with Concurrency
 -- limits, else -1; Go counts them in Remaining only for a demand of
--- Concurrency limits alone, quota.Decision), "0 delay limit pause" when refused (the limit as its
--- 0-based index in the order above). (A string costs Redis about 8k
+-- Concurrency limits alone, quota.Decision), "0 delay limit pause" when
+-- refused (the limit as its 0-based index in the order above). (A string costs Redis about 8k
 -- instructions per demand, an integer in the table about 0.6k: in a batch
 -- of 64 demands the strings were most of the work.)
 
