@@ -387,8 +387,11 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 	// vendor 709-904 ms into its window; four of them used [18 23 26 30],
 	// [30 13 17 30], [20 23 19 30] and [30 13 27 22] of the quota, the
 	// other four 97-100%, as did every fleet whose first request came
-	// 536-641 ms in. Its floor is then the late fleet's.
-	startedLate := accepted[0] == 0 || firstAt[0] >= 700*time.Millisecond
+	// 536-641 ms in. Its floor is then the late fleet's. Beside three
+	// CPU burners, in full runs of scripts/test (2026-11-28), two whose
+	// first request came 675 and 680 ms in lost a window too ([30 16 15
+	// 30], [30 0 30 30]): from 650 ms on a fleet counts as late.
+	startedLate := accepted[0] == 0 || firstAt[0] >= 650*time.Millisecond
 	quota := windows * rate
 	if late || slow || startedLate {
 		assert.GreaterOrEqual(t, total, quota-rate, "the fleet used %d of %d", total, quota)
