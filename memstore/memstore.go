@@ -305,9 +305,8 @@ func left(dec *quota.Decision, d *quota.Demand, ps []params, bs []*memBucket, no
 		return
 	}
 	dec.Remaining = math.MaxInt64
-	slotsOnly := d.SlotsOnly()
 	for i, b := range bs {
-		if ps[i].Limit.Algorithm == quota.Concurrency && !slotsOnly {
+		if ps[i].Limit.Algorithm == quota.Concurrency && !d.SlotsOnly() {
 			continue // free slots say nothing of the quota (quota.Decision)
 		}
 		rem := ps[i].State(b.counter(), now).Remaining

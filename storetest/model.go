@@ -418,12 +418,11 @@ func (m *model) left(d *quota.Demand, marks []int64, now, t int64) (int64, time.
 		return 0, time.Duration(end-now) * time.Microsecond
 	}
 	rem := int64(math.MaxInt64)
-	slotsOnly := d.SlotsOnly()
 	for _, b := range d.Limits {
 		id := bucketID(d.Scope, b)
 		h := int64(b.Headroom)
 		if b.Limit.Algorithm == quota.Concurrency {
-			if slotsOnly {
+			if d.SlotsOnly() {
 				rem = min(rem, int64(b.Limit.Rate)-h-int64(len(m.live(id, now))))
 			}
 			continue
